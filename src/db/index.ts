@@ -1,0 +1,93 @@
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
+import { PrismaClient } from '../generated/prisma/client';
+import { applyMigrations } from './migrate';
+
+export type Prisma = PrismaClient;
+
+export interface Database {
+  prisma: PrismaClient;
+  /** Raw pool for what Prisma does not express (LISTEN, advisory locks, SKIP LOCKED claims). */
+  pool: pg.Pool;
+  kind: 'pglite' | 'postgres';
+  /** Migrations applied by this start. */
+  applied: string[];
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  dataDir: string;
+  databaseUrl?: string;
+  schema?: string;
+  /** Pool size for a real PostgreSQL. */
+  poolSize?: number;
+}
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/**
+ * Opens the configured database and applies pending migrations. Without a URL it embeds PGlite
+ * under DATA_DIR and serves it on a loopback socket, so the same pg driver and Prisma adapter run
+ * in both modes. PGlite is a single session, hence a pool of exactly one connection.
+ */
+export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
+  if (opts.schema !== undefined && !SCHEMA_NAME.test(opts.schema)) {
+    throw new Error(`DATABASE_SCHEMA "${opts.schema}" is not a plain lower-case identifier`);
+  }
+  let pglite: PGlite | undefined;
+  let socket: PGLiteSocketServer | undefined;
+  let pool: pg.Pool;
+  if (opts.databaseUrl) {
+    pool = new pg.Pool({
+      connectionString: opts.databaseUrl,
+      max: opts.poolSize ?? 10,
+      options: opts.schema ? `-c search_path=${opts.schema}` : undefined,
+    });
+  } else {
+    await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
+    pglite = await PGlite.create(join(opts.dataDir, 'pg'));
+    // A Unix socket inside DATA_DIR (mode 0700) keeps the database private to this user;
+    // paths too long for a socket name fall back to loopback TCP.
+    const path = join(opts.dataDir, '.s.PGSQL.5432');
+    const unix = path.length < 100;
+    socket = unix ? new PGLiteSocketServer({ db: pglite, path }) : new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0 });
+    await rm(path, { force: true });
+    await socket.start();
+    pool = unix
+      ? new pg.Pool({ host: opts.dataDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 })
+      : new pg.Pool({ connectionString: `postgres://postgres@${socket.getServerConn()}/postgres`, max: 1 });
+  }
+  const close = async () => {
+    await pool.end().catch(() => undefined);
+    await socket?.stop().catch(() => undefined);
+    await pglite?.close().catch(() => undefined);
+  };
+  try {
+    const client = await pool.connect();
+    let applied: string[];
+    try {
+      if (opts.schema) await client.query(`CREATE SCHEMA IF NOT EXISTS "${opts.schema}"`);
+      applied = await applyMigrations(client);
+    } finally {
+      client.release();
+    }
+    const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema: opts.schema }) });
+    return {
+      prisma,
+      pool,
+      kind: opts.databaseUrl ? 'postgres' : 'pglite',
+      applied,
+      close: async () => {
+        await prisma.$disconnect();
+        await close();
+      },
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
