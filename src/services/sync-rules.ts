@@ -1,0 +1,391 @@
+// Sync rules: which files of a share folder are sent (sandbox -> environment) or saved (snapshot).
+//
+// Selection, for a folder walked from `root`:
+// 1. `noIgnore: true`: every regular file is selected.
+// 2. Otherwise a file is left out when .gitignore files or DEFAULT_IGNORES exclude it, with git's
+//    semantics: a .gitignore applies to its own folder and everything below it, patterns are
+//    relative to that folder, deeper files take precedence over shallower ones, DEFAULT_IGNORES
+//    come first (lowest precedence, like git's global excludes file, so a .gitignore can re-include
+//    with `!node_modules/`), and nothing inside an excluded folder can be re-included by a
+//    .gitignore (the folder is not even read, so .gitignore files inside it are ignored too).
+//    Matching is case-sensitive, as git on Linux. Only .gitignore files are read (not
+//    .git/info/exclude nor a global excludes file).
+// 3. `include` (paths or picomatch globs, relative to root, matched with `dot: true`) are selected
+//    whatever 2 says, inside excluded folders too. A pattern that matches a folder selects
+//    everything beneath it (`dist`, `node_modules/.prisma`). Globs follow picomatch, not
+//    gitignore: `*.log` matches only at the top; write `**/*.log` for any depth. A glob that can
+//    reach anywhere (`**/x`) makes the walk descend into every excluded folder, node_modules and
+//    .git included, to look for matches.
+// 4. `files` keys (destinations of extra files, relative to root) are selected like exact include
+//    paths; their values (sources on the sandbox) are not read here.
+// Symbolic links are never followed and never selected; neither are sockets, FIFOs or devices.
+// Files come out sorted by path in code-unit order (`a.txt` before `a/b`), so a walk is
+// deterministic.
+import { lstat, readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import ignore, { type Ignore } from 'ignore';
+import picomatch from 'picomatch';
+import { ValidationError } from './errors';
+
+/**
+ * Applied unless `noIgnore`, in .gitignore syntax. Deliberately short: only what is never
+ * source and never portable between machines.
+ * - `.git`, `.hg`, `.svn`: version-control metadata (`.git` is a file in worktrees and
+ *   submodules, hence no trailing slash).
+ * - `node_modules/`: installed JavaScript packages, platform-specific and rebuilt by the
+ *   package manager.
+ * - `__pycache__/`: Python byte-code caches.
+ * - `.DS_Store`, `Thumbs.db`: macOS and Windows folder metadata.
+ * Not included, because they are real source folders in some projects or are usually
+ * git-ignored already: `target`, `build`, `dist`, `vendor`, `.venv`, `.env`.
+ */
+export const DEFAULT_IGNORES: readonly string[] = Object.freeze([
+  '.git',
+  '.hg',
+  '.svn',
+  'node_modules/',
+  '__pycache__/',
+  '.DS_Store',
+  'Thumbs.db',
+]);
+
+export const MAX_INCLUDE_PATTERNS = 100;
+export const MAX_PATTERN_LENGTH = 1024;
+export const MAX_PATH_LENGTH = 4096;
+
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const PICOMATCH_OPTIONS = { dot: true } as const;
+
+/**
+ * Checks `include`: an array of relative paths or picomatch globs. Each is normalised (`./`
+ * prefixes, `.` segments, doubled and trailing `/` removed) and the normalised list returned,
+ * without duplicates. Refused with a ValidationError naming the index: non-strings, empty
+ * patterns, absolute paths, `..` segments, control characters, negation (`!x`), unbalanced `[`,
+ * and whatever picomatch cannot compile (unbalanced `{`, bad ranges such as `[z-a]`, a trailing
+ * `\`). At most 100 patterns of 1024 characters each.
+ */
+export function validateInclude(patterns: unknown, field = 'include'): string[] {
+  if (patterns === undefined || patterns === null) return [];
+  if (!Array.isArray(patterns)) {
+    throw new ValidationError(`${field}: must be an array of paths or globs`, field);
+  }
+  if (patterns.length > MAX_INCLUDE_PATTERNS) {
+    throw new ValidationError(
+      `${field}: at most ${MAX_INCLUDE_PATTERNS} patterns (got ${patterns.length})`,
+      field,
+    );
+  }
+  const out: string[] = [];
+  patterns.forEach((raw: unknown, index) => {
+    const at = `${field}[${index}]`;
+    const problem = includeProblem(raw);
+    if (typeof problem === 'string') {
+      const shown = typeof raw === 'string' ? ` ${show(raw)}` : '';
+      throw new ValidationError(`${at}:${shown} ${problem}`, at);
+    }
+    if (!out.includes(problem.pattern)) out.push(problem.pattern);
+  });
+  return out;
+}
+
+function includeProblem(raw: unknown): string | { pattern: string } {
+  if (typeof raw !== 'string') return 'must be a string';
+  if (raw.length === 0) return 'must not be empty';
+  if (raw.length > MAX_PATTERN_LENGTH) return `is longer than ${MAX_PATTERN_LENGTH} characters`;
+  if (CONTROL.test(raw)) return 'must not contain control characters';
+  if (isAbsolute(raw)) return 'must be relative to the share folder, not absolute';
+  if (raw.startsWith('!')) return 'negated patterns are not supported (escape a leading "!" as "\\!")';
+  const segments = raw.split('/').filter((s) => s !== '' && s !== '.');
+  if (segments.includes('..')) return 'must not contain ".." segments';
+  const pattern = segments.join('/');
+  if (pattern === '') return 'must name something inside the share folder (use noIgnore to send everything)';
+  const bracket = unbalancedBracket(pattern);
+  if (bracket !== null) return `has an unclosed "[" at ${bracket}`;
+  try {
+    const re = picomatch.makeRe(pattern, { ...PICOMATCH_OPTIONS, debug: true });
+    if (re.source === '$^') return 'is not a valid glob';
+  } catch (err) {
+    return `is not a valid glob (${(err as Error).message})`;
+  }
+  return { pattern };
+}
+
+/** Index of a `[` that has no closing `]` (bash/picomatch bracket rules), or null. */
+function unbalancedBracket(pattern: string): number | null {
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c === '\\') {
+      i++;
+      continue;
+    }
+    if (c !== '[') continue;
+    let j = i + 1;
+    if (pattern[j] === '!' || pattern[j] === '^') j++;
+    if (pattern[j] === ']') j++; // a `]` first in the class is a member
+    let closed = false;
+    for (; j < pattern.length; j++) {
+      if (pattern[j] === '\\') {
+        j++;
+        continue;
+      }
+      if (pattern[j] === '[' && pattern[j + 1] === ':') {
+        // POSIX class such as [:alpha:]
+        const end = pattern.indexOf(':]', j + 2);
+        if (end >= 0) {
+          j = end + 1;
+          continue;
+        }
+      }
+      if (pattern[j] === ']') {
+        closed = true;
+        break;
+      }
+    }
+    if (!closed) return i;
+    i = j;
+  }
+  return null;
+}
+
+/**
+ * Checks a relative path (a share's folder on the sandbox, an extra file's destination or source)
+ * and returns its normalised POSIX form (`./a//b/` -> `a/b`, `a/../b` -> `b`). Refused: empty,
+ * absolute (`/x`, `C:\x`, `C:/x`), escaping the folder with `..`, containing NUL or other control
+ * characters, containing `\` (only `/` separates), longer than 4096 characters. A path that
+ * normalises to the folder itself (`.`, `./`, `a/..`) is refused unless `allowRoot`, and then
+ * comes back as `.`.
+ */
+export function validateRelativePath(
+  value: string,
+  field: string,
+  opts: { allowRoot?: boolean } = {},
+): string {
+  if (typeof value !== 'string') throw new ValidationError(`${field}: must be a string`, field);
+  if (value.length === 0) throw new ValidationError(`${field}: must not be empty`, field);
+  if (value.length > MAX_PATH_LENGTH) {
+    throw new ValidationError(`${field}: is longer than ${MAX_PATH_LENGTH} characters`, field);
+  }
+  if (CONTROL.test(value)) {
+    throw new ValidationError(`${field}: ${show(value)} must not contain NUL or control characters`, field);
+  }
+  if (value.includes('\\')) {
+    throw new ValidationError(`${field}: ${show(value)} must use "/" as the separator, not "\\"`, field);
+  }
+  if (isAbsolute(value)) {
+    throw new ValidationError(`${field}: ${show(value)} must be a relative path, not absolute`, field);
+  }
+  let normal = path.posix.normalize(value);
+  if (normal.length > 1 && normal.endsWith('/')) normal = normal.slice(0, -1);
+  if (normal === '..' || normal.startsWith('../')) {
+    throw new ValidationError(`${field}: ${show(value)} must not escape its folder with ".."`, field);
+  }
+  if (normal === '.' && !opts.allowRoot) {
+    throw new ValidationError(`${field}: ${show(value)} must name something inside its folder`, field);
+  }
+  return normal;
+}
+
+function isAbsolute(p: string): boolean {
+  return p.startsWith('/') || /^[A-Za-z]:(?:[\\/]|$)/.test(p) || p.startsWith('\\\\');
+}
+
+export interface SyncRules {
+  /** Validated include patterns (see validateInclude). */
+  include: readonly string[];
+  /** When true, neither .gitignore files nor DEFAULT_IGNORES apply. */
+  noIgnore: boolean;
+  /** Extra files: destination (relative to root) to source on the sandbox. Keys are selected. */
+  files?: Record<string, string>;
+}
+
+export interface SelectedFile {
+  /** POSIX path relative to root, e.g. `src/index.ts`. */
+  path: string;
+  /** Size in bytes. */
+  size: number;
+  /** Permission bits (`mode & 0o777`), e.g. 0o644 or 0o755. */
+  mode: number;
+}
+
+type WalkMode =
+  /** Apply ignores; includes add to the selection. */
+  | 'normal'
+  /** Inside an excluded folder: select only what includes match. */
+  | 'include-only'
+  /** Inside a folder an include matched (or everything with noIgnore): select all. */
+  | 'all';
+
+/** The files of `root` that `rules` select, sorted by path (see the top of this file). */
+export async function* selectFiles(root: string, rules: SyncRules): AsyncGenerator<SelectedFile> {
+  const base = path.resolve(root);
+  const include = validateInclude([...rules.include]);
+  const exact = Object.keys(rules.files ?? {}).map((dest) =>
+    validateRelativePath(dest, `files[${JSON.stringify(dest)}]`),
+  );
+  const matcher = new IncludeMatcher(include, exact);
+  if (rules.noIgnore) {
+    yield* walk(base, '', 'all', null, matcher);
+    return;
+  }
+  const defaults = ignore({ ignorecase: false }).add([...DEFAULT_IGNORES]);
+  yield* walk(base, '', 'normal', defaults, matcher);
+}
+
+async function* walk(
+  absDir: string,
+  relDir: string,
+  mode: WalkMode,
+  rules: Ignore | null,
+  includes: IncludeMatcher,
+): AsyncGenerator<SelectedFile> {
+  let entries;
+  try {
+    entries = await readdir(absDir, { withFileTypes: true });
+  } catch (err) {
+    // A folder removed while we walk simply has no files; the root itself must exist.
+    if (relDir !== '' && isCode(err, 'ENOENT', 'ENOTDIR')) return;
+    throw err;
+  }
+  const items = entries
+    .filter((e) => e.isFile() || e.isDirectory()) // no symlinks, sockets, FIFOs, devices
+    .map((e) => ({ name: e.name, dir: e.isDirectory(), key: e.isDirectory() ? `${e.name}/` : e.name }))
+    .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+
+  if (mode === 'normal' && rules && items.some((e) => e.name === '.gitignore' && !e.dir)) {
+    const text = await readText(path.join(absDir, '.gitignore'));
+    if (text !== null) {
+      rules = ignore({ ignorecase: false }).add(rules).add(rebaseGitignore(text, relDir));
+    }
+  }
+
+  for (const item of items) {
+    const rel = relDir === '' ? item.name : `${relDir}/${item.name}`;
+    const abs = path.join(absDir, item.name);
+    let next: WalkMode | null;
+    if (mode === 'all') {
+      next = 'all';
+    } else if (includes.matches(rel)) {
+      next = 'all';
+    } else if (mode === 'normal' && !rules!.ignores(item.dir ? `${rel}/` : rel)) {
+      next = 'normal';
+    } else {
+      next = item.dir && includes.mayMatchUnder(rel) ? 'include-only' : null;
+    }
+    if (next === null) continue;
+    if (item.dir) {
+      yield* walk(abs, rel, next, next === 'normal' ? rules : null, includes);
+    } else {
+      const st = await lstatOrNull(abs);
+      if (st && st.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777 };
+    }
+  }
+}
+
+/**
+ * Rewrites the lines of the .gitignore in folder `dir` (POSIX, relative to the walk's root) so
+ * that they can be added to one `ignore` instance with the rules of the folders above:
+ * a pattern with a slash other than a trailing one is anchored to `dir`, any other one matches at
+ * any depth below `dir`.
+ */
+export function rebaseGitignore(text: string, dir: string): string[] {
+  const lines = text.replace(/^\uFEFF/, '').split(/\r?\n/);
+  if (dir === '') return lines;
+  const prefix = escapeGlob(dir);
+  const out: string[] = [];
+  for (const line of lines) {
+    if (line.trim() === '' || line.startsWith('#')) continue;
+    const negated = line.startsWith('!');
+    const body = negated ? line.slice(1) : line;
+    // Trailing unescaped spaces and then one trailing slash do not make a pattern anchored.
+    const core = body.replace(/(?<!\\) +$/, '').replace(/\/$/, '');
+    if (core === '') continue;
+    const anchored = core.includes('/');
+    const rebased = anchored
+      ? `${prefix}/${body.startsWith('/') ? body.slice(1) : body}`
+      : `${prefix}/**/${body}`;
+    out.push(negated ? `!${rebased}` : rebased);
+  }
+  return out;
+}
+
+function escapeGlob(literal: string): string {
+  return literal.replace(/[\\*?[\]]/g, '\\$&').replace(/^[!#]/, '\\$&');
+}
+
+/** Matches paths against include patterns and exact paths; tells which folders to look into. */
+class IncludeMatcher {
+  private readonly tests: ((p: string) => boolean)[] = [];
+  private readonly reaches: ((dir: string) => boolean)[] = [];
+
+  constructor(patterns: readonly string[], exact: readonly string[]) {
+    for (const pattern of patterns) {
+      this.tests.push(picomatch(pattern, PICOMATCH_OPTIONS));
+      this.reaches.push(reachOf(pattern));
+    }
+    const exactSet = new Set(exact);
+    if (exactSet.size > 0) {
+      this.tests.push((p) => exactSet.has(p));
+      this.reaches.push((dir) => exact.some((e) => e.startsWith(`${dir}/`)));
+    }
+  }
+
+  matches(p: string): boolean {
+    return this.tests.some((t) => t(p));
+  }
+
+  /** Whether something strictly below folder `dir` could match. */
+  mayMatchUnder(dir: string): boolean {
+    return this.reaches.some((r) => r(dir));
+  }
+}
+
+/**
+ * For one pattern, a test of whether it could match something strictly below a folder: segment
+ * by segment against the folder's path, a `**` segment reaching anything. Patterns with braces or
+ * extglobs (which may hide a `/`) fall back to their literal base from picomatch.scan.
+ */
+function reachOf(pattern: string): (dir: string) => boolean {
+  if (/[{(]/.test(pattern)) {
+    const scan = picomatch.scan(pattern);
+    const base = scan.base.includes('\\') ? '' : scan.base;
+    return (dir) => base === '' || base === dir || base.startsWith(`${dir}/`) || dir.startsWith(`${base}/`);
+  }
+  const segments = pattern.split('/');
+  const matchers = segments.map((s) => (s === '**' ? null : picomatch(s, PICOMATCH_OPTIONS)));
+  return (dir) => {
+    const parts = dir.split('/');
+    for (let i = 0; i < parts.length; i++) {
+      if (i >= matchers.length) return false;
+      const m = matchers[i];
+      if (m === null) return true;
+      if (!m(parts[i])) return false;
+    }
+    return matchers.length > parts.length;
+  };
+}
+
+async function readText(file: string): Promise<string | null> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (err) {
+    if (isCode(err, 'ENOENT', 'ENOTDIR', 'EISDIR')) return null;
+    throw err;
+  }
+}
+
+async function lstatOrNull(file: string) {
+  try {
+    return await lstat(file);
+  } catch (err) {
+    if (isCode(err, 'ENOENT', 'ENOTDIR')) return null;
+    throw err;
+  }
+}
+
+function isCode(err: unknown, ...codes: string[]): boolean {
+  return typeof err === 'object' && err !== null && codes.includes((err as { code?: string }).code ?? '');
+}
+
+function show(text: string): string {
+  return JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
+}
