@@ -1,0 +1,52 @@
+import { resolve } from 'node:path';
+
+/** Everything Berth reads from its environment, parsed once. See README "Configuration". */
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  databaseUrl?: string;
+  /** PostgreSQL schema to use (tests give each run its own). */
+  databaseSchema?: string;
+  redisUrl?: string;
+  azureConnectionString?: string;
+  azureContainer: string;
+  masterKey?: string;
+  linkSecret?: string;
+  bootstrapToken?: string;
+  templatesFile: string;
+  authFailureLimit: number;
+  /** GraphiQL and detailed error messages. */
+  dev: boolean;
+  /** Public base URL used in signed links; defaults to http://HOST:PORT. */
+  publicUrl?: string;
+}
+
+function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
+  return n;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const opt = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
+  return {
+    host: opt('HOST') ?? '127.0.0.1',
+    port: intFrom(env, 'PORT', 8080),
+    dataDir: resolve(opt('DATA_DIR') ?? './data'),
+    databaseUrl: opt('DATABASE_URL'),
+    databaseSchema: opt('DATABASE_SCHEMA'),
+    redisUrl: opt('REDIS_URL'),
+    azureConnectionString: opt('AZURE_STORAGE_CONNECTION_STRING'),
+    azureContainer: opt('AZURE_STORAGE_CONTAINER') ?? 'berth',
+    masterKey: opt('MASTER_KEY'),
+    linkSecret: opt('LINK_SECRET'),
+    bootstrapToken: opt('BOOTSTRAP_TOKEN'),
+    templatesFile: resolve(opt('TEMPLATES_FILE') ?? new URL('../templates.json', import.meta.url).pathname),
+    authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
+    dev: env.NODE_ENV !== 'production',
+    publicUrl: opt('PUBLIC_URL'),
+  };
+}

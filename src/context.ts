@@ -1,0 +1,36 @@
+import type { Clock } from './clock';
+import type { Config } from './config';
+import type { Database, Prisma } from './db';
+import type { Events } from './events';
+import type { Background } from './scheduler/background';
+import type { BlobStore } from './store';
+
+/** What services need from the running process: one instance per server. */
+export interface Deps {
+  config: Config;
+  db: Database;
+  prisma: Prisma;
+  clock: Clock;
+  events: Events;
+  store: BlobStore;
+  /** Wraps every project data key; never leaves the process. */
+  masterKey: Buffer;
+  background: Background;
+}
+
+/** Who is calling: resolved from the bearer credential before any resolver runs. */
+export interface Actor {
+  orgId: string;
+  kind: 'person' | 'apiKey' | 'sandbox';
+  credentialId: string;
+  personId?: string;
+  sandboxId?: string;
+  admin: boolean;
+  /** What `createdBy` and exec `actor` show: the person's email or the API key's name. */
+  name: string;
+}
+
+export interface Context {
+  deps: Deps;
+  actor: Actor;
+}

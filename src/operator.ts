@@ -1,0 +1,65 @@
+import { createServer, request, type Server } from 'node:http';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Prisma } from './db';
+import { DomainError } from './services/errors';
+import { createOrganization } from './services/organizations';
+
+/**
+ * The embedded PGlite belongs to one process. While a server runs on a DATA_DIR, operator
+ * commands reach it through this Unix socket inside DATA_DIR (mode 0700: the file system is the
+ * access control); with no server, they open the database themselves.
+ */
+export function operatorSocketPath(dataDir: string): string {
+  return join(dataDir, 'berth.sock');
+}
+
+export interface OrgCreated {
+  org: { id: string; name: string };
+  person: { email: string };
+  secret: string;
+}
+
+export async function startOperatorSocket(prisma: Prisma, dataDir: string): Promise<Server | undefined> {
+  const path = operatorSocketPath(dataDir);
+  if (path.length >= 100) return undefined;
+  await rm(path, { force: true });
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const reply = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method !== 'POST' || req.url !== '/orgs') return reply(404, { error: 'unknown operator command' });
+    try {
+      const { name, admin } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { name: string; admin: string };
+      const { org, person, secret } = await createOrganization(prisma, name, admin);
+      reply(201, { org: { id: org.id, name: org.name }, person: { email: person.email }, secret });
+    } catch (error) {
+      reply(error instanceof DomainError ? error.status : 500, { error: error instanceof Error ? error.message : String(error) });
+    }
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(path, () => resolve());
+  });
+  return server;
+}
+
+/** Sends a command to a server running on DATA_DIR; undefined when none is listening. */
+export function callOperatorSocket(dataDir: string, path: string, body: unknown): Promise<{ status: number; body: any } | undefined> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath: operatorSocketPath(dataDir), path, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 500, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) }));
+      res.on('error', reject);
+    });
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED') resolve(undefined);
+      else reject(err);
+    });
+    req.end(JSON.stringify(body));
+  });
+}

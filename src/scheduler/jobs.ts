@@ -1,0 +1,4 @@
+import type { BackgroundJob } from './background';
+
+/** Every periodic job of a Berth instance. */
+export const backgroundJobs: BackgroundJob[] = [];

@@ -1,0 +1,50 @@
+import SchemaBuilder from '@pothos/core';
+import PrismaPlugin from '@pothos/plugin-prisma';
+import RelayPlugin from '@pothos/plugin-relay';
+import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import type PrismaTypes from '../generated/pothos-types';
+import { getDatamodel } from '../generated/pothos-types';
+import type { Context } from '../context';
+import { ForbiddenError } from '../services/errors';
+import { JsonObjectScalar, DateTimeScalar, SafeIntScalar } from './scalars';
+
+// The builder only wires plugins and scalars; types live one file per resource.
+export const builder = new SchemaBuilder<{
+  Context: Context;
+  PrismaTypes: PrismaTypes;
+  AuthScopes: { admin: boolean; person: boolean };
+  DefaultFieldNullability: false;
+  Scalars: {
+    DateTime: { Input: Date; Output: Date };
+    JSONObject: { Input: Record<string, unknown>; Output: object };
+    SafeInt: { Input: number; Output: number | bigint };
+  };
+}>({
+  plugins: [ScopeAuthPlugin, PrismaPlugin, RelayPlugin],
+  defaultFieldNullability: false,
+  scopeAuth: {
+    authScopes: (ctx) => ({ admin: ctx.actor.admin, person: ctx.actor.kind === 'person' }),
+    unauthorizedError: () => new ForbiddenError(),
+  },
+  relay: {
+    // Berth ids (env_…, sb_…) are already global; no Relay node/nodes root fields.
+    nodeQueryOptions: false,
+    nodesQueryOptions: false,
+    cursorType: 'String',
+  },
+  prisma: {
+    client: (ctx) => ctx.deps.prisma,
+    dmmf: getDatamodel(),
+    exposeDescriptions: false,
+    filterConnectionTotalCount: true,
+    onUnusedQuery: process.env.NODE_ENV === 'production' ? null : 'warn',
+  },
+});
+
+builder.addScalarType('DateTime', DateTimeScalar);
+builder.addScalarType('JSONObject', JsonObjectScalar);
+builder.addScalarType('SafeInt', SafeIntScalar);
+
+builder.queryType({});
+builder.mutationType({});
+builder.subscriptionType({});

@@ -1,0 +1,5 @@
+import { builder } from './builder';
+import './viewer';
+import './credentials';
+
+export const schema = builder.toSchema();

@@ -1,0 +1,114 @@
+import type { Actor, Deps } from '../context';
+import { RateLimitedError, UnauthorizedError } from './errors';
+import { hashSecret } from './secrets';
+
+const WINDOW_MS = 60_000;
+const BLOCK_MS = 60_000;
+
+interface CredentialRow {
+  id: string;
+  kind: string;
+  orgId: string;
+  personId: string | null;
+  sandboxId: string | null;
+  name: string;
+  expires: Date | null;
+  revoked: Date | null;
+  lastUsed: Date | null;
+  keyAdmin: boolean;
+  email: string | null;
+  admin: boolean | null;
+  blockedUntil: Date | null;
+  sandboxRemoved: Date | null;
+}
+
+function retryAfter(until: Date, now: Date): RateLimitedError {
+  const seconds = Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000));
+  return new RateLimitedError(`too many failed authentications from this address; retry in ${seconds}s`, seconds);
+}
+
+/**
+ * Resolves `Authorization: Bearer …` to an Actor. An address whose presented credentials fail
+ * more than AUTH_FAILURE_LIMIT times within a minute is answered 429 on every request for the
+ * next minute (README: Authentication). The lock lives in the database, so it holds across
+ * restarts and instances.
+ */
+export async function authenticate(deps: Deps, header: string | null | undefined, address: string): Promise<Actor> {
+  const now = deps.clock.now();
+  const secret = parseBearer(header);
+  if (secret === undefined) {
+    await assertNotBlocked(deps, address, now);
+    throw new UnauthorizedError('missing bearer credentials: send "Authorization: Bearer <token>"');
+  }
+  // One round trip on the happy path: the credential, its person and the address's lock together.
+  const rows = await deps.prisma.$queryRaw<CredentialRow[]>`
+    SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
+           p.email, p.admin, s.removed AS "sandboxRemoved",
+           (SELECT f."blockedUntil" FROM "AuthFailure" f WHERE f.address = ${address}) AS "blockedUntil"
+      FROM "Credential" c
+      LEFT JOIN "Person" p ON p.id = c."personId"
+      LEFT JOIN "Sandbox" s ON s.id = c."sandboxId"
+     WHERE c."secretHash" = ${hashSecret(secret)}`;
+  const row = rows[0];
+  if (row?.blockedUntil && row.blockedUntil > now) throw retryAfter(row.blockedUntil, now);
+  const problem = !row
+    ? 'invalid credentials'
+    : row.revoked
+      ? 'this credential was revoked'
+      : row.expires && row.expires <= now
+        ? 'this credential has expired'
+        : row.sandboxRemoved
+          ? 'this sandbox was removed'
+          : undefined;
+  if (problem || !row) {
+    await recordFailure(deps, address, now);
+    throw new UnauthorizedError(problem);
+  }
+  if (!row.lastUsed || now.getTime() - row.lastUsed.getTime() > 60_000) {
+    // Informational; at most one write a minute per credential, off the request's path.
+    deps.prisma.credential.update({ where: { id: row.id }, data: { lastUsed: now } }).catch(() => undefined);
+  }
+  const kind = row.kind === 'cli' ? 'person' : row.kind === 'api' ? 'apiKey' : 'sandbox';
+  return {
+    orgId: row.orgId,
+    kind,
+    credentialId: row.id,
+    personId: row.personId ?? undefined,
+    sandboxId: row.sandboxId ?? undefined,
+    // An API key is an admin key when it was created as one (POST /v1/keys {admin: true}).
+    admin: kind === 'person' ? row.admin === true : kind === 'apiKey' && row.keyAdmin,
+    name: kind === 'person' ? (row.email ?? row.name) : row.name,
+  };
+}
+
+function parseBearer(header: string | null | undefined): string | undefined {
+  if (!header) return undefined;
+  const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+  return match?.[1] ?? '';
+}
+
+async function assertNotBlocked(deps: Deps, address: string, now: Date): Promise<void> {
+  const row = await deps.prisma.authFailure.findUnique({ where: { address }, select: { blockedUntil: true } });
+  if (row?.blockedUntil && row.blockedUntil > now) throw retryAfter(row.blockedUntil, now);
+}
+
+/** Counts a failure in the address's one-minute window and starts the block past the limit. */
+async function recordFailure(deps: Deps, address: string, now: Date): Promise<void> {
+  const windowFloor = new Date(now.getTime() - WINDOW_MS);
+  const blockUntil = new Date(now.getTime() + BLOCK_MS);
+  const limit = deps.config.authFailureLimit;
+  const rows = await deps.prisma.$queryRaw<{ blockedUntil: Date | null }[]>`
+    INSERT INTO "AuthFailure" (address, "windowStart", failures, "blockedUntil")
+    VALUES (${address}, ${now}, 1, ${limit < 1 ? blockUntil : null})
+    ON CONFLICT (address) DO UPDATE SET
+      "windowStart" = CASE WHEN "AuthFailure"."windowStart" <= ${windowFloor} THEN ${now} ELSE "AuthFailure"."windowStart" END,
+      failures = CASE WHEN "AuthFailure"."windowStart" <= ${windowFloor} THEN 1 ELSE "AuthFailure".failures + 1 END,
+      "blockedUntil" = CASE
+        WHEN "AuthFailure"."blockedUntil" > ${now} THEN "AuthFailure"."blockedUntil"
+        WHEN (CASE WHEN "AuthFailure"."windowStart" <= ${windowFloor} THEN 1 ELSE "AuthFailure".failures + 1 END) > ${limit}
+          THEN ${blockUntil}
+        ELSE "AuthFailure"."blockedUntil" END
+    RETURNING "blockedUntil"`;
+  const until = rows[0]?.blockedUntil;
+  if (until && until > now) throw retryAfter(until, now);
+}

@@ -1,0 +1,143 @@
+import type { Actor, Deps } from '../context';
+import type { Prisma } from '../db';
+import { parseDuration } from './durations';
+import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
+import { newId } from './names';
+import { hashSecret, newSecret, secretPrefix } from './secrets';
+
+const EMAIL = /^[^\s@]{1,64}@[^\s@]{1,190}$/;
+const NAME_MAX = 100;
+
+export interface NewTokenInput {
+  email?: string | null;
+  name?: string | null;
+  expiresIn?: string | null;
+  admin?: boolean | null;
+}
+
+export interface NewKeyInput {
+  name: string;
+  expiresIn?: string | null;
+  admin?: boolean | null;
+}
+
+export function normalizeEmail(email: string): string {
+  const value = email.trim().toLowerCase();
+  if (!EMAIL.test(value)) throw new ValidationError(`email "${email}" is not an email address`, 'email');
+  return value;
+}
+
+function credentialName(name: string | null | undefined, fallback: string): string {
+  const value = (name ?? '').trim() || fallback;
+  if (value.length > NAME_MAX) throw new ValidationError(`name is longer than ${NAME_MAX} characters`, 'name');
+  return value;
+}
+
+function expiryFrom(deps: Deps, expiresIn: string | null | undefined): Date | null {
+  if (expiresIn === undefined || expiresIn === null) return null;
+  const ms = parseDuration(expiresIn, 'expiresIn');
+  if (ms <= 0) throw new ValidationError('expiresIn must be a positive duration', 'expiresIn');
+  return new Date(deps.clock.now().getTime() + ms);
+}
+
+/** Issues a CLI token inside one transaction; shared by the API, bootstrap and the operator CLI. */
+export async function issueCliToken(
+  prisma: Prisma,
+  person: { id: string; orgId: string },
+  opts: { name: string; createdBy: string; expires: Date | null; secret?: string },
+) {
+  const secret = opts.secret ?? newSecret('bct');
+  const credential = await prisma.credential.create({
+    data: {
+      id: newId('tok'),
+      kind: 'cli',
+      orgId: person.orgId,
+      personId: person.id,
+      name: opts.name,
+      secretHash: hashSecret(secret),
+      prefix: secretPrefix(secret),
+      createdBy: opts.createdBy,
+      expires: opts.expires,
+    },
+    include: { person: true },
+  });
+  return { secret, credential };
+}
+
+/**
+ * POST /v1/tokens: a person makes a token for themself; an admin (person or admin API key) makes
+ * one for any member of the organization, adding the member when the email is new.
+ */
+export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenInput) {
+  if (actor.kind === 'sandbox') throw new ForbiddenError('sandbox credentials cannot create tokens');
+  const expires = expiryFrom(deps, input.expiresIn);
+  const name = credentialName(input.name, 'cli');
+  const self = actor.kind === 'person' ? await deps.prisma.person.findUniqueOrThrow({ where: { id: actor.personId } }) : null;
+  const email = input.email ? normalizeEmail(input.email) : self?.email;
+  if (!email) throw new ValidationError('email is required when an API key creates a token', 'email');
+  if (email !== self?.email && !actor.admin) throw new ForbiddenError('only admins can create tokens for other members');
+  if (input.admin && !actor.admin) throw new ForbiddenError('only admins can make admins');
+  const created = await deps.prisma.$transaction(async (tx) => {
+    let person = await tx.person.findUnique({ where: { orgId_email: { orgId: actor.orgId, email } } });
+    if (!person) {
+      person = await tx.person.create({ data: { id: newId('usr'), orgId: actor.orgId, email, admin: input.admin === true } });
+    } else if (input.admin !== undefined && input.admin !== null && input.admin !== person.admin) {
+      throw new ConflictError(`${email} is already a member with admin=${person.admin}; a token does not change that`);
+    }
+    return issueCliToken(tx as Prisma, person, { name, createdBy: actor.name, expires });
+  });
+  await announce(deps, actor.orgId, 'token', 'created', created.credential.id);
+  return created;
+}
+
+/** POST /v1/keys (admins only). */
+export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput) {
+  if (!actor.admin) throw new ForbiddenError('only admins can create API keys');
+  const name = credentialName(input.name, '');
+  if (!name) throw new ValidationError('name is required', 'name');
+  const secret = newSecret('bak');
+  const credential = await deps.prisma.credential.create({
+    data: {
+      id: newId('key'),
+      kind: 'api',
+      orgId: actor.orgId,
+      name,
+      admin: input.admin === true,
+      secretHash: hashSecret(secret),
+      prefix: secretPrefix(secret),
+      createdBy: actor.name,
+      expires: expiryFrom(deps, input.expiresIn),
+    },
+  });
+  await announce(deps, actor.orgId, 'key', 'created', credential.id);
+  return { secret, credential };
+}
+
+export const credentialTopic = (orgId: string) => `org:${orgId}:credentials`;
+
+function announce(deps: Deps, orgId: string, kind: 'token' | 'key', action: 'created' | 'revoked', id: string) {
+  return deps.events.publish(credentialTopic(orgId), { kind, action, id });
+}
+
+/** Admins see every token of the organization; others their own. */
+export function tokenFilter(actor: Actor) {
+  return actor.admin
+    ? { orgId: actor.orgId, kind: 'cli' }
+    : { orgId: actor.orgId, kind: 'cli', personId: actor.personId ?? '-' };
+}
+
+export function keyFilter(actor: Actor) {
+  if (!actor.admin) throw new ForbiddenError('only admins can list API keys');
+  return { orgId: actor.orgId, kind: 'api' };
+}
+
+/** Revokes a token or key; revoking again is a no-op that returns the same record. */
+export async function revokeCredential(deps: Deps, actor: Actor, kind: 'cli' | 'api', id: string) {
+  const where = kind === 'cli' ? tokenFilter(actor) : keyFilter(actor);
+  const found = await deps.prisma.credential.findFirst({ where: { ...where, id } });
+  if (!found) throw new NotFoundError(kind === 'cli' ? `token ${id}` : `key ${id}`);
+  if (found.revoked) return found;
+  const revoked = await deps.prisma.credential.update({ where: { id }, data: { revoked: deps.clock.now() } });
+  await announce(deps, actor.orgId, kind === 'cli' ? 'token' : 'key', 'revoked', id);
+  return revoked;
+}
