@@ -20,6 +20,10 @@ export interface Config {
   dev: boolean;
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
   publicUrl?: string;
+  /** Artifact tuning knobs (README "Artifacts"); the spec's limit is 2 GiB, tests lower it. */
+  artifactMaxBytes: number;
+  artifactChunkSize: number;
+  artifactSegmentSize: number;
 }
 
 function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -28,6 +32,17 @@ function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
   return n;
+}
+
+function positive(n: number, name: string): number {
+  if (n < 1) throw new Error(`${name} must be at least 1`);
+  return n;
+}
+
+/** HMAC key of signed links: shorter than 32 bytes would be weaker than the HS256 it feeds. */
+function linkSecret(value: string | undefined): string | undefined {
+  if (value !== undefined && Buffer.byteLength(value) < 32) throw new Error('LINK_SECRET must be at least 32 bytes');
+  return value;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -42,11 +57,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     azureConnectionString: opt('AZURE_STORAGE_CONNECTION_STRING'),
     azureContainer: opt('AZURE_STORAGE_CONTAINER') ?? 'berth',
     masterKey: opt('MASTER_KEY'),
-    linkSecret: opt('LINK_SECRET'),
+    linkSecret: linkSecret(opt('LINK_SECRET')),
     bootstrapToken: opt('BOOTSTRAP_TOKEN'),
     templatesFile: resolve(opt('TEMPLATES_FILE') ?? new URL('../templates.json', import.meta.url).pathname),
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
     dev: env.NODE_ENV !== 'production',
     publicUrl: opt('PUBLIC_URL'),
+    artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
+    artifactChunkSize: positive(intFrom(env, 'ARTIFACT_CHUNK_SIZE', 4 * 1024 ** 2), 'ARTIFACT_CHUNK_SIZE'),
+    artifactSegmentSize: positive(intFrom(env, 'ARTIFACT_SEGMENT_SIZE', 64 * 1024 ** 2), 'ARTIFACT_SEGMENT_SIZE'),
   };
 }

@@ -3,6 +3,7 @@ import type { Config } from './config';
 import type { Database, Prisma } from './db';
 import type { Events } from './events';
 import type { Background } from './scheduler/background';
+import type { Catalog } from './services/templates-file';
 import type { BlobStore } from './store';
 
 /** What services need from the running process: one instance per server. */
@@ -16,6 +17,8 @@ export interface Deps {
   /** Wraps every project data key; never leaves the process. */
   masterKey: Buffer;
   background: Background;
+  /** Pools and catalog templates from TEMPLATES_FILE. */
+  catalog: Catalog;
 }
 
 /** Who is calling: resolved from the bearer credential before any resolver runs. */

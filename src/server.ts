@@ -25,6 +25,8 @@ import { toClientError } from './schema/errors';
 import { authenticate } from './services/auth';
 import { DomainError } from './services/errors';
 import { ensureDefaultOrganization } from './services/organizations';
+import { applyCatalog } from './services/templates';
+import { loadCatalog } from './services/templates-file';
 
 export interface App {
   deps: Deps;
@@ -55,6 +57,8 @@ export async function startApp(opts: AppOptions): Promise<App> {
   if (!config.databaseUrl && (await callOperatorSocket(config.dataDir, '/ping', {}))) {
     throw new Error(`another Berth is already serving ${config.dataDir}`);
   }
+  // A bad catalog fails the start with a message naming the field, before anything else opens.
+  const catalog = await loadCatalog(config.templatesFile);
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   const store = await createBlobStore({
@@ -63,7 +67,8 @@ export async function startApp(opts: AppOptions): Promise<App> {
     azureContainer: config.azureContainer,
   });
   const masterKey = await loadMasterKey({ masterKeyB64: config.masterKey, dataDir: config.dataDir });
-  const deps = { config, db, prisma: db.prisma, clock: opts.clock ?? systemClock, events, store, masterKey } as Deps;
+  const deps = { config, db, prisma: db.prisma, clock: opts.clock ?? systemClock, events, store, masterKey, catalog } as Deps;
+  await applyCatalog(db.prisma, catalog);
   deps.background = startBackground(deps, backgroundJobs, log);
   const { generatedToken } = await ensureDefaultOrganization(db.prisma, config.bootstrapToken);
 
@@ -105,6 +110,9 @@ export async function startApp(opts: AppOptions): Promise<App> {
       else res.destroy();
     }
   });
+  // No limit on a whole request's duration: a 2 GiB artifact upload takes minutes on a slow link.
+  // Headers still have headersTimeout, and an upload that stops sending is cut by its idle timeout.
+  server.requestTimeout = 0;
 
   const wss = new WebSocketServer({ server, path: '/graphql' });
   // WebSocket requests get the same plugins, context and auth as HTTP through yoga's envelop.
@@ -160,6 +168,8 @@ export async function startApp(opts: AppOptions): Promise<App> {
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
+  // Signed links point here unless PUBLIC_URL says otherwise (PORT=0 is known only now).
+  config.publicUrl ??= url;
 
   const operator = config.databaseUrl ? undefined : await startOperatorSocket(db.prisma, config.dataDir);
 

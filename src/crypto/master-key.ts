@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
 import { link, mkdir, open, readFile, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { fsyncDir } from '../store/fs-store';
 
 export const MASTER_KEY_BYTES = 32;
 export const MASTER_KEY_FILE = 'master.key';
@@ -98,14 +99,4 @@ export function decodeMasterKey(text: string, what = 'MASTER_KEY'): Buffer {
     );
   }
   return key;
-}
-
-async function fsyncDir(dir: string): Promise<void> {
-  if (process.platform === 'win32') return;
-  const fh = await open(dir, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
 }

@@ -8,6 +8,8 @@ import { PrismaClient } from '../generated/prisma/client';
 import { applyMigrations } from './migrate';
 
 export type Prisma = PrismaClient;
+/** The client inside `prisma.$transaction(async (tx) => …)`. */
+export type Tx = Omit<PrismaClient, '$connect' | '$disconnect' | '$on' | '$transaction' | '$extends'>;
 
 export interface Database {
   prisma: PrismaClient;
@@ -90,4 +92,9 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     await close();
     throw err;
   }
+}
+
+/** Serialises transactions on a named lock, held until commit (PostgreSQL advisory lock). */
+export async function lockFor(tx: Tx, name: string): Promise<void> {
+  await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtextextended(${name}, 0))`;
 }

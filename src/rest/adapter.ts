@@ -134,7 +134,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     const ctx: Context | undefined = needsAuth
       ? { deps, actor: await authenticate(deps, req.headers.authorization, clientAddress(req)) }
       : undefined;
-    if (isStreamRoute(route)) return route.handle(req, res, { ctx, params, query: url.searchParams });
+    if (isStreamRoute(route)) return route.handle(req, res, { ctx, deps, params, query: url.searchParams });
 
     const variables: Record<string, unknown> = {};
     for (const name of hit.c.pathParams) variables[name] = params[name];

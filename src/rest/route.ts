@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { DocumentNode } from 'graphql';
-import type { Context } from '../context';
+import type { Context, Deps } from '../context';
 import type { JsonSchema } from './json-schema';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -47,7 +47,12 @@ export interface OperationRoute extends RouteBase {
 export interface StreamRoute extends RouteBase {
   /** Null when the route authenticates its own way (signed links). */
   auth: 'bearer' | 'none';
-  handle(req: IncomingMessage, res: ServerResponse, args: { ctx?: Context; params: Record<string, string>; query: URLSearchParams }): Promise<void>;
+  /** `ctx` is set when `auth` is 'bearer'; `deps` always (routes that authenticate their own way need it). */
+  handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    args: { ctx?: Context; deps: Deps; params: Record<string, string>; query: URLSearchParams },
+  ): Promise<void>;
   openapi: { requestBody?: JsonSchema & { contentType: string }; responses: Record<string, { description: string; contentType?: string; schema?: JsonSchema }> };
 }
 

@@ -14,53 +14,56 @@ export interface BackgroundJob {
 export interface Background {
   /** Runs every job once, now (tests move a clock, then tick). */
   tick(): Promise<void>;
-  /** Runs one job soon, e.g. after a change that makes work due. */
-  nudge(name: string): void;
+  /** Runs one job soon (after `delayMs`), e.g. after a change that makes work due. */
+  nudge(name: string, delayMs?: number): void;
   stop(): Promise<void>;
 }
 
 export function startBackground(deps: Deps, jobs: BackgroundJob[], log: (msg: string, err?: unknown) => void): Background {
   let stopped = false;
-  const timers = new Map<string, NodeJS.Timeout>();
+  const timers = new Set<NodeJS.Timeout>();
   const running = new Map<string, Promise<void>>();
-
+  // A run asked for while one is going waits for it, so runs of one job never overlap.
   const runJob = (job: BackgroundJob): Promise<void> => {
-    const current = running.get(job.name);
-    if (current) return current.then(() => runJob(job));
-    const run = job
-      .run(deps)
-      .catch((err) => {
-        if (!stopped) log(`background job ${job.name} failed`, err);
-      })
-      .finally(() => running.delete(job.name));
+    const previous = running.get(job.name) ?? Promise.resolve();
+    const run = previous.then(() =>
+      stopped
+        ? undefined
+        : job.run(deps).catch((err) => {
+            if (!stopped) log(`background job ${job.name} failed`, err);
+          }),
+    );
     running.set(job.name, run);
+    void run.finally(() => {
+      if (running.get(job.name) === run) running.delete(job.name);
+    });
     return run;
   };
 
-  const schedule = (job: BackgroundJob, delay: number) => {
+  const later = (delayMs: number, fn: () => void) => {
     if (stopped) return;
-    clearTimeout(timers.get(job.name));
-    const timer = setTimeout(async () => {
-      await runJob(job);
-      schedule(job, job.intervalMs);
-    }, delay);
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      fn();
+    }, delayMs);
     timer.unref();
-    timers.set(job.name, timer);
+    timers.add(timer);
   };
 
-  for (const job of jobs) schedule(job, job.intervalMs);
+  const every = (job: BackgroundJob) => later(job.intervalMs, () => void runJob(job).then(() => every(job)));
+  for (const job of jobs) every(job);
 
   return {
     async tick() {
       for (const job of jobs) await runJob(job);
     },
-    nudge(name) {
+    nudge(name, delayMs = 0) {
       const job = jobs.find((j) => j.name === name);
-      if (job) schedule(job, 0);
+      if (job) later(delayMs, () => void runJob(job));
     },
     async stop() {
       stopped = true;
-      for (const timer of timers.values()) clearTimeout(timer);
+      for (const timer of timers) clearTimeout(timer);
       await Promise.all(running.values());
     },
   };

@@ -1,4 +1,6 @@
+import { artifactSweeper } from '../services/artifacts';
 import type { BackgroundJob } from './background';
+import { environmentJob, eventPruneJob } from './hot-pool';
 
 /** Every periodic job of a Berth instance. */
-export const backgroundJobs: BackgroundJob[] = [];
+export const backgroundJobs: BackgroundJob[] = [environmentJob(), eventPruneJob, artifactSweeper];

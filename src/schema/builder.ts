@@ -12,7 +12,7 @@ import { JsonObjectScalar, DateTimeScalar, SafeIntScalar } from './scalars';
 export const builder = new SchemaBuilder<{
   Context: Context;
   PrismaTypes: PrismaTypes;
-  AuthScopes: { admin: boolean; person: boolean };
+  AuthScopes: { admin: boolean; person: boolean; member: boolean };
   DefaultFieldNullability: false;
   Scalars: {
     DateTime: { Input: Date; Output: Date };
@@ -23,14 +23,21 @@ export const builder = new SchemaBuilder<{
   plugins: [ScopeAuthPlugin, PrismaPlugin, RelayPlugin],
   defaultFieldNullability: false,
   scopeAuth: {
-    authScopes: (ctx) => ({ admin: ctx.actor.admin, person: ctx.actor.kind === 'person' }),
-    unauthorizedError: () => new ForbiddenError(),
+    // Refuse a subscription when it starts, not on each event it would deliver.
+    authorizeOnSubscribe: true,
+    // `member`: anyone of the organization but a sandbox agent (README: Sandboxes).
+    authScopes: (ctx) => ({ admin: ctx.actor.admin, person: ctx.actor.kind === 'person', member: ctx.actor.kind !== 'sandbox' }),
+    unauthorizedError: (_parent, ctx) =>
+      ctx.actor.kind === 'sandbox'
+        ? new ForbiddenError('a sandbox credential can only read, watch and report on its own sandbox')
+        : new ForbiddenError(),
   },
   relay: {
     // Berth ids (env_…, sb_…) are already global; no Relay node/nodes root fields.
     nodeQueryOptions: false,
     nodesQueryOptions: false,
     cursorType: 'String',
+    nodesOnConnection: true,
   },
   prisma: {
     client: (ctx) => ctx.deps.prisma,
@@ -45,6 +52,7 @@ builder.addScalarType('DateTime', DateTimeScalar);
 builder.addScalarType('JSONObject', JsonObjectScalar);
 builder.addScalarType('SafeInt', SafeIntScalar);
 
-builder.queryType({});
-builder.mutationType({});
-builder.subscriptionType({});
+// Sandbox agent credentials may use only the fields that opt out with `skipTypeScopes`.
+builder.queryType({ authScopes: { member: true } });
+builder.mutationType({ authScopes: { member: true } });
+builder.subscriptionType({ authScopes: { member: true } });

@@ -18,9 +18,8 @@ export function toClientError(error: unknown, log: (msg: string, err: unknown) =
     if ('field' in original && original.field) extensions.field = original.field;
     return new GraphQLError(original.message, { nodes: gqlError?.nodes, path: gqlError?.path, extensions });
   }
-  if (original instanceof GraphQLError) return toClientError(original, log);
-  if (gqlError && !original) {
-    // Parse, validation and variable-coercion errors: the request was wrong.
+  if (gqlError && (!original || !gqlError.path)) {
+    // Parse, validation and variable-coercion errors (no path: nothing ran): the request was wrong.
     const code = typeof gqlError.extensions.code === 'string' && gqlError.extensions.code in STATUS_BY_CODE ? gqlError.extensions.code : 'invalid';
     return new GraphQLError(gqlError.message, { nodes: gqlError.nodes, path: gqlError.path, extensions: { ...gqlError.extensions, code } });
   }

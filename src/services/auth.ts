@@ -87,13 +87,13 @@ function parseBearer(header: string | null | undefined): string | undefined {
   return match?.[1] ?? '';
 }
 
-async function assertNotBlocked(deps: Deps, address: string, now: Date): Promise<void> {
+export async function assertNotBlocked(deps: Deps, address: string, now: Date): Promise<void> {
   const row = await deps.prisma.authFailure.findUnique({ where: { address }, select: { blockedUntil: true } });
   if (row?.blockedUntil && row.blockedUntil > now) throw retryAfter(row.blockedUntil, now);
 }
 
 /** Counts a failure in the address's one-minute window and starts the block past the limit. */
-async function recordFailure(deps: Deps, address: string, now: Date): Promise<void> {
+export async function recordFailure(deps: Deps, address: string, now: Date): Promise<void> {
   const windowFloor = new Date(now.getTime() - WINDOW_MS);
   const blockUntil = new Date(now.getTime() + BLOCK_MS);
   const limit = deps.config.authFailureLimit;

@@ -72,6 +72,13 @@ export class RateLimitedError extends DomainError {
   }
 }
 
+/** Over the organization's quota (429, no Retry-After: it frees up when leases end). */
+export class QuotaExceededError extends DomainError {
+  constructor(message: string) {
+    super(message, 'quota', 429);
+  }
+}
+
 export class UnavailableError extends DomainError {
   constructor(message: string, code = 'unavailable') {
     super(message, code, 503);
@@ -91,9 +98,18 @@ export const STATUS_BY_CODE: Record<string, number> = {
   conflict: 409,
   invalid_transition: 409,
   key_used: 409,
+  name_taken: 409,
+  no_free_port: 409,
   gone: 410,
   link_expired: 410,
+  key_expired: 410,
+  sandbox_removed: 410,
+  link_revoked: 410,
+  key_shredded: 410,
+  invalid_link: 403,
+  integrity: 500,
   too_large: 413,
+  range_not_satisfiable: 416,
   invalid: 422,
   quota: 429,
   rate_limited: 429,

@@ -259,7 +259,8 @@ async function statSize(path: string): Promise<number | undefined> {
   }
 }
 
-async function fsyncDir(dir: string): Promise<void> {
+/** Makes a rename or create in `dir` durable. */
+export async function fsyncDir(dir: string): Promise<void> {
   if (process.platform === 'win32') return;
   const fh = await open(dir, 'r');
   try {

@@ -1,0 +1,159 @@
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+import { formatDuration } from '../services/durations';
+import { announceEnvironment, recordEvent } from '../services/environment-events';
+import { ENVIRONMENT_JOB, transition } from '../services/environments';
+import { findTemplate } from '../services/templates';
+import type { BackgroundJob } from './background';
+import type { NodeProvider } from './provider';
+
+/** The longest a start may take before the environment fails: 10× the template's start, at least a minute. */
+export function startBound(startMs: number): number {
+  return Math.max(60_000, 10 * startMs);
+}
+
+export function workspaceDir(deps: Deps, envId: string): string {
+  return join(deps.config.dataDir, 'workspaces', envId);
+}
+
+/** The built-in provider: every node is a folder per environment under DATA_DIR/workspaces. */
+export const hotPoolProvider: NodeProvider = {
+  async prepare(deps, env) {
+    const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
+    for (const share of template?.shares ?? []) await mkdir(join(workspaceDir(deps, env.id), share.name), { recursive: true });
+  },
+  async release(deps, env) {
+    await rm(workspaceDir(deps, env.id), { recursive: true, force: true });
+  },
+};
+
+/** Claims queued environments onto free nodes, oldest first per pool; SKIP LOCKED keeps instances apart. */
+async function claimQueued(deps: Deps): Promise<Environment[]> {
+  const claimed: Environment[] = [];
+  for (const pool of deps.catalog.pools) {
+    for (;;) {
+      const env = await deps.prisma.$transaction(async (tx) => {
+        const envs = await tx.$queryRaw<{ id: string }[]>`
+          SELECT id FROM "Environment" WHERE pool = ${pool.name} AND state = 'pending'
+          ORDER BY "queueSeq" LIMIT 1 FOR UPDATE SKIP LOCKED`;
+        if (envs.length === 0) return null;
+        const nodes = await tx.$queryRaw<{ id: string }[]>`
+          SELECT id FROM "Node" WHERE pool = ${pool.name} AND "environmentId" IS NULL
+          ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`;
+        if (nodes.length === 0) return null;
+        const now = deps.clock.now();
+        await tx.node.update({ where: { id: nodes[0]!.id }, data: { environmentId: envs[0]!.id, updated: now } });
+        const updated = await tx.environment.update({
+          where: { id: envs[0]!.id },
+          data: { state: 'starting', node: nodes[0]!.id, starting: now, version: { increment: 1 } },
+        });
+        await recordEvent(tx, updated);
+        return updated;
+      });
+      if (!env) break;
+      claimed.push(env);
+      await announceEnvironment(deps, env.orgId);
+    }
+  }
+  return claimed;
+}
+
+/** Starting environments whose start time has passed: prepared, then ready; or failed past the bound. */
+async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void> {
+  const now = deps.clock.now();
+  const due = await deps.prisma.$queryRaw<{ id: string }[]>`
+    SELECT id FROM "Environment"
+     WHERE state = 'starting' AND starting + ("startMs" * interval '1 millisecond') <= ${now}
+     ORDER BY starting`;
+  for (const { id } of due) {
+    const env = await deps.prisma.environment.findUnique({ where: { id } });
+    if (!env || env.state !== 'starting' || !env.starting) continue;
+    const bound = startBound(env.startMs);
+    if (now.getTime() - env.starting.getTime() > bound) {
+      await transition(deps, id, ['starting'], 'failed', (at) => ({
+        error: `did not become ready within ${formatDuration(bound)} on node ${env.node}`,
+        stopped: at,
+      }));
+      continue;
+    }
+    try {
+      await provider.prepare(deps, env);
+    } catch (error) {
+      await transition(deps, id, ['starting'], 'failed', (at) => ({
+        error: `node ${env.node} could not prepare the environment: ${(error as Error).message}`,
+        stopped: at,
+      }));
+      continue;
+    }
+    await transition(deps, id, ['starting'], 'ready', (at, current) => ({
+      ready: at,
+      readyMs: at.getTime() - current.created.getTime(),
+      idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
+    }));
+  }
+}
+
+/** Hard time-outs end any live lease; idle time-outs end ready ones. Both say so in `error`. */
+async function enforceTimeouts(deps: Deps): Promise<void> {
+  const now = deps.clock.now();
+  const hard = await deps.prisma.environment.findMany({
+    where: { state: { in: ['pending', 'starting', 'ready'] }, expires: { lte: now } },
+    select: { id: true, hardMs: true },
+  });
+  for (const env of hard) {
+    await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({
+      error: `hard time-out: the ${formatDuration(env.hardMs)} lease ended`,
+    }));
+  }
+  const idle = await deps.prisma.environment.findMany({
+    where: { state: 'ready', idleUntil: { lte: now } },
+    select: { id: true, idleMs: true },
+  });
+  for (const env of idle) {
+    await transition(deps, env.id, ['ready'], 'stopping', () => ({
+      error: `idle time-out: no activity for ${formatDuration(env.idleMs)}`,
+    }));
+  }
+}
+
+/** Stopping environments: released by their node, then stopped and the node freed. */
+async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void> {
+  const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
+  for (const env of stopping) {
+    try {
+      await provider.release(deps, env);
+    } catch (error) {
+      await transition(deps, env.id, ['stopping'], 'failed', (at) => ({
+        error: `node ${env.node} could not release the environment: ${(error as Error).message}`,
+        stopped: at,
+      }));
+      continue;
+    }
+    await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
+  }
+}
+
+/** Deletes event-log rows nobody can still be catching up on. */
+async function pruneEvents(deps: Deps): Promise<void> {
+  const before = new Date(deps.clock.now().getTime() - 24 * 60 * 60 * 1000);
+  await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: before } } });
+}
+
+export function environmentJob(provider: NodeProvider = hotPoolProvider): BackgroundJob {
+  return {
+    name: ENVIRONMENT_JOB,
+    intervalMs: 1000,
+    async run(deps) {
+      await enforceTimeouts(deps);
+      await finishStopping(deps, provider);
+      const claimed = await claimQueued(deps);
+      await advanceStarting(deps, provider);
+      // The database holds every deadline; this only wakes the job near the next one.
+      for (const env of claimed) deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
+    },
+  };
+}
+
+export const eventPruneJob: BackgroundJob = { name: 'environment-events', intervalMs: 60 * 60 * 1000, run: pruneEvents };

@@ -1,0 +1,14 @@
+import type { Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+
+/**
+ * What a node does for an environment. The built-in hot-node pool implements it in-process;
+ * a remote node agent can implement the same calls over HTTP. Both calls must be idempotent:
+ * after a crash the scheduler calls them again for the same environment.
+ */
+export interface NodeProvider {
+  /** Runs on the claimed node before the environment is ready (e.g. restoring a snapshot). */
+  prepare(deps: Deps, env: Environment): Promise<void>;
+  /** Runs when the environment ends, before its node is freed (e.g. saving a snapshot). */
+  release(deps: Deps, env: Environment): Promise<void>;
+}

@@ -1,0 +1,219 @@
+import { filter as filterEvents } from 'graphql-yoga';
+import type { Environment } from '../generated/prisma/client';
+import { formatDuration } from '../services/durations';
+import { watchEnvironmentEvents } from '../services/environment-feed';
+import {
+  createEnvironment,
+  environmentFilter,
+  environmentWhere,
+  findEnvironment,
+  keepAlive,
+  stopEnvironment,
+} from '../services/environments';
+import { builder } from './builder';
+
+const EnvironmentState = builder.enumType('EnvironmentState', {
+  values: ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const,
+});
+
+interface ExportShape {
+  service: string;
+  listen: string;
+  target: string;
+}
+interface ShareShape {
+  name: string;
+  direction: 'in' | 'out';
+  envPath: string;
+  localPath: string;
+  files: string[];
+}
+interface RestoredShape {
+  key: string;
+  root: string;
+  files: number;
+  created: string;
+}
+
+const Export = builder.objectRef<ExportShape>('Export').implement({
+  description: 'A service of the environment reachable on the sandbox',
+  fields: (t) => ({
+    service: t.exposeString('service'),
+    listen: t.exposeString('listen', { description: 'host:port on the sandbox' }),
+    target: t.exposeString('target', { description: "host:port inside the environment" }),
+  }),
+});
+
+const ShareDirection = builder.enumType('ShareDirection', { values: ['in', 'out'] as const });
+
+const Share = builder.objectRef<ShareShape>('Share').implement({
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    direction: t.field({ type: ShareDirection, resolve: (s) => s.direction }),
+    envPath: t.exposeString('envPath'),
+    localPath: t.exposeString('localPath', { description: "On the sandbox, relative to its folder" }),
+    files: t.exposeStringList('files', { description: 'Destinations of extra files' }),
+  }),
+});
+
+const Restored = builder.objectRef<RestoredShape>('Restored').implement({
+  description: 'The snapshot the environment was started from',
+  fields: (t) => ({
+    key: t.exposeString('key'),
+    root: t.exposeString('root'),
+    files: t.exposeInt('files'),
+    created: t.field({ type: 'DateTime', resolve: (r) => new Date(r.created) }),
+  }),
+});
+
+export const EnvironmentRef = builder.prismaObject('Environment', {
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    template: t.exposeString('template'),
+    state: t.field({ type: EnvironmentState, resolve: (e) => e.state as Environment['state'] as never }),
+    node: t.exposeString('node', { nullable: true }),
+    sandbox: t.exposeString('sandboxId', { nullable: true }),
+    pool: t.exposeString('pool'),
+    labels: t.field({ type: 'JSONObject', resolve: (e) => e.labels as Record<string, string> }),
+    project: t.exposeString('project'),
+    readyMs: t.exposeInt('readyMs', { nullable: true, description: 'Milliseconds from request to ready' }),
+    error: t.exposeString('error', { nullable: true, description: 'Why it failed or ended, when not asked to' }),
+    createdBy: t.exposeString('createdBy'),
+    created: t.expose('created', { type: 'DateTime' }),
+    ready: t.expose('ready', { type: 'DateTime', nullable: true }),
+    stopped: t.expose('stopped', { type: 'DateTime', nullable: true }),
+    expires: t.expose('expires', { type: 'DateTime' }),
+    idleUntil: t.expose('idleUntil', { type: 'DateTime' }),
+    idle: t.string({ description: 'Idle time-out, long form (30m0s)', resolve: (e) => formatDuration(e.idleMs) }),
+    hard: t.string({ description: 'Hard time-out, long form (6h0m0s)', resolve: (e) => formatDuration(e.hardMs) }),
+    exports: t.field({ type: [Export], resolve: (e) => e.exports as unknown as ExportShape[] }),
+    shares: t.field({ type: [Share], resolve: (e) => e.shares as unknown as ShareShape[] }),
+    snapshot: t.exposeString('snapshot', { nullable: true }),
+    restored: t.field({ type: Restored, nullable: true, resolve: (e) => (e.restored as unknown as RestoredShape | null) ?? null }),
+  }),
+});
+
+const CreateEnvironmentInput = builder.inputType('CreateEnvironmentInput', {
+  fields: (t) => ({
+    template: t.string({ required: true }),
+    sandbox: t.string({ description: 'Sandbox to wire it to (id or name)' }),
+    shares: t.field({ type: 'JSONObject', description: 'Template share name to a folder on the sandbox' }),
+    labels: t.field({ type: 'JSONObject' }),
+    idle: t.string({ description: 'Idle time-out, e.g. 30m' }),
+    hard: t.string({ description: 'Hard time-out, at most 24h' }),
+    project: t.string({ description: 'Whose key seals its files (default: default)' }),
+    snapshot: t.string({ description: 'Key its synced files are saved under when it ends' }),
+    restore: t.stringList({ description: 'Snapshot keys to start from, in order (default: snapshot)' }),
+    include: t.stringList({ description: 'Paths or globs sent even when ignored' }),
+    noIgnore: t.boolean({ description: 'Do not apply .gitignore files and the default ignores' }),
+    files: t.field({ type: 'JSONObject', description: 'Extra files: destination in a share to source on the sandbox' }),
+  }),
+});
+
+const EnvironmentFilterInput = builder.inputType('EnvironmentFilter', {
+  fields: (t) => ({
+    state: t.string({ description: 'A state, or live / ended' }),
+    template: t.string(),
+    label: t.stringList({ description: 'key=value, all must match' }),
+    sandbox: t.string(),
+    project: t.string(),
+  }),
+});
+
+const CreatedEnvironment = builder.objectRef<{ environment: Environment; sandboxConfig: object | null }>('CreatedEnvironment').implement({
+  fields: (t) => ({
+    environment: t.field({ type: EnvironmentRef, resolve: (p) => p.environment }),
+    sandboxConfig: t.field({
+      type: 'JSONObject',
+      nullable: true,
+      description: "The sandbox's new configuration, when a sandbox is given",
+      resolve: (p) => p.sandboxConfig,
+    }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  environment: t.prismaField({
+    type: EnvironmentRef,
+    description: 'An environment by id or by name',
+    args: { id: t.arg.string({ required: true }) },
+    resolve: async (query, _root, { id }, ctx) => {
+      const env = await ctx.deps.prisma.environment.findFirst({ ...query, where: environmentWhere(ctx.actor, id) });
+      return env ?? findEnvironment(ctx.deps, ctx.actor, id);
+    },
+  }),
+  environments: t.prismaConnection({
+    type: 'Environment',
+    cursor: 'id',
+    defaultSize: 50,
+    maxSize: 500,
+    description: 'Newest first',
+    args: { filter: t.arg({ type: EnvironmentFilterInput }) },
+    resolve: (query, _root, { filter }, ctx) =>
+      ctx.deps.prisma.environment.findMany({
+        ...query,
+        where: environmentFilter(ctx.actor, filter ?? {}),
+        orderBy: [{ created: 'desc' }, { id: 'desc' }],
+      }),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  createEnvironment: t.field({
+    type: CreatedEnvironment,
+    args: { input: t.arg({ type: CreateEnvironmentInput, required: true }) },
+    resolve: (_root, { input }, ctx) => createEnvironment(ctx.deps, ctx.actor, input),
+  }),
+  stopEnvironment: t.field({
+    type: EnvironmentRef,
+    description: 'Ends an environment (stopping, then stopped); idempotent',
+    args: { id: t.arg.string({ required: true }) },
+    resolve: (_root, { id }, ctx) => stopEnvironment(ctx.deps, ctx.actor, id),
+  }),
+  keepEnvironmentAlive: t.field({
+    type: EnvironmentRef,
+    description: 'Counts as activity: moves idleUntil to now + idle',
+    args: { id: t.arg.string({ required: true }) },
+    resolve: (_root, { id }, ctx) => keepAlive(ctx.deps, ctx.actor, id),
+  }),
+}));
+
+function matches(filter: { state?: string | null; template?: string | null; label?: string[] | null; sandbox?: string | null; project?: string | null }) {
+  return (env: Environment) => {
+    const labels = env.labels as Record<string, string>;
+    return (
+      (!filter.state || env.state === filter.state) &&
+      (!filter.template || env.template === filter.template) &&
+      (!filter.sandbox || env.sandboxId === filter.sandbox) &&
+      (!filter.project || env.project === filter.project) &&
+      (filter.label ?? []).every((pair) => {
+        const eq = pair.indexOf('=');
+        return labels[pair.slice(0, eq)] === pair.slice(eq + 1);
+      })
+    );
+  };
+}
+
+builder.subscriptionFields((t) => ({
+  environment: t.field({
+    type: EnvironmentRef,
+    description: "Every change of one environment (by id or name), each with the whole environment",
+    args: { id: t.arg.string({ required: true }) },
+    subscribe: async (_root, { id }, ctx) => {
+      const env = await findEnvironment(ctx.deps, ctx.actor, id);
+      return watchEnvironmentEvents(ctx.deps, ctx.actor.orgId, env.id);
+    },
+    resolve: (env) => env,
+  }),
+  environments: t.field({
+    type: EnvironmentRef,
+    description: 'Every change of every environment of the organization, optionally filtered',
+    args: { filter: t.arg({ type: EnvironmentFilterInput }) },
+    subscribe: (_root, { filter }, ctx) => {
+      environmentFilter(ctx.actor, filter ?? {});
+      return filterEvents<Environment>(matches(filter ?? {}))(watchEnvironmentEvents(ctx.deps, ctx.actor.orgId));
+    },
+    resolve: (env) => env,
+  }),
+}));

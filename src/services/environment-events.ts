@@ -1,0 +1,32 @@
+import type { Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+import { lockFor, type Tx } from '../db';
+
+export const environmentsTopic = (orgId: string) => `org:${orgId}:environments`;
+
+export const LIVE_STATES = ['pending', 'starting', 'ready', 'stopping'] as const;
+export const ENDED_STATES = ['stopped', 'failed'] as const;
+export type EnvironmentState = (typeof LIVE_STATES)[number] | (typeof ENDED_STATES)[number];
+
+/** What an event row keeps of the environment: the record as JSON (no bigint). */
+export function environmentPayload(env: Environment): Record<string, unknown> {
+  const { queueSeq: _queueSeq, ...rest } = env;
+  return JSON.parse(JSON.stringify(rest)) as Record<string, unknown>;
+}
+
+/**
+ * Appends the environment's new version to the event log, inside the transition's transaction.
+ * The per-organization lock makes sequence order equal commit order, so a subscriber reading
+ * `seq > last` never skips an event that commits late.
+ */
+export async function recordEvent(tx: Tx, env: Environment): Promise<void> {
+  await lockFor(tx, `berth:events:${env.orgId}`);
+  await tx.environmentEvent.create({
+    data: { orgId: env.orgId, environmentId: env.id, version: env.version, state: env.state, payload: environmentPayload(env) as never },
+  });
+}
+
+/** Wakes subscribers (on every instance) after the transaction committed. */
+export async function announceEnvironment(deps: Deps, orgId: string): Promise<void> {
+  await deps.events.publish(environmentsTopic(orgId), {});
+}

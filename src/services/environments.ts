@@ -1,0 +1,253 @@
+import type { Actor, Deps } from '../context';
+import { lockFor, type Tx } from '../db';
+import type { Environment, Prisma as P } from '../generated/prisma/client';
+import { parseDuration } from './durations';
+import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
+import { ConflictError, ForbiddenError, NotFoundError, UnavailableError, ValidationError } from './errors';
+import { validateLabels, validateProjectName, validateSnapshotKey } from './labels';
+import { generateName, newId } from './names';
+import { admitUnderQuota, quotasFor } from './quotas';
+import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
+import { findTemplate, poolOf } from './templates';
+import { MAX_HARD_MS } from './templates-file';
+
+export const DEFAULT_PROJECT = 'default';
+export const ENVIRONMENT_JOB = 'environments';
+
+export interface CreateEnvironmentInput extends WiringInput {
+  template: string;
+  labels?: unknown;
+  idle?: string | null;
+  hard?: string | null;
+  project?: string | null;
+  snapshot?: string | null;
+  restore?: string[] | null;
+}
+
+function assertMember(actor: Actor): void {
+  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential cannot manage environments');
+}
+
+/** Picks the lease's time-outs: request, else quota, else template; never past a quota or 24h. */
+function timeouts(input: CreateEnvironmentInput, template: { idleMs: number; hardMs: number }, quotas: { template: string; idleMs: number; hardMs: number }[]) {
+  const own = quotas.find((q) => q.template !== '*');
+  const hardCap = Math.min(MAX_HARD_MS, ...quotas.map((q) => q.hardMs));
+  const idleCap = Math.min(hardCap, ...quotas.map((q) => q.idleMs));
+  const hardMs = input.hard ? parseDuration(input.hard, 'hard') : Math.min(own?.hardMs ?? template.hardMs, hardCap);
+  const idleMs = input.idle ? parseDuration(input.idle, 'idle') : Math.min(own?.idleMs ?? template.idleMs, idleCap, hardMs);
+  if (hardMs <= 0) throw new ValidationError('hard must be a positive duration', 'hard');
+  if (idleMs <= 0) throw new ValidationError('idle must be a positive duration', 'idle');
+  if (hardMs > hardCap) {
+    throw new ValidationError(`hard: "${input.hard}" exceeds the ${hardCap === MAX_HARD_MS ? '24h maximum' : 'quota'}`, 'hard');
+  }
+  if (idleMs > idleCap) throw new ValidationError(`idle: "${input.idle}" exceeds the quota`, 'idle');
+  if (idleMs > hardMs) throw new ValidationError('idle must not exceed hard', 'idle');
+  return { idleMs, hardMs };
+}
+
+/**
+ * POST /v1/environments: validates, wires to the sandbox, admits under quota and into the pool's
+ * queue, all in one transaction. A full queue still records the environment, as `failed`, and
+ * then answers 503.
+ */
+export async function createEnvironment(deps: Deps, actor: Actor, input: CreateEnvironmentInput) {
+  assertMember(actor);
+  const template = await findTemplate(deps.prisma, actor.orgId, input.template);
+  const labels = validateLabels(input.labels ?? {});
+  const project = input.project === undefined || input.project === null ? DEFAULT_PROJECT : validateProjectName(input.project);
+  const snapshot = input.snapshot === undefined || input.snapshot === null ? null : validateSnapshotKey(input.snapshot);
+  const restore = (input.restore ?? (snapshot ? [snapshot] : [])).map((key, i) => validateSnapshotKey(key, `restore[${i}]`));
+  const quotas = await quotasFor(deps.prisma, actor.orgId, template.name);
+  const { idleMs, hardMs } = timeouts(input, template, quotas);
+  const pool = poolOf(deps, template.pool);
+
+  const env = await deps.prisma.$transaction(async (tx) => {
+    const wiring = await planWiring(tx, actor.orgId, template, input);
+    await admitUnderQuota(tx, actor.orgId, template.name, quotas);
+    // Admissions to one pool take turns so `maxQueued` holds across instances.
+    await lockFor(tx, `berth:queue:${pool.name}`);
+    const queued = await tx.environment.count({ where: { pool: pool.name, state: 'pending' } });
+    const full = queued >= pool.maxQueued;
+    const now = deps.clock.now();
+    const created = await tx.environment.create({
+      data: {
+        id: newId('env'),
+        orgId: actor.orgId,
+        name: await uniqueName(tx),
+        template: template.name,
+        pool: pool.name,
+        state: full ? 'failed' : 'pending',
+        error: full ? `the queue of pool ${pool.name} is full (${pool.maxQueued} waiting)` : null,
+        stopped: full ? now : null,
+        sandboxId: wiring.sandboxId,
+        labels,
+        project,
+        createdBy: actor.name,
+        created: now,
+        expires: new Date(now.getTime() + hardMs),
+        idleUntil: new Date(now.getTime() + idleMs),
+        idleMs,
+        hardMs,
+        startMs: template.startMs,
+        exports: wiring.exports as never,
+        shares: wiring.shares as never,
+        sync: wiring.sync as never,
+        snapshot,
+        restore,
+        version: 1,
+      },
+    });
+    await recordEvent(tx, created);
+    return created;
+  });
+  await announceEnvironment(deps, env.orgId);
+  if (env.state === 'failed') {
+    throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
+  }
+  deps.background.nudge(ENVIRONMENT_JOB);
+  if (!env.sandboxId) return { environment: env, sandboxConfig: null };
+  await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+  return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId) };
+}
+
+async function uniqueName(tx: Tx): Promise<string> {
+  for (;;) {
+    const name = generateName();
+    if (!(await tx.environment.findUnique({ where: { name }, select: { id: true } }))) return name;
+  }
+}
+
+/** By id (`env_…`) or by name, within the caller's organization. */
+export function environmentWhere(actor: Actor, idOrName: string): P.EnvironmentWhereInput {
+  return { orgId: actor.orgId, ...(idOrName.startsWith('env_') ? { id: idOrName } : { name: idOrName }) };
+}
+
+export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  const env = await deps.prisma.environment.findFirst({ where: environmentWhere(actor, idOrName) });
+  if (!env) throw new NotFoundError(`environment ${idOrName}`);
+  return env;
+}
+
+export interface EnvironmentFilter {
+  state?: string | null;
+  template?: string | null;
+  label?: string[] | null;
+  sandbox?: string | null;
+  project?: string | null;
+}
+
+const STATES = new Set<string>([...LIVE_STATES, ...ENDED_STATES, 'live', 'ended']);
+
+export function environmentFilter(actor: Actor, filter: EnvironmentFilter): P.EnvironmentWhereInput {
+  const where: P.EnvironmentWhereInput = { orgId: actor.orgId };
+  if (filter.state) {
+    if (!STATES.has(filter.state)) throw new ValidationError(`state must be one of ${[...STATES].join(', ')}`, 'state');
+    where.state = filter.state === 'live' ? { in: [...LIVE_STATES] } : filter.state === 'ended' ? { in: [...ENDED_STATES] } : filter.state;
+  }
+  if (filter.template) where.template = filter.template;
+  if (filter.sandbox) where.sandboxId = filter.sandbox;
+  if (filter.project) where.project = filter.project;
+  if (filter.label?.length) {
+    where.AND = filter.label.map((pair) => {
+      const eq = pair.indexOf('=');
+      if (eq <= 0) throw new ValidationError(`label filter "${pair}" must be key=value`, 'label');
+      return { labels: { path: [pair.slice(0, eq)], equals: pair.slice(eq + 1) } };
+    });
+  }
+  return where;
+}
+
+/**
+ * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
+ * guard: a transition that no longer applies changes nothing) and logs the new version.
+ */
+export async function transition(
+  deps: Deps,
+  id: string,
+  from: readonly string[],
+  to: string,
+  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
+): Promise<Environment | null> {
+  const env = await deps.prisma.$transaction(async (tx) => {
+    const current = await tx.environment.findUnique({ where: { id } });
+    if (!current || !from.includes(current.state)) return null;
+    const now = deps.clock.now();
+    const { count } = await tx.environment.updateMany({
+      where: { id, state: { in: [...from] }, version: current.version },
+      data: { ...(data(now, current) as P.EnvironmentUpdateManyMutationInput), state: to, version: { increment: 1 } },
+    });
+    if (count === 0) return null;
+    if ((ENDED_STATES as readonly string[]).includes(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
+    const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
+    await recordEvent(tx, updated);
+    return updated;
+  });
+  if (env) {
+    await announceEnvironment(deps, env.orgId);
+    if (env.sandboxId && (ENDED_STATES as readonly string[]).includes(env.state)) await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+  }
+  return env;
+}
+
+/** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
+export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  assertMember(actor);
+  const env = await findEnvironment(deps, actor, idOrName);
+  if (env.state === 'stopping' || (ENDED_STATES as readonly string[]).includes(env.state)) return env;
+  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping');
+  deps.background.nudge(ENVIRONMENT_JOB);
+  return stopping ?? findEnvironment(deps, actor, env.id);
+}
+
+function assertLive(env: Environment): void {
+  if (!(LIVE_STATES as readonly string[]).includes(env.state) || env.state === 'stopping') {
+    throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
+  }
+}
+
+/** Activity pushes the idle time-out back (from now, by the lease's idle duration). */
+function activity(env: Environment, now: Date): Date {
+  return new Date(Math.max(env.idleUntil.getTime(), now.getTime() + env.idleMs));
+}
+
+/** POST /v1/environments/{id}/keepalive. */
+export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  assertMember(actor);
+  const env = await findEnvironment(deps, actor, idOrName);
+  assertLive(env);
+  return deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
+}
+
+export interface ExecInput {
+  command: string;
+  exitCode: number;
+  durationMs: number;
+}
+
+const MAX_COMMAND = 64 * 1024;
+
+/** POST /v1/environments/{id}/execs: logs a command and counts as activity. */
+export async function recordExec(deps: Deps, actor: Actor, idOrName: string, input: ExecInput) {
+  assertMember(actor);
+  if (input.command.trim() === '') throw new ValidationError('command must not be empty', 'command');
+  if (input.command.length > MAX_COMMAND) throw new ValidationError(`command is longer than ${MAX_COMMAND} characters`, 'command');
+  if (!Number.isInteger(input.exitCode) || input.exitCode < -2147483648 || input.exitCode > 2147483647) {
+    throw new ValidationError('exitCode must be a 32-bit integer', 'exitCode');
+  }
+  if (!Number.isInteger(input.durationMs) || input.durationMs < 0) throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
+  const env = await findEnvironment(deps, actor, idOrName);
+  assertLive(env);
+  const now = deps.clock.now();
+  const [exec] = await deps.prisma.$transaction([
+    deps.prisma.exec.create({
+      data: { environmentId: env.id, time: now, actor: actor.name, command: input.command, exitCode: input.exitCode, durationMs: input.durationMs },
+    }),
+    deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } }),
+  ]);
+  return exec;
+}
+
+export async function listExecs(deps: Deps, actor: Actor, idOrName: string) {
+  const env = await findEnvironment(deps, actor, idOrName);
+  return deps.prisma.exec.findMany({ where: { environmentId: env.id }, orderBy: { id: 'desc' } });
+}

@@ -1,0 +1,66 @@
+import type { Actor, Deps } from '../context';
+import { lockFor, type Prisma } from '../db';
+import { ForbiddenError, NotFoundError } from './errors';
+import { newId } from './names';
+import { validateTemplateSpec, type Catalog, type PoolSpec, type TemplateSpec } from './templates-file';
+
+/** Catalog templates are stored with this org id; an organization's own upserts override them. */
+const CATALOG = '';
+
+/**
+ * Makes the database match the catalog file at start: catalog templates replaced, one node row
+ * per hot node of each pool (free surplus nodes removed when a pool shrinks).
+ */
+export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<void> {
+  await prisma.$transaction(async (tx) => {
+    // Instances starting together on one database take turns.
+    await lockFor(tx, 'berth:catalog');
+    await tx.template.deleteMany({ where: { orgId: CATALOG, name: { notIn: catalog.templates.map((t) => t.name) } } });
+    for (const spec of catalog.templates) {
+      await tx.template.upsert({
+        where: { orgId_name: { orgId: CATALOG, name: spec.name } },
+        create: { id: newId('tpl'), orgId: CATALOG, name: spec.name, pool: spec.pool, spec: spec as never },
+        update: { pool: spec.pool, spec: spec as never },
+      });
+    }
+    for (const pool of catalog.pools) {
+      const wanted = Array.from({ length: pool.hotNodes }, (_, i) => `${pool.name}-${i + 1}`);
+      await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: pool.name })), skipDuplicates: true });
+      await tx.node.deleteMany({ where: { pool: pool.name, id: { notIn: wanted }, environmentId: null } });
+    }
+    await tx.node.deleteMany({ where: { pool: { notIn: catalog.pools.map((p) => p.name) }, environmentId: null } });
+  });
+}
+
+export function poolOf(deps: Deps, name: string): PoolSpec {
+  const pool = deps.catalog.pools.find((p) => p.name === name);
+  if (!pool) throw new Error(`pool ${name} is not in the catalog`);
+  return pool;
+}
+
+/** The template an organization leases under this name: its own, else the catalog's. */
+export async function findTemplate(prisma: Prisma, orgId: string, name: string): Promise<TemplateSpec> {
+  const rows = await prisma.template.findMany({ where: { name, orgId: { in: [orgId, CATALOG] } } });
+  const row = rows.find((r) => r.orgId === orgId) ?? rows[0];
+  if (!row) throw new NotFoundError(`template ${JSON.stringify(name)}`, 'no_template');
+  return row.spec as unknown as TemplateSpec;
+}
+
+export async function listTemplates(prisma: Prisma, orgId: string): Promise<TemplateSpec[]> {
+  const rows = await prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
+  const byName = new Map<string, TemplateSpec>();
+  for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, row.spec as unknown as TemplateSpec);
+  return [...byName.values()];
+}
+
+/** PUT /v1/templates/{name} (admins): the organization's own version of a template. */
+export async function upsertTemplate(deps: Deps, actor: Actor, name: string, input: unknown): Promise<TemplateSpec> {
+  if (!actor.admin) throw new ForbiddenError('only admins can change templates');
+  const spec = validateTemplateSpec(input, name, deps.catalog.pools.map((p) => p.name));
+  await deps.prisma.template.upsert({
+    where: { orgId_name: { orgId: actor.orgId, name } },
+    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec: spec as never },
+    update: { pool: spec.pool, spec: spec as never, updated: deps.clock.now() },
+  });
+  return spec;
+}

@@ -1,0 +1,188 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { openApiValidator } from './helpers/openapi';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+describeBackends('environments', (backend) => {
+  let s: TestServer;
+  const url = () => s.url;
+  const admin = client(url, BOOTSTRAP);
+  let check: ReturnType<typeof openApiValidator>;
+
+  /** Runs the scheduler until the environment reaches `state` (the clock is moved by the test). */
+  async function until(id: string, state: string) {
+    for (let i = 0; i < 50; i++) {
+      const env = await admin.get(`/v1/environments/${id}`);
+      if (env.body.state === state) return env.body;
+      await s.app.deps.background.tick();
+    }
+    throw new Error(`environment ${id} never reached ${state}`);
+  }
+
+  beforeAll(async () => {
+    s = await startServer(backend);
+    check = openApiValidator((await admin.get('/v1/openapi.json')).body);
+  });
+  afterAll(() => s?.stop());
+
+  it('leases an environment: 202 pending, then starting, ready on a node', async () => {
+    const res = await admin.post('/v1/environments', { template: 'default', labels: { team: 'infra' } });
+    check('POST', '/v1/environments', res);
+    expect(res.status).toBe(202);
+    const env = res.body.environment;
+    expect(res.body.sandboxConfig).toBeUndefined();
+    expect(env).toMatchObject({
+      id: expect.stringMatching(/^env_/),
+      name: expect.stringMatching(/^[a-z]+-[a-z]+-\d{4}$/),
+      template: 'default',
+      state: 'pending',
+      pool: 'default',
+      labels: { team: 'infra' },
+      project: 'default',
+      createdBy: 'admin@berth.local',
+      idle: '30m0s',
+      hard: '6h0m0s',
+      exports: [],
+      shares: [],
+    });
+    expect(env.created).toMatch(ISO);
+    expect(Date.parse(env.expires) - Date.parse(env.created)).toBe(6 * 3600_000);
+    expect(env.node).toBeUndefined();
+    const ready = await until(env.id, 'ready');
+    check('GET', `/v1/environments/${env.id}`, { status: 200, body: ready, headers: new Headers() });
+    expect(ready.node).toMatch(/^default-\d$/);
+    expect(ready.readyMs).toBeGreaterThanOrEqual(200);
+    expect(Date.parse(ready.ready) - Date.parse(ready.created)).toBe(ready.readyMs);
+    const byName = await admin.get(`/v1/environments/${env.name}`);
+    expect(byName.body).toEqual(ready);
+  });
+
+  it('validates creation input with 404 and 422', async () => {
+    expect(await admin.post('/v1/environments', { template: 'nope' })).toMatchObject({ status: 404, body: { code: 'no_template' } });
+    const bad: [object, string][] = [
+      [{ template: 'default', labels: { 'bad key!': 'x' } }, 'labels'],
+      [{ template: 'default', hard: '25h' }, '24h'],
+      [{ template: 'default', idle: 'soon' }, 'idle'],
+      [{ template: 'default', idle: '7h', hard: '6h' }, 'idle'],
+      [{ template: 'default', project: 'Not A Project' }, 'project'],
+      [{ template: 'default', snapshot: 'has space' }, 'snapshot'],
+      [{ template: 'default', shares: { src: 'x' } }, 'sandbox'],
+      [{ template: 'default', labels: 'x' }, 'JSONObject'],
+    ];
+    for (const [body, mention] of bad) {
+      const res = await admin.post('/v1/environments', body);
+      expect(res.status, JSON.stringify(body)).toBe(422);
+      expect(res.body.code).toBe('invalid');
+      expect(res.body.error).toContain(mention);
+    }
+    expect((await admin.post('/v1/environments', { template: 'default', hard: '24h', idle: '24h' })).status).toBe(202);
+    expect((await admin.post('/v1/environments', {})).status).toBe(422);
+  });
+
+  it('stops an environment: stopping, then stopped, node freed; idempotent', async () => {
+    const { body } = await admin.post('/v1/environments', { template: 'default' });
+    const ready = await until(body.environment.id, 'ready');
+    const del = await admin.del(`/v1/environments/${ready.id}`);
+    check('DELETE', `/v1/environments/${ready.id}`, del);
+    expect(del.status).toBe(200);
+    expect(del.body.environment.state).toBe('stopping');
+    const stopped = await until(ready.id, 'stopped');
+    expect(stopped.stopped).toMatch(ISO);
+    expect(stopped.error).toBeUndefined();
+    const node = await s.app.deps.prisma.node.findUnique({ where: { id: ready.node } });
+    expect(node?.environmentId).not.toBe(ready.id);
+    const again = await admin.del(`/v1/environments/${ready.id}`);
+    expect(again).toMatchObject({ status: 200, body: { environment: { state: 'stopped', stopped: stopped.stopped } } });
+  });
+
+  it('records commands newest first, counts them as activity and refuses bad ones', async () => {
+    const { body } = await admin.post('/v1/environments', { template: 'default' });
+    const env = await until(body.environment.id, 'ready');
+    const first = await admin.post(`/v1/environments/${env.id}/execs`, { command: 'make build', exitCode: 0, durationMs: 1200 });
+    check('POST', `/v1/environments/${env.id}/execs`, first);
+    expect(first.status).toBe(201);
+    expect(first.body.exec).toMatchObject({ id: expect.any(Number), lease: env.id, actor: 'admin@berth.local', command: 'make build', exitCode: 0, durationMs: 1200 });
+    await admin.post(`/v1/environments/${env.name}/execs`, { command: 'make test', exitCode: 2, durationMs: 30 });
+    const list = await admin.get(`/v1/environments/${env.id}/execs`);
+    check('GET', `/v1/environments/${env.id}/execs`, list);
+    expect(list.body.execs.map((e: { command: string }) => e.command)).toEqual(['make test', 'make build']);
+    const after = await admin.get(`/v1/environments/${env.id}`);
+    expect(Date.parse(after.body.idleUntil)).toBeGreaterThan(Date.parse(env.idleUntil));
+    for (const bad of [
+      { command: '', exitCode: 0, durationMs: 1 },
+      { command: 'x', exitCode: 1.5, durationMs: 1 },
+      { command: 'x', exitCode: 0, durationMs: -1 },
+      { command: 'x', exitCode: '0', durationMs: 1 },
+      { command: 'x', durationMs: 1 },
+    ]) {
+      expect((await admin.post(`/v1/environments/${env.id}/execs`, bad)).status, JSON.stringify(bad)).toBe(422);
+    }
+    expect((await admin.post('/v1/environments/env_unknown/execs', { command: 'x', exitCode: 0, durationMs: 1 })).status).toBe(404);
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(env.id, 'stopped');
+    const late = await admin.post(`/v1/environments/${env.id}/execs`, { command: 'x', exitCode: 0, durationMs: 1 });
+    expect(late).toMatchObject({ status: 409, body: { code: 'invalid_transition' } });
+  });
+
+  it('ends environments at their idle and hard time-outs, saying why, across a restart', async () => {
+    const idle = (await admin.post('/v1/environments', { template: 'default', idle: '10m', hard: '1h' })).body.environment;
+    const hard = (await admin.post('/v1/environments', { template: 'default', idle: '50m', hard: '1h' })).body.environment;
+    await until(idle.id, 'ready');
+    await until(hard.id, 'ready');
+    await s.restart();
+    s.clock.advance(9 * 60_000);
+    await admin.post(`/v1/environments/${hard.id}/keepalive`);
+    await s.app.deps.background.tick();
+    expect((await admin.get(`/v1/environments/${idle.id}`)).body.state).toBe('ready');
+    s.clock.advance(2 * 60_000);
+    const idled = await until(idle.id, 'stopped');
+    expect(idled.error).toBe('idle time-out: no activity for 10m0s');
+    expect((await admin.get(`/v1/environments/${hard.id}`)).body.state).toBe('ready');
+    s.clock.advance(50 * 60_000);
+    const ended = await until(hard.id, 'stopped');
+    expect(ended.error).toBe('hard time-out: the 1h0m0s lease ended');
+  });
+
+  it('lists with filters and cursor pagination, newest first', async () => {
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push((await admin.post('/v1/environments', { template: 'node', labels: { batch: 'list', i: String(i) } })).body.environment);
+    const page1 = await admin.get('/v1/environments?label=batch=list&limit=2');
+    check('GET', '/v1/environments', page1);
+    expect(page1.body.environments.map((e: { id: string }) => e.id)).toEqual([made[2].id, made[1].id]);
+    expect(page1.body.next).toEqual(expect.any(String));
+    const page2 = await admin.get(`/v1/environments?label=batch=list&limit=2&cursor=${encodeURIComponent(page1.body.next)}`);
+    expect(page2.body.environments.map((e: { id: string }) => e.id)).toEqual([made[0].id]);
+    expect(page2.body.next).toBeUndefined();
+    const both = await admin.get('/v1/environments?label=batch=list&label=i=1');
+    expect(both.body.environments.map((e: { id: string }) => e.id)).toEqual([made[1].id]);
+    const byTemplate = await admin.get('/v1/environments?template=node&state=live');
+    expect(byTemplate.body.environments.every((e: { template: string }) => e.template === 'node')).toBe(true);
+    expect((await admin.get('/v1/environments?state=sleeping')).status).toBe(422);
+    expect((await admin.get('/v1/environments?limit=abc')).status).toBe(422);
+  });
+
+  it('keeps other organizations out', async () => {
+    const { body } = await admin.post('/v1/environments', { template: 'default' });
+    const { createOrganization } = await import('../src/services/organizations');
+    const other = client(url, (await createOrganization(s.app.deps.prisma, `iso-${backend}`, 'x@iso.test')).secret);
+    const foreign = await other.get(`/v1/environments/${body.environment.id}`);
+    const unknown = await other.get('/v1/environments/env_doesnotexist');
+    expect(foreign.status).toBe(404);
+    expect(foreign.body.error.replace(body.environment.id, 'X')).toBe(unknown.body.error.replace('env_doesnotexist', 'X'));
+    expect((await other.get(`/v1/environments/${body.environment.name}`)).status).toBe(404);
+    expect((await other.del(`/v1/environments/${body.environment.id}`)).status).toBe(404);
+    expect((await other.get(`/v1/environments/${body.environment.id}/execs`)).status).toBe(404);
+    expect((await other.get('/v1/environments')).body.environments).toEqual([]);
+  });
+});
+
+it('refuses to start on a bad templates file, naming the field', async () => {
+  const { writeFile, mkdtemp } = await import('node:fs/promises');
+  const { join } = await import('node:path');
+  const { tmpdir } = await import('node:os');
+  const dir = await mkdtemp(join(tmpdir(), 'berth-tpl-'));
+  const file = join(dir, 'templates.json');
+  await writeFile(file, JSON.stringify({ pools: [{ name: 'p', hotNodes: 1, maxQueued: 1 }], templates: [{ name: 't', pool: 'p', idle: '1m', hard: '25h' }] }));
+  await expect(startServer('pglite', { TEMPLATES_FILE: file })).rejects.toThrow(/templates\[0\]\.hard/);
+});
