@@ -5,6 +5,7 @@ import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
 import { announceEnvironment, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
+import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
 import type { NodeProvider } from './provider';
@@ -55,6 +56,7 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
       if (!env) break;
       claimed.push(env);
       await announceEnvironment(deps, env.orgId);
+      await notifySandboxConfig(deps, env.orgId, env.sandboxId);
     }
   }
   return claimed;

@@ -184,7 +184,8 @@ export async function transition(
   });
   if (env) {
     await announceEnvironment(deps, env.orgId);
-    if (env.sandboxId && (ENDED_STATES as readonly string[]).includes(env.state)) await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+    // The sandbox's config shows each wired environment's state and node.
+    await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   }
   return env;
 }

@@ -47,7 +47,8 @@ export async function startServer(backend: Backend = 'pglite', env: Record<strin
     ...env,
   };
   const clock = new ManualClock();
-  const quiet = () => undefined;
+  // BERTH_TEST_LOG=1 shows the server's unexpected errors.
+  const quiet = process.env.BERTH_TEST_LOG ? (msg: string, err?: unknown) => console.error(msg, err) : () => undefined;
   const launch = () => startApp({ config: loadConfig(fullEnv), clock, log: quiet });
   const peers: App[] = [];
   const server: TestServer = {
