@@ -77,7 +77,12 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     } finally {
       client.release();
     }
-    const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema: opts.schema }) });
+    const prisma = new PrismaClient({
+      adapter: new PrismaPg(pool, { schema: opts.schema }),
+      // Prisma's defaults (2 s to get a connection, 5 s to finish) turn a burst of creates
+      // waiting on the one PGlite connection, or on a quota lock, into errors instead of waits.
+      transactionOptions: { maxWait: 30_000, timeout: 30_000 },
+    });
     return {
       prisma,
       pool,
