@@ -130,6 +130,20 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect(await s.app.deps.prisma.node.count({ where: { environmentId: env.id } })).toBe(0);
   });
 
+  it('never loses a DELETE that races the claim of its environment', async () => {
+    const ids = await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        const env = (await admin.post('/v1/environments', { template: 'many' })).body.environment;
+        // The create nudges the scheduler; stop while the claim may be under way.
+        await admin.del(`/v1/environments/${env.id}`);
+        return env.id as string;
+      }),
+    );
+    for (let i = 0; i < 5; i++) await s.app.deps.background.tick();
+    const states = await Promise.all(ids.map(async (id) => (await admin.get(`/v1/environments/${id}`)).body.state));
+    expect(states).toEqual(ids.map(() => 'stopped'));
+  });
+
   it('lists templates and lets admins set their own versions', async () => {
     const list = await admin.get('/v1/templates');
     expect(list.body.templates.map((t: { name: string }) => t.name)).toEqual(['many', 'other', 'quick', 'slow']);

@@ -169,14 +169,16 @@ export async function transition(
   data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
 ): Promise<Environment | null> {
   const env = await deps.prisma.$transaction(async (tx) => {
+    // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
+    // then sees the state it left instead of silently missing it.
+    await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
     const current = await tx.environment.findUnique({ where: { id } });
     if (!current || !from.includes(current.state)) return null;
     const now = deps.clock.now();
-    const { count } = await tx.environment.updateMany({
-      where: { id, state: { in: [...from] }, version: current.version },
-      data: { ...(data(now, current) as P.EnvironmentUpdateManyMutationInput), state: to, version: { increment: 1 } },
+    await tx.environment.update({
+      where: { id },
+      data: { ...data(now, current), state: to, version: { increment: 1 } },
     });
-    if (count === 0) return null;
     if ((ENDED_STATES as readonly string[]).includes(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
     await recordEvent(tx, updated);
