@@ -11,16 +11,8 @@ import {
   parseDurationMax,
 } from '../src/services/durations';
 import { ValidationError } from '../src/services/errors';
+import { thrown } from './helpers/thrown';
 
-function thrown(fn: () => unknown): ValidationError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ValidationError);
-    return err as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
 
 describe('parseDuration accepts Go-style durations plus days', () => {
   const cases: [string, number][] = [

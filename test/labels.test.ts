@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { ValidationError } from '../src/services/errors';
 import {
   labelKeyProblem,
   labelValueProblem,
@@ -12,16 +11,8 @@ import {
 } from '../src/services/labels';
 // names.ts has no test file of its own; its few checks live here.
 import { GENERATED_NAME, generateName, isId, NAME_WORDS, newId, randomBase32 } from '../src/services/names';
+import { thrown } from './helpers/thrown';
 
-function thrown(fn: () => unknown): ValidationError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ValidationError);
-    return err as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
 
 const n63 = 'a'.repeat(63);
 const n64 = 'a'.repeat(64);

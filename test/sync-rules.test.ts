@@ -11,6 +11,7 @@ import {
   validateRelativePath,
   type SyncRules,
 } from '../src/services/sync-rules';
+import { thrown } from './helpers/thrown';
 
 // Record which folders the walk reads, to check that excluded folders are not read needlessly.
 const fsSpy = vi.hoisted(() => ({ readdirs: [] as string[] }));
@@ -25,15 +26,6 @@ vi.mock('node:fs/promises', async (importOriginal) => {
   };
 });
 
-function thrown(fn: () => unknown): ValidationError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ValidationError);
-    return err as ValidationError;
-  }
-  throw new Error('expected a ValidationError');
-}
 
 let tmp: string;
 beforeAll(async () => {
