@@ -50,8 +50,10 @@ export function startBackground(deps: Deps, jobs: BackgroundJob[], log: (msg: st
     timers.add(timer);
   };
 
-  const every = (job: BackgroundJob) => later(job.intervalMs, () => void runJob(job).then(() => every(job)));
-  for (const job of jobs) every(job);
+  const every = (job: BackgroundJob, delayMs = job.intervalMs) => later(delayMs, () => void runJob(job).then(() => every(job)));
+  // Each job looks once right at start: work that fell due while no instance ran (an
+  // interrupted shred, a time-out) is done now, not an interval later.
+  for (const job of jobs) every(job, 0);
 
   return {
     async tick() {
