@@ -1,4 +1,4 @@
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
@@ -6,6 +6,10 @@ import { formatDuration } from '../services/durations';
 import { announceEnvironment, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
 import { notifySandboxConfig } from '../services/sandbox-wiring';
+import type { SyncSpec } from '../services/sandbox-wiring';
+import { archiveStream, extractArchive } from '../services/snapshot-archive';
+import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
+import { selectFiles, type SyncRules } from '../services/sync-rules';
 import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
 import type { NodeProvider } from './provider';
@@ -19,16 +23,54 @@ export function workspaceDir(deps: Deps, envId: string): string {
   return join(deps.config.dataDir, 'workspaces', envId);
 }
 
-/** The built-in provider: every node is a folder per environment under DATA_DIR/workspaces. */
+/**
+ * The built-in provider: every node is a folder per environment under DATA_DIR/workspaces, one
+ * sub-folder per template share. Snapshots move as plain archive streams through the snapshot
+ * service, the same calls a remote node agent makes over HTTP (README: Snapshots and shredding).
+ */
 export const hotPoolProvider: NodeProvider = {
   async prepare(deps, env) {
     const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
-    for (const share of template?.shares ?? []) await mkdir(join(workspaceDir(deps, env.id), share.name), { recursive: true });
+    const dir = workspaceDir(deps, env.id);
+    for (const share of template?.shares ?? []) await mkdir(join(dir, share.name), { recursive: true });
+    const plan = await planRestore(deps, env);
+    if (!plan) return;
+    let files = 0;
+    for (const snapshot of plan.shares) {
+      const target = join(dir, snapshot.share);
+      await mkdir(target, { recursive: true });
+      files += (await extractArchive(await openSnapshotShare(deps, snapshot), target)).files;
+    }
+    await recordRestored(deps, env.id, plan, files);
   },
   async release(deps, env) {
-    await rm(workspaceDir(deps, env.id), { recursive: true, force: true });
+    const dir = workspaceDir(deps, env.id);
+    if (env.snapshot) {
+      const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
+      const done = await savedShares(deps, env);
+      for (const share of template?.shares ?? []) {
+        const root = join(dir, share.name);
+        if (done.includes(share.name) || !(await isDir(root))) continue;
+        await saveSnapshotShare(deps, env, share.name, archiveStream(root, selectFiles(root, shareRules(env, share.name))));
+      }
+    }
+    await rm(dir, { recursive: true, force: true });
   },
 };
+
+/** The environment's sync rules for one share (`files` keys are `<share>/<path>`). */
+function shareRules(env: Environment, share: string): SyncRules {
+  const sync = (env.sync ?? {}) as Partial<SyncSpec>;
+  const files: Record<string, string> = {};
+  for (const [dest, source] of Object.entries(sync.files ?? {})) {
+    if (dest.startsWith(`${share}/`)) files[dest.slice(share.length + 1)] = source;
+  }
+  return { include: sync.include ?? [], noIgnore: sync.noIgnore === true, files };
+}
+
+async function isDir(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => null))?.isDirectory() ?? false;
+}
 
 /** Claims queued environments onto free nodes, oldest first per pool; SKIP LOCKED keeps instances apart. */
 async function claimQueued(deps: Deps): Promise<Environment[]> {

@@ -7,5 +7,6 @@ import './environments';
 import './execs';
 import './quotas';
 import './sandboxes';
+import './snapshots';
 
 export const schema = builder.toSchema();

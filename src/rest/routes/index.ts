@@ -6,13 +6,14 @@ import { artifactRoutes } from './artifacts';
 import { credentialRoutes } from './credentials';
 import { environmentRoutes } from './environments';
 import { sandboxRoutes } from './sandboxes';
+import { snapshotRoutes } from './snapshots';
 
 /**
  * The /v1 route table: the one place to check against the interface specification, row by row
  * (method, path, operation, success status, response shape). The OpenAPI document comes from it.
  */
 export function buildRoutes(schema: GraphQLSchema): Route[] {
-  const routes: Route[] = [...credentialRoutes, ...artifactRoutes(schema), ...environmentRoutes, ...sandboxRoutes];
+  const routes: Route[] = [...credentialRoutes, ...artifactRoutes(schema), ...environmentRoutes, ...sandboxRoutes, ...snapshotRoutes];
   const openapi = {
     method: 'GET' as const,
     path: '/v1/openapi.json',

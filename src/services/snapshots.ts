@@ -1,0 +1,194 @@
+// Snapshots: an environment's synced files, saved per share when it ends and restored into a new
+// one before it is ready (README: Snapshots and shredding).
+//
+// - One Snapshot row per share of one save. The rows of one save share a `root` id (`snr_…`), so
+//   a restore unpacks every share of the save it picked and `restored.root` says which save.
+// - A share is one packed item (src/store/pack.ts) of the archive stream of snapshot-archive.ts,
+//   sealed under the project's current key, under `snapshots/<org>/<project>/v<keyVersion>/<id>/`.
+//   The key version in the prefix lets a shred find every object sealed under the versions it
+//   destroyed, rows or not.
+// - These functions take and give plain streams: the built-in hot pool calls them in-process; a
+//   remote node agent would reach the same two calls over HTTP (README).
+import { pipeline, type Readable } from 'node:stream';
+import type { Actor, Deps } from '../context';
+import type { Environment, Prisma, Snapshot } from '../generated/prisma/client';
+import { deletePacked, packStream, unpackStream } from '../store/pack';
+import { ForbiddenError, ValidationError } from './errors';
+import { validateProjectName, validateSnapshotKey } from './labels';
+import { isId, newId } from './names';
+import { currentKey, DEFAULT_PROJECT, keyByVersion, ProjectKeyGoneError } from './project-keys';
+import { ArchiveCounter } from './snapshot-archive';
+
+export function snapshotVersionPrefix(orgId: string, project: string, keyVersion: number): string {
+  return `snapshots/${orgId}/${project}/v${keyVersion}`;
+}
+
+function snapshotPrefix(s: Pick<Snapshot, 'orgId' | 'project' | 'keyVersion' | 'id'>): string {
+  return `${snapshotVersionPrefix(s.orgId, s.project, s.keyVersion)}/${s.id}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saving (a node's release)
+
+/** Shares of this lease already saved: a retried release skips them. */
+export async function savedShares(deps: Deps, env: Pick<Environment, 'id' | 'orgId'>): Promise<string[]> {
+  const rows = await deps.prisma.snapshot.findMany({ where: { orgId: env.orgId, lease: env.id }, select: { share: true } });
+  return rows.map((r) => r.share);
+}
+
+/**
+ * Saves one share of an ending environment under its `snapshot` key from the archive stream
+ * `source` (snapshot-archive.ts), counting its files and bytes as it passes. Idempotent per
+ * (lease, share): a share already saved is kept and `source` is discarded.
+ */
+export async function saveSnapshotShare(deps: Deps, env: Environment, share: string, source: Readable): Promise<Snapshot | null> {
+  if (!env.snapshot) {
+    source.destroy();
+    return null;
+  }
+  const earlier = await deps.prisma.snapshot.findMany({ where: { orgId: env.orgId, lease: env.id } });
+  const done = earlier.find((s) => s.share === share);
+  if (done) {
+    source.destroy();
+    return done;
+  }
+  const { version, key } = await currentKey(deps, env.orgId, env.project);
+  const base = { id: newId('snap'), orgId: env.orgId, project: env.project, keyVersion: version };
+  const prefix = snapshotPrefix(base);
+  const counter = new ArchiveCounter();
+  // pipeline destroys both sides when either fails (packStream destroys the counter on its errors).
+  pipeline(source, counter, () => undefined);
+  const packed = await packStream({ store: deps.store, prefix, objectId: base.id, key, keyVersion: version, source: counter });
+  const stats = counter.stats;
+  try {
+    return await deps.prisma.snapshot.create({
+      data: {
+        ...base,
+        key: env.snapshot,
+        share,
+        root: earlier[0]?.root ?? newId('snr'),
+        segments: packed.segments as never,
+        files: stats.files,
+        bytes: BigInt(stats.bytes),
+        objects: packed.chunks,
+        sealedBytes: BigInt(packed.sealedBytes),
+        lease: env.id,
+        createdBy: env.createdBy,
+        // Every share of one save carries the save's time, so `restored.created` is unambiguous.
+        created: earlier[0]?.created ?? deps.clock.now(),
+      },
+    });
+  } catch (err) {
+    await deletePacked(deps.store, prefix).catch(() => undefined);
+    throw err;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restoring (a node's prepare)
+
+export interface RestorePlan {
+  key: string;
+  root: string;
+  created: Date;
+  /** One per share of the save, each opened with openSnapshotShare. */
+  shares: Snapshot[];
+}
+
+/**
+ * What `env` starts from: for each key of `restore` in order, the newest snapshot with exactly
+ * that key, else the newest whose key starts with it; the first hit wins (with every share of
+ * its save). Null when nothing matches. Saves whose key version is gone never match.
+ */
+export async function planRestore(deps: Deps, env: Environment): Promise<RestorePlan | null> {
+  const scope = { orgId: env.orgId, project: env.project };
+  const usable = async (where: Prisma.SnapshotWhereInput) => {
+    const rows = await deps.prisma.snapshot.findMany({ where: { ...scope, ...where }, orderBy: [{ created: 'desc' }, { id: 'desc' }], take: 20 });
+    for (const row of rows) {
+      if (await keyAlive(deps, row)) return row;
+    }
+    return null;
+  };
+  for (const key of env.restore) {
+    const hit = (await usable({ key })) ?? (await usable({ key: { startsWith: key } }));
+    if (!hit) continue;
+    const shares = await deps.prisma.snapshot.findMany({ where: { ...scope, root: hit.root }, orderBy: { share: 'asc' } });
+    return { key: hit.key, root: hit.root, created: hit.created, shares };
+  }
+  return null;
+}
+
+async function keyAlive(deps: Deps, row: Snapshot): Promise<boolean> {
+  try {
+    await keyByVersion(deps, row.orgId, row.project, row.keyVersion);
+    return true;
+  } catch (err) {
+    if (err instanceof ProjectKeyGoneError) return false;
+    throw err;
+  }
+}
+
+/** The archive stream of one saved share (authenticated chunk by chunk). */
+export async function openSnapshotShare(deps: Deps, snapshot: Snapshot): Promise<Readable> {
+  const key = await keyByVersion(deps, snapshot.orgId, snapshot.project, snapshot.keyVersion);
+  const opened = await unpackStream({ store: deps.store, manifest: `${snapshotPrefix(snapshot)}/manifest`, objectId: snapshot.id, key });
+  return opened.stream;
+}
+
+/** Records on the environment what it was restored from (shown as `restored`). */
+export async function recordRestored(deps: Deps, envId: string, plan: RestorePlan, files: number): Promise<void> {
+  const restored = { key: plan.key, root: plan.root, files, created: plan.created.toISOString() };
+  await deps.prisma.environment.update({ where: { id: envId }, data: { restored } });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing and deleting
+
+export interface ListSnapshotsInput {
+  project?: string | null;
+  prefix?: string | null;
+  first?: number | null;
+  after?: string | null;
+}
+
+export const DEFAULT_PAGE = 50;
+export const MAX_PAGE = 500;
+
+function encodeCursor(s: Pick<Snapshot, 'created' | 'id'>): string {
+  return Buffer.from(JSON.stringify([s.created.getTime(), s.id])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { created: Date; id: string } {
+  try {
+    const [ms, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [unknown, unknown];
+    if (Number.isSafeInteger(ms) && typeof id === 'string' && isId(id, 'snap')) return { created: new Date(ms as number), id };
+  } catch {
+    // fall through
+  }
+  throw new ValidationError('cursor: not a cursor of this list (use the `next` value of the previous page)', 'cursor');
+}
+
+/** A page of one project's snapshots, newest first; `next` is the cursor of the following page. */
+export async function listSnapshots(deps: Deps, actor: Actor, input: ListSnapshotsInput) {
+  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential cannot list snapshots');
+  const project = input.project ? validateProjectName(input.project) : DEFAULT_PROJECT;
+  const first = input.first ?? DEFAULT_PAGE;
+  if (!Number.isSafeInteger(first) || first < 1 || first > MAX_PAGE) {
+    throw new ValidationError(`limit: must be between 1 and ${MAX_PAGE}`, 'limit');
+  }
+  const where: Prisma.SnapshotWhereInput = { orgId: actor.orgId, project };
+  if (input.prefix) where.key = { startsWith: validateSnapshotKey(input.prefix, 'prefix') };
+  if (input.after) {
+    const c = decodeCursor(input.after);
+    where.OR = [{ created: { lt: c.created } }, { created: c.created, id: { lt: c.id } }];
+  }
+  const rows = await deps.prisma.snapshot.findMany({ where, orderBy: [{ created: 'desc' }, { id: 'desc' }], take: first + 1 });
+  const snapshots = rows.slice(0, first);
+  return { project, snapshots, next: rows.length > first ? encodeCursor(snapshots.at(-1)!) : null };
+}
+
+/** Deletes a snapshot's objects (manifest first), then its row. */
+export async function purgeSnapshot(deps: Deps, snapshot: Snapshot): Promise<void> {
+  await deletePacked(deps.store, snapshotPrefix(snapshot));
+  await deps.prisma.snapshot.deleteMany({ where: { id: snapshot.id } });
+}

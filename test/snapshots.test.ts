@@ -1,0 +1,287 @@
+import { cp, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { dataKeyAad, unwrapKey } from '../src/crypto/data-keys';
+import { createOrganization } from '../src/services/organizations';
+import { FsBlobStore } from '../src/store/fs-store';
+import { readManifest } from '../src/store/pack';
+import { graphql } from './gql';
+import { openApiValidator } from './helpers/openapi';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+const SnapshotsQuery = graphql(`
+  query TestSnapshots($project: String, $prefix: String) { snapshots(project: $project, prefix: $prefix) { project snapshots { key share root } next } }
+`);
+const ShredMutation = graphql(`mutation TestShredProject($project: String!) { shredProject(project: $project) { project shredded at } }`);
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(dir.length + 1)).sort();
+}
+
+describeBackends('snapshots', (backend) => {
+  let s: TestServer;
+  const url = () => s.url;
+  const admin = client(url, BOOTSTRAP);
+  let check: ReturnType<typeof openApiValidator>;
+  let orgId: string;
+
+  const workspace = (id: string, share: string) => join(s.dataDir, 'workspaces', id, share);
+
+  async function until(id: string, state: string) {
+    for (let i = 0; i < 50; i++) {
+      const env = await admin.get(`/v1/environments/${id}`);
+      if (env.body.state === state) return env.body;
+      s.clock.advance(1000);
+      await s.app.deps.background.tick();
+    }
+    throw new Error(`environment ${id} never reached ${state}`);
+  }
+
+  async function lease(body: Record<string, unknown>) {
+    const res = await admin.post('/v1/environments', { template: 'default', ...body });
+    expect(res.status).toBe(202);
+    return until(res.body.environment.id, 'ready');
+  }
+
+  /** Leases, writes `files` into its shares (`share/path` → content), then ends it (saving). */
+  async function save(body: Record<string, unknown>, files: Record<string, string>) {
+    const env = await lease(body);
+    for (const [rel, content] of Object.entries(files)) {
+      const [share, ...rest] = rel.split('/');
+      const target = join(workspace(env.id, share!), ...rest);
+      await mkdir(join(target, '..'), { recursive: true });
+      await writeFile(target, content);
+    }
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(env.id, 'stopped');
+    return env;
+  }
+
+  async function upload(project: string, data: string, token = BOOTSTRAP) {
+    const res = await fetch(`${s.url}/v1/artifacts?project=${project}&link=1h`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+      body: data,
+    });
+    expect(res.status).toBe(201);
+    return (await res.json()) as { artifact: { id: string; keyVersion: number }; link: { url: string } };
+  }
+
+  beforeAll(async () => {
+    s = await startServer(backend);
+    check = openApiValidator((await admin.get('/v1/openapi.json')).body);
+    orgId = (await s.app.deps.prisma.organization.findFirstOrThrow({ where: { name: 'default' } })).id;
+  });
+  afterAll(() => s?.stop());
+
+  it('saves the synced files of each share when the environment ends, by the sync rules', async () => {
+    const env = await save(
+      { snapshot: 'main', include: ['node_modules/keep/**'] },
+      {
+        'src/a.txt': 'alpha',
+        'src/sub/b.txt': 'beta',
+        'src/.gitignore': '*.log\n',
+        'src/debug.log': 'noise',
+        'src/node_modules/x/index.js': 'x',
+        'src/node_modules/keep/k.js': 'kept',
+        'src/.git/HEAD': 'ref',
+        'out/result.txt': 'done',
+      },
+    );
+    const list = await admin.get('/v1/snapshots');
+    check('GET', '/v1/snapshots', list);
+    expect(list.status).toBe(200);
+    expect(list.body.project).toBe('default');
+    const byShare = Object.fromEntries(list.body.snapshots.map((x: { share: string }) => [x.share, x]));
+    expect(Object.keys(byShare).sort()).toEqual(['out', 'src']);
+    expect(byShare.src).toMatchObject({
+      project: 'default',
+      key: 'main',
+      share: 'src',
+      lease: env.id,
+      files: 4, // a.txt, sub/b.txt, .gitignore, node_modules/keep/k.js
+      bytes: 5 + 4 + 6 + 4,
+      keyVersion: 1,
+      createdBy: 'admin@berth.local',
+      root: expect.stringMatching(/^snr_/),
+    });
+    expect(byShare.src.sealedBytes).toBeGreaterThan(byShare.src.bytes);
+    expect(byShare.src.objects).toBe(1);
+    expect(byShare.src.segments).toHaveLength(1);
+    expect(byShare.out).toMatchObject({ files: 1, bytes: 4, root: byShare.src.root });
+
+    // A new environment with the same key restores it (restore defaults to [snapshot]).
+    const next = await lease({ snapshot: 'main' });
+    expect(next.restored).toEqual({ key: 'main', root: byShare.src.root, files: 5, created: byShare.src.created });
+    expect(await filesUnder(workspace(next.id, 'src'))).toEqual(['.gitignore', 'a.txt', 'node_modules/keep/k.js', 'sub/b.txt']);
+    expect(await readFile(join(workspace(next.id, 'src'), 'sub/b.txt'), 'utf8')).toBe('beta');
+    expect(await filesUnder(workspace(next.id, 'out'))).toEqual(['result.txt']);
+    // Saving under an existing key makes a newer snapshot of it.
+    await writeFile(join(workspace(next.id, 'src'), 'a.txt'), 'alpha 2');
+    await admin.del(`/v1/environments/${next.id}`);
+    await until(next.id, 'stopped');
+    const again = (await admin.get('/v1/snapshots?prefix=main')).body.snapshots;
+    expect(again).toHaveLength(4);
+    expect(again[0].lease).toBe(next.id);
+    const third = await lease({ restore: ['main'] });
+    expect(third.restored.root).toBe(again[0].root);
+    expect(await readFile(join(workspace(third.id, 'src'), 'a.txt'), 'utf8')).toBe('alpha 2');
+    await admin.del(`/v1/environments/${third.id}`);
+    await until(third.id, 'stopped');
+  });
+
+  it('noIgnore saves everything', async () => {
+    await save({ project: 'raw', snapshot: 'all', noIgnore: true }, { 'src/node_modules/m.js': 'm', 'src/.git/HEAD': 'h', 'src/x.log': 'l' });
+    const list = (await admin.get('/v1/snapshots?project=raw')).body.snapshots;
+    expect(list.find((x: { share: string }) => x.share === 'src').files).toBe(3);
+  });
+
+  it('restores in order: exact key first, then the newest prefix match, first key of the list that hits', async () => {
+    const p = { project: 'order' };
+    await save({ ...p, snapshot: 'app' }, { 'src/m': 'app' });
+    await save({ ...p, snapshot: 'app-a' }, { 'src/m': 'app-a' });
+    await save({ ...p, snapshot: 'app-b' }, { 'src/m': 'app-b' });
+    const marker = async (restore: string[]) => {
+      const env = await lease({ ...p, restore });
+      const content = env.restored ? await readFile(join(workspace(env.id, 'src'), 'm'), 'utf8') : null;
+      await admin.del(`/v1/environments/${env.id}`);
+      await until(env.id, 'stopped');
+      return { key: env.restored?.key ?? null, content };
+    };
+    expect(await marker(['app'])).toEqual({ key: 'app', content: 'app' }); // exact beats the newer app-b
+    expect(await marker(['app-'])).toEqual({ key: 'app-b', content: 'app-b' }); // newest prefix match
+    expect(await marker(['missing', 'app-a', 'app'])).toEqual({ key: 'app-a', content: 'app-a' });
+    expect(await marker(['nothing', 'zzz'])).toEqual({ key: null, content: null }); // no hit: still ready
+    // Other projects' snapshots never match.
+    expect(await marker(['main'])).toEqual({ key: null, content: null });
+  });
+
+  it('lists newest first with a key prefix and pages; GraphQL the same', async () => {
+    const all = (await admin.get('/v1/snapshots?project=order')).body.snapshots;
+    expect(all.map((x: { key: string }) => x.key)).toEqual(['app-b', 'app-b', 'app-a', 'app-a', 'app', 'app']);
+    const created = all.map((x: { created: string }) => Date.parse(x.created));
+    expect([...created].sort((a, b) => b - a)).toEqual(created);
+    expect((await admin.get('/v1/snapshots?project=order&prefix=app-')).body.snapshots).toHaveLength(4);
+    const seen: unknown[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await admin.get(`/v1/snapshots?project=order&limit=4${cursor ? `&cursor=${cursor}` : ''}`);
+      check('GET', '/v1/snapshots', page);
+      seen.push(...page.body.snapshots);
+      cursor = page.body.next;
+    } while (cursor);
+    expect(seen).toEqual(all);
+    expect((await admin.get('/v1/snapshots?project=order&limit=0')).status).toBe(422);
+    expect((await admin.get('/v1/snapshots?project=Bad%20Name')).status).toBe(422);
+    const gql = await admin.gql(SnapshotsQuery, { project: 'order', prefix: 'app-a' });
+    expect(gql.body.data?.snapshots.project).toBe('order');
+    expect(gql.body.data?.snapshots.snapshots.map((x) => x.key)).toEqual(['app-a', 'app-a']);
+    expect(gql.body.data?.snapshots.next).toBeNull();
+  });
+
+  it('shreds a project: keys first, then snapshots and artifacts; a raw copy cannot be opened any more', async () => {
+    const env = await save({ project: 'secret', snapshot: 'k' }, { 'src/s.txt': 'top secret' });
+    const art = await upload('secret', 'artifact secret');
+    const blobs = join(s.dataDir, 'blobs');
+    const copy = join(tmpdir(), `berth-shred-copy-${Date.now()}`);
+    await cp(blobs, copy, { recursive: true });
+    const manifests = (await filesUnder(copy)).filter((n) => n.includes('/secret/') && n.endsWith('/manifest'));
+    expect(manifests).toHaveLength(3); // src + out snapshot shares, the artifact
+    const store = new FsBlobStore(copy);
+    // The copy is readable with the project's key while it exists: the failure below is the shred's doing.
+    const before = await s.app.deps.prisma.projectKey.findFirstOrThrow({ where: { orgId, project: 'secret' } });
+    const secretKey = unwrapKey(s.app.deps.masterKey, Buffer.from(before.wrapped), dataKeyAad(orgId, 'secret', before.version));
+    for (const name of manifests) {
+      await expect(readManifest({ store, manifest: name, objectId: name.split('/').at(-2)!, key: secretKey })).resolves.toBeTruthy();
+    }
+
+    const member = await admin.post('/v1/tokens', { email: 'member@example.com' });
+    const denied = await client(url, member.body.secret).del('/v1/project-keys/secret');
+    expect(denied).toMatchObject({ status: 403, body: { code: 'forbidden' } });
+    const deniedGql = await client(url, member.body.secret).gql(ShredMutation, { project: 'secret' });
+    expect(deniedGql.body.data?.shredProject ?? null).toBeNull();
+    expect(deniedGql.body.errors?.[0]?.extensions?.code).toBe('forbidden');
+    expect((await admin.get('/v1/snapshots?project=secret')).body.snapshots).toHaveLength(2);
+
+    const res = await admin.del('/v1/project-keys/secret');
+    check('DELETE', '/v1/project-keys/secret', res);
+    expect(res).toMatchObject({ status: 200, body: { project: 'secret', shredded: true, at: expect.any(String) } });
+
+    expect((await admin.get(`/v1/artifacts/${art.artifact.id}`)).status).toBe(404);
+    expect([404, 410]).toContain((await fetch(art.link.url)).status);
+    expect((await admin.get('/v1/snapshots?project=secret')).body.snapshots).toEqual([]);
+    expect((await filesUnder(blobs)).filter((n) => n.includes('/secret/'))).toEqual([]);
+    const restoredEnv = await lease({ project: 'secret', restore: ['k'] });
+    expect(restoredEnv.restored).toBeUndefined();
+    await admin.del(`/v1/environments/${restoredEnv.id}`);
+    await until(restoredEnv.id, 'stopped');
+
+    // Every key left anywhere in the database fails on every copied object.
+    const keys = await s.app.deps.prisma.projectKey.findMany();
+    const usable = keys.filter((k) => k.wrapped.length > 0).map((k) => unwrapKey(s.app.deps.masterKey, Buffer.from(k.wrapped), dataKeyAad(k.orgId, k.project, k.version)));
+    expect(keys.filter((k) => k.project === 'secret').every((k) => k.wrapped.length === 0)).toBe(true);
+    expect(usable.length).toBeGreaterThan(0);
+    for (const name of manifests) {
+      const objectId = name.split('/').at(-2)!;
+      for (const key of usable) {
+        await expect(readManifest({ store, manifest: name, objectId, key })).rejects.toThrow();
+      }
+    }
+    await rm(copy, { recursive: true, force: true });
+    expect(env.id).toMatch(/^env_/);
+
+    // Repeating answers the same shred; an unknown project is 404.
+    const twice = await admin.del('/v1/project-keys/secret');
+    expect(twice).toMatchObject({ status: 200, body: { project: 'secret', shredded: true, at: res.body.at } });
+    expect(await admin.del('/v1/project-keys/never-used')).toMatchObject({ status: 404, body: { code: 'not_found' } });
+    // A new upload gets a fresh key version, never a reused one.
+    const fresh = await upload('secret', 'after');
+    expect(fresh.artifact.keyVersion).toBe(2);
+    const third = await admin.del('/v1/project-keys/secret');
+    expect(Date.parse(third.body.at)).toBeGreaterThan(Date.parse(res.body.at));
+  });
+
+  it('finishes a shred interrupted half-way after a restart', async () => {
+    await save({ project: 'crash', snapshot: 'k' }, { 'src/c.txt': 'crash' });
+    const art = await upload('crash', 'crash artifact');
+    const prisma = s.app.deps.prisma;
+    // What a crash right after the shred transaction's key step would leave: keys gone, records left.
+    await prisma.shred.create({ data: { orgId, project: 'crash', at: s.clock.now() } });
+    await prisma.projectKey.updateMany({ where: { orgId, project: 'crash' }, data: { wrapped: new Uint8Array(0) } });
+    // Nothing left behind opens, even before the shred is finished.
+    expect((await fetch(art.link.url)).status).toBe(410);
+    const early = await lease({ project: 'crash', restore: ['k'] });
+    expect(early.restored).toBeUndefined();
+    await admin.del(`/v1/environments/${early.id}`);
+    await until(early.id, 'stopped');
+    await s.restart();
+    await s.app.deps.background.tick();
+    expect((await admin.get('/v1/snapshots?project=crash')).body.snapshots).toEqual([]);
+    expect((await admin.get(`/v1/artifacts/${art.artifact.id}`)).status).toBe(404);
+    expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes('/crash/'))).toEqual([]);
+    const shred = await s.app.deps.prisma.shred.findFirstOrThrow({ where: { orgId, project: 'crash' } });
+    expect(shred.finished).not.toBeNull();
+  });
+
+  it('keeps organizations apart', async () => {
+    const other = await createOrganization(s.app.deps.prisma, 'snapother', 'boss@other.example');
+    const them = client(url, other.secret);
+    expect((await them.get('/v1/snapshots')).body).toEqual({ project: 'default', snapshots: [] });
+    expect((await them.del('/v1/project-keys/default')).status).toBe(404);
+    expect((await them.gql(ShredMutation, { project: 'default' })).body.errors?.[0]?.extensions?.code).toBe('not_found');
+    const theirs = await them.post('/v1/environments', { template: 'default', restore: ['main'] });
+    expect(theirs.status).toBe(202);
+    expect((await admin.get('/v1/snapshots')).body.snapshots.length).toBeGreaterThan(0);
+    for (let i = 0; i < 10; i++) {
+      s.clock.advance(1000);
+      await s.app.deps.background.tick();
+    }
+    const theirEnv = (await them.get(`/v1/environments/${theirs.body.environment.id}`)).body;
+    expect(theirEnv.state).toBe('ready');
+    expect(theirEnv.restored).toBeUndefined();
+    const env = await lease({ restore: ['main'] });
+    expect(env.restored?.key).toBe('main');
+  });
+});
