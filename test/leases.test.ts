@@ -144,6 +144,19 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect(states).toEqual(ids.map(() => 'stopped'));
   });
 
+  it('leaves node work another instance has claimed alone, until the claim is stale', async () => {
+    const env = (await admin.post('/v1/environments', { template: 'many' })).body.environment;
+    await s.app.deps.background.tick();
+    await admin.del(`/v1/environments/${env.id}`);
+    // As if another instance were releasing it right now.
+    await s.app.deps.prisma.environment.update({ where: { id: env.id }, data: { state: 'stopping', workClaim: s.clock.now() } });
+    await s.app.deps.background.tick();
+    expect((await admin.get(`/v1/environments/${env.id}`)).body.state).toBe('stopping');
+    s.clock.advance(10 * 60_000 + 1);
+    await s.app.deps.background.tick();
+    expect((await admin.get(`/v1/environments/${env.id}`)).body.state).toBe('stopped');
+  });
+
   it('lists templates and lets admins set their own versions', async () => {
     const list = await admin.get('/v1/templates');
     expect(list.body.templates.map((t: { name: string }) => t.name)).toEqual(['many', 'other', 'quick', 'slow']);

@@ -104,6 +104,22 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
   return claimed;
 }
 
+/** A node's work on one environment (prepare, release) takes minutes at most; older claims are from a dead instance. */
+const CLAIM_MS = 10 * 60_000;
+
+/**
+ * Takes the environment's node work for this instance, so two instances never prepare or
+ * release the same environment at once (a release saves snapshots). Transitions clear it.
+ */
+async function claimWork(deps: Deps, id: string, state: string): Promise<boolean> {
+  const now = deps.clock.now();
+  const { count } = await deps.prisma.environment.updateMany({
+    where: { id, state, OR: [{ workClaim: null }, { workClaim: { lt: new Date(now.getTime() - CLAIM_MS) } }] },
+    data: { workClaim: now },
+  });
+  return count === 1;
+}
+
 /** Starting environments whose start time has passed: prepared, then ready; or failed past the bound. */
 async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void> {
   const now = deps.clock.now();
@@ -122,6 +138,7 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
       }));
       continue;
     }
+    if (!(await claimWork(deps, id, 'starting'))) continue;
     try {
       await provider.prepare(deps, env);
     } catch (error) {
@@ -166,6 +183,7 @@ async function enforceTimeouts(deps: Deps): Promise<void> {
 async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void> {
   const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
   for (const env of stopping) {
+    if (!(await claimWork(deps, env.id, 'stopping'))) continue;
     try {
       await provider.release(deps, env);
     } catch (error) {

@@ -177,7 +177,7 @@ export async function transition(
     const now = deps.clock.now();
     await tx.environment.update({
       where: { id },
-      data: { ...data(now, current), state: to, version: { increment: 1 } },
+      data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null },
     });
     if ((ENDED_STATES as readonly string[]).includes(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
