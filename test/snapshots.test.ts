@@ -243,6 +243,21 @@ describeBackends('snapshots', (backend) => {
     expect(Date.parse(third.body.at)).toBeGreaterThan(Date.parse(res.body.at));
   });
 
+  it('gives sandboxes running the project a fresh key in their keyring after a shred', async () => {
+    const sb = (await admin.post('/v1/sandboxes', { name: `keys-${backend}` })).body.sandbox;
+    const env = (await admin.post('/v1/environments', { template: 'default', sandbox: sb.id, project: 'ring' })).body.environment;
+    const before = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const entry = before.keyring.find((k: { project: string }) => k.project === 'ring');
+    expect(entry).toMatchObject({ version: 1, key: expect.any(String) });
+    expect((await admin.del('/v1/project-keys/ring')).status).toBe(200);
+    const after = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const fresh = after.keyring.find((k: { project: string }) => k.project === 'ring');
+    expect(fresh.version).toBeGreaterThan(1);
+    expect(fresh.key).not.toBe(entry.key);
+    expect(after.version).toBeGreaterThan(before.version);
+    await admin.del(`/v1/environments/${env.id}`);
+  });
+
   it('finishes a shred interrupted half-way after a restart', async () => {
     await save({ project: 'crash', snapshot: 'k' }, { 'src/c.txt': 'crash' });
     const art = await upload('crash', 'crash artifact');

@@ -16,6 +16,8 @@ import { sweepArtifacts } from './artifacts';
 import { MINUTE_MS } from './durations';
 import { ForbiddenError, NotFoundError } from './errors';
 import { validateProjectName } from './labels';
+import { LIVE_STATES } from './environment-events';
+import { notifySandboxConfig } from './sandbox-wiring';
 import { purgeSnapshot, snapshotVersionPrefix } from './snapshots';
 
 export const SHRED_JOB = 'project-shredder';
@@ -55,6 +57,13 @@ export async function shredProject(deps: Deps, actor: Actor, projectName: string
   });
   if (!outcome) throw new NotFoundError(`project ${project}`);
   if (outcome.fresh) {
+    // Keyrings of sandboxes running this project's environments just lost a key.
+    const wired = await deps.prisma.environment.findMany({
+      where: { orgId, project, state: { in: [...LIVE_STATES] }, sandboxId: { not: null } },
+      distinct: ['sandboxId'],
+      select: { sandboxId: true },
+    });
+    for (const { sandboxId } of wired) await notifySandboxConfig(deps, orgId, sandboxId);
     try {
       await finishShred(deps, orgId, project, outcome.at);
     } catch {
