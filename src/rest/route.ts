@@ -16,6 +16,12 @@ export interface Param {
   description?: string;
 }
 
+/** Cursor paging shared by every list: `limit` and `cursor` become the connection's `first` and `after`. */
+export const PAGE_PARAMS: Param[] = [
+  { name: 'limit', in: 'query', type: 'integer', variable: 'first', description: 'page size, 1-500 (default 50)' },
+  { name: 'cursor', in: 'query', type: 'string', variable: 'after', description: 'the `next` of the previous page' },
+];
+
 /** How the operation's root field becomes the REST body. */
 export type Result =
   /** The field's value is the body (e.g. an unwrapped Environment). */

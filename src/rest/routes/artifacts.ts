@@ -18,7 +18,7 @@ import { fragmentsOf, operationOf } from '../adapter';
 import { sendError, sendJson, stripNulls } from '../http';
 import { selectionSchema, type JsonSchema } from '../json-schema';
 import { contentDisposition, etagMatches, parseRange } from '../range';
-import type { Param, Route, StreamRoute } from '../route';
+import { PAGE_PARAMS, type Param, type Route, type StreamRoute } from '../route';
 
 graphql(`
   fragment ArtifactFields on Artifact {
@@ -211,19 +211,19 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
     },
   };
 
+  const DOWNLOAD_RESPONSES: StreamRoute['openapi']['responses'] = {
+    '200': { description: 'The plain bytes', contentType: 'application/octet-stream', schema: BINARY },
+    '206': { description: 'The requested range (Content-Range)', contentType: 'application/octet-stream', schema: BINARY },
+    '304': { description: 'Not modified (If-None-Match)' },
+  };
+
   const content: StreamRoute = {
     method: 'GET',
     path: '/v1/artifacts/{id}/content',
     summary: "Download an artifact's bytes (Range: bytes=a-b, a-, -n; ETag is its sha256)",
     description: '200 the whole file, 206 one range, 304 for a matching If-None-Match, 416 range_not_satisfiable, 404 not_found.',
     auth: 'bearer',
-    openapi: {
-      responses: {
-        '200': { description: 'The plain bytes', contentType: 'application/octet-stream', schema: BINARY },
-        '206': { description: 'The requested range (Content-Range)', contentType: 'application/octet-stream', schema: BINARY },
-        '304': { description: 'Not modified (If-None-Match)' },
-      },
-    },
+    openapi: { responses: DOWNLOAD_RESPONSES },
     async handle(req, res, { ctx, params }) {
       requireMember(ctx!.actor);
       await sendContent(req, res, ctx!.deps, await getArtifact(ctx!.deps, ctx!.actor, params.id!));
@@ -236,13 +236,7 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
     summary: 'Download through a signed link, without a bearer token (Range as for content)',
     description: '403 invalid_link (altered or foreign), 410 link_expired / link_revoked, 404 not_found (the artifact was deleted or expired).',
     auth: 'none',
-    openapi: {
-      responses: {
-        '200': { description: 'The plain bytes', contentType: 'application/octet-stream', schema: BINARY },
-        '206': { description: 'The requested range (Content-Range)', contentType: 'application/octet-stream', schema: BINARY },
-        '304': { description: 'Not modified (If-None-Match)' },
-      },
-    },
+    openapi: { responses: DOWNLOAD_RESPONSES },
     async handle(req, res, { deps, params }) {
       await sendContent(req, res, deps, await resolveLink(deps, params.token!));
     },
@@ -258,8 +252,7 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
         { name: 'project', in: 'query', type: 'string', description: 'only this project (default: all)' },
         { name: 'name', in: 'query', type: 'string', description: 'only artifacts with exactly this name' },
         { name: 'label', in: 'query', type: 'string', list: true, description: 'key=value; repeat to require several' },
-        { name: 'limit', in: 'query', type: 'integer', variable: 'first', description: 'page size, 1-500 (default 50)' },
-        { name: 'cursor', in: 'query', type: 'string', variable: 'after', description: 'the `next` of the previous page' },
+        ...PAGE_PARAMS,
       ],
       document: graphql(`
         query RestArtifacts($project: String, $name: String, $label: [String!], $first: Int, $after: String) {

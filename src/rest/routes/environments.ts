@@ -1,5 +1,5 @@
 import { graphql } from '../../generated/gql';
-import type { Route } from '../route';
+import { PAGE_PARAMS, type Route } from '../route';
 
 graphql(`
   fragment EnvironmentFields on Environment {
@@ -44,8 +44,7 @@ export const environmentRoutes: Route[] = [
       { name: 'label', in: 'query', type: 'string', list: true, description: 'key=value; repeat to require several' },
       { name: 'sandbox', in: 'query', type: 'string', description: 'sandbox id' },
       { name: 'project', in: 'query', type: 'string' },
-      { name: 'limit', in: 'query', type: 'integer', variable: 'first', description: 'page size, 1-500 (default 50)' },
-      { name: 'cursor', in: 'query', type: 'string', variable: 'after', description: 'the `next` of the previous page' },
+      ...PAGE_PARAMS,
     ],
     document: graphql(`
       query RestEnvironments($state: String, $template: String, $label: [String!], $sandbox: String, $project: String, $first: Int, $after: String) {

@@ -1,5 +1,5 @@
 import { graphql } from '../../generated/gql';
-import type { Route } from '../route';
+import { PAGE_PARAMS, type Route } from '../route';
 
 graphql(`
   fragment SnapshotFields on Snapshot {
@@ -17,8 +17,7 @@ export const snapshotRoutes: Route[] = [
     params: [
       { name: 'project', in: 'query', type: 'string', description: 'project (default: `default`)' },
       { name: 'prefix', in: 'query', type: 'string', description: 'only keys starting with this' },
-      { name: 'limit', in: 'query', type: 'integer', variable: 'first', description: 'page size, 1-500 (default 50)' },
-      { name: 'cursor', in: 'query', type: 'string', variable: 'after', description: 'the `next` of the previous page' },
+      ...PAGE_PARAMS,
     ],
     document: graphql(`
       query RestSnapshots($project: String, $prefix: String, $first: Int, $after: String) {
