@@ -81,4 +81,4 @@ function limit(size: number): object {
 
 const [mode, base, token, arg] = process.argv.slice(2);
 const result = mode === 'upload' ? await upload(Number(arg)) : mode === 'download' ? await download(arg!) : limit(Number(base));
-process.stdout.write(JSON.stringify(result) + '\n');
+process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -90,9 +90,15 @@ try {
   console.log(rows.join('\n'));
   if (sizes.length > 1) {
     const growth = (d: 'upload' | 'download') => `${((peaks[d].at(-1)! - peaks[d][0]!) / MiB).toFixed(0)} MiB`;
-    console.log(`peak RSS from ${mib(sizes[0]!)} MiB to ${mib(sizes.at(-1)!)} MiB artifacts: upload ${growth('upload')}, download ${growth('download')}`);
+    console.log(
+      `peak RSS from ${mib(sizes[0]!)} MiB to ${mib(sizes.at(-1)!)} MiB artifacts: upload ${growth('upload')}, download ${growth('download')}`,
+    );
   }
-  console.log(`node ${process.version}, ${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(1)).join(' ')}; MB = 10^6 bytes`);
+  console.log(
+    `node ${process.version}, ${cpus().length} CPUs, load average ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}; MB = 10^6 bytes`,
+  );
 } finally {
   await app.stop();
   await rm(dataDir, { recursive: true, force: true });

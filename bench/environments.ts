@@ -12,7 +12,7 @@
  * BENCH_SUBSCRIBERS (1000), BENCH_ROUNDS (3), BENCH_PHASES (http,subscriptions),
  * BENCH_BACKENDS (pglite, plus postgres when BENCH_DATABASE_URL is set).
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
@@ -21,7 +21,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import { createClient, type Client } from 'graphql-ws';
+import { type Client, createClient } from 'graphql-ws';
 import pg from 'pg';
 import { WebSocket } from 'ws';
 import type { App } from '../src/server';
@@ -176,7 +176,7 @@ function subscriberChild(): void {
     for (let i = 0; i < msg.count; i += 50) {
       const batch = Array.from({ length: Math.min(50, msg.count - i) }, () => {
         const client = createClient({
-          url: msg.url.replace(/^http/, 'ws') + '/graphql',
+          url: `${msg.url.replace(/^http/, 'ws')}/graphql`,
           webSocketImpl: WebSocket,
           connectionParams: { authorization: `Bearer ${msg.token}` },
           lazy: false,
@@ -314,7 +314,11 @@ async function measureReference(): Promise<HttpRow> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   try {
     const { port } = server.address() as AddressInfo;
-    return { backend: '-', what: 'reference: node:http, no database', ...(await measureTarget({ url: `http://127.0.0.1:${port}/`, method: 'GET', headers: {} })) };
+    return {
+      backend: '-',
+      what: 'reference: node:http, no database',
+      ...(await measureTarget({ url: `http://127.0.0.1:${port}/`, method: 'GET', headers: {} })),
+    };
   } finally {
     await new Promise((resolve) => server.close(resolve));
   }
@@ -474,20 +478,26 @@ async function runBackend(backend: 'pglite' | 'postgres', phases: string[]): Pro
     const result: { http: HttpRow[]; subscriptions?: SubscriptionRow } = { http: [] };
     if (phases.includes('http')) {
       const id = await createEnvironment(app, { bench: 'read' });
-      await waitFor('the environment to be ready', 60_000, async () => (await api(app!)<{ state: string }>('GET', `/v1/environments/${id}`)).body.state === 'ready');
+      await waitFor(
+        'the environment to be ready',
+        60_000,
+        async () => (await api(app!)<{ state: string }>('GET', `/v1/environments/${id}`)).body.state === 'ready',
+      );
       // PGlite's socket admits one connection and Berth's pool holds it, so on the embedded
       // default the baseline shares that very pool of one; on PostgreSQL it gets a pool like
       // Berth's (10 connections, same schema).
       ownPool =
-        backend === 'postgres'
-          ? new pg.Pool({ connectionString: databaseUrl, max: 10, options: `-c search_path=${schema}` })
-          : undefined;
+        backend === 'postgres' ? new pg.Pool({ connectionString: databaseUrl, max: 10, options: `-c search_path=${schema}` }) : undefined;
       baseline = await startBaseline(ownPool ?? app.deps.db.pool);
       console.error(`[${backend}] HTTP reads…`);
       result.http = await measureHttp(backend, app, baseline.url, id);
       // Its node goes back to the pool for the subscription rounds.
       await stopEnvironment(app, id);
-      await waitFor('the environment to stop', 60_000, async () => (await api(app!)<{ state: string }>('GET', `/v1/environments/${id}`)).body.state === 'stopped');
+      await waitFor(
+        'the environment to stop',
+        60_000,
+        async () => (await api(app!)<{ state: string }>('GET', `/v1/environments/${id}`)).body.state === 'stopped',
+      );
     }
     if (phases.includes('subscriptions')) {
       console.error(`[${backend}] subscriptions…`);
@@ -508,11 +518,15 @@ async function runBackend(backend: 'pglite' | 'postgres', phases: string[]): Pro
   }
 }
 
-/** A Markdown table (so it pastes into the README as is); the first `left` columns are text. */
+/** A Markdown table (so it pastes into docs/benchmarks.md as is); the first `left` columns are text. */
 function table(header: string[], rows: string[][], left: number): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => (i < left ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`;
-  return [line(header), `|${widths.map((w, i) => (i < left ? `-${'-'.repeat(w)}-` : `-${'-'.repeat(w)}:`)).join('|')}|`, ...rows.map(line)].join('\n');
+  return [
+    line(header),
+    `|${widths.map((w, i) => (i < left ? `-${'-'.repeat(w)}-` : `-${'-'.repeat(w)}:`)).join('|')}|`,
+    ...rows.map(line),
+  ].join('\n');
 }
 
 async function main(): Promise<void> {
@@ -555,10 +569,22 @@ async function main(): Promise<void> {
   }
   const subs = results.flatMap((r) => (r.subscriptions ? [r.subscriptions] : []));
   if (subs.length) {
-    console.log('\nState-change delivery to graphql-ws subscribers (child process, same machine), from the event row\'s `at` to receipt:\n');
+    console.log("\nState-change delivery to graphql-ws subscribers (child process, same machine), from the event row's `at` to receipt:\n");
     console.log(
       table(
-        ['backend', 'subscribers', 'events', 'delivered / expected', 'twice', 'out of order', 'errors', 'p50 ms', 'p99 ms', 'max ms', 'connect s'],
+        [
+          'backend',
+          'subscribers',
+          'events',
+          'delivered / expected',
+          'twice',
+          'out of order',
+          'errors',
+          'p50 ms',
+          'p99 ms',
+          'max ms',
+          'connect s',
+        ],
         subs.map((s) => [
           s.backend,
           String(s.subscribers),

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MIGRATION_LOCK, defaultMigrationsDir, diffMigrationsToSchema } from '../src/db/schema-engine.js';
+import { defaultMigrationsDir, diffMigrationsToSchema, MIGRATION_LOCK } from '../src/db/schema-engine.js';
 
 function utcStamp(d = new Date()): string {
   return d.toISOString().replace(/[-:T]/g, '').slice(0, 14);
@@ -13,7 +13,11 @@ function utcStamp(d = new Date()): string {
 async function main(): Promise<number> {
   const raw = process.argv.slice(2).join(' ');
   // A directory-safe name: lower-case words joined by '_'.
-  const name = raw.toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_+|_+$/g, '').slice(0, 200);
+  const name = raw
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '')
+    .slice(0, 200);
   if (!name) {
     console.error('usage: npm run migrate:new -- <name>');
     return 2;

@@ -4,7 +4,7 @@ import { lexicographicSortSchema, printSchema } from 'graphql';
 import { schema } from '../src/schema';
 
 const file = new URL('../schema.graphql', import.meta.url);
-const printed = printSchema(lexicographicSortSchema(schema)) + '\n';
+const printed = `${printSchema(lexicographicSortSchema(schema))}\n`;
 if (process.argv.includes('--check')) {
   const current = await readFile(file, 'utf8').catch(() => '');
   if (current !== printed) {

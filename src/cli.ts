@@ -15,7 +15,7 @@ async function createOrg(name: string, admin: string): Promise<OrgCreated> {
   const config = loadConfig();
   if (!config.databaseUrl) {
     const reply = await callOperatorSocket(config.dataDir, '/orgs', { name, admin });
-    if (reply && reply.status !== 201) throw new CommandError(reply.body.error);
+    if (reply && reply.status !== 201) throw new CommandError((reply.body as { error: string }).error);
     if (reply) return reply.body as OrgCreated;
   }
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });

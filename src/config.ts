@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 
-/** Everything Berth reads from its environment, parsed once. See README "Configuration". */
+/** Everything Berth reads from its environment, parsed once. See README.md, "Configuration". */
 export interface Config {
   host: string;
   port: number;
@@ -20,7 +20,7 @@ export interface Config {
   dev: boolean;
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
   publicUrl?: string;
-  /** Artifact tuning knobs (README "Artifacts"); the spec's limit is 2 GiB, tests lower it. */
+  /** Artifact tuning knobs (docs/artifacts.md); the spec's limit is 2 GiB, tests lower it. */
   artifactMaxBytes: number;
   artifactChunkSize: number;
   artifactSegmentSize: number;

@@ -19,6 +19,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
     if (stopping) process.exit(1);
     stopping = true;
-    app.stop().then(() => process.exit(0), () => process.exit(1));
+    app.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
   });
 }

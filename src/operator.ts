@@ -1,5 +1,5 @@
-import { createServer, request, type Server } from 'node:http';
 import { rm } from 'node:fs/promises';
+import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import type { Prisma } from './db';
 import { DomainError } from './services/errors';
@@ -48,14 +48,17 @@ export async function startOperatorSocket(prisma: Prisma, dataDir: string): Prom
 }
 
 /** Sends a command to a server running on DATA_DIR; undefined when none is listening. */
-export function callOperatorSocket(dataDir: string, path: string, body: unknown): Promise<{ status: number; body: any } | undefined> {
+export function callOperatorSocket(dataDir: string, path: string, body: unknown): Promise<{ status: number; body: unknown } | undefined> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath: operatorSocketPath(dataDir), path, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 500, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) }));
-      res.on('error', reject);
-    });
+    const req = request(
+      { socketPath: operatorSocketPath(dataDir), path, method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 500, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED') resolve(undefined);
       else reject(err);

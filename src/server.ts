@@ -3,23 +3,22 @@ import type { AddressInfo } from 'node:net';
 import { costLimitPlugin } from '@escape.tech/graphql-armor-cost-limit';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import { GraphQLError, type ExecutionArgs } from 'graphql';
+import type { DocumentNode, ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { createYoga } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
-import { systemClock, type Clock } from './clock';
+import { type Clock, systemClock } from './clock';
 import type { Config } from './config';
 import type { Actor, Context, Deps } from './context';
 import { loadMasterKey } from './crypto/master-key';
 import { openDatabase } from './db';
-import { startBackground } from './scheduler/background';
-import { backgroundJobs } from './scheduler/jobs';
-import { createBlobStore } from './store';
-import { callOperatorSocket, startOperatorSocket } from './operator';
 import { createEvents } from './events';
+import { callOperatorSocket, startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
 import { clientAddress, sendError } from './rest/http';
 import { buildRoutes } from './rest/routes';
+import { startBackground } from './scheduler/background';
+import { backgroundJobs } from './scheduler/jobs';
 import { schema } from './schema';
 import { toClientError } from './schema/errors';
 import { authenticate } from './services/auth';
@@ -27,6 +26,7 @@ import { DomainError } from './services/errors';
 import { ensureDefaultOrganization } from './services/organizations';
 import { applyCatalog } from './services/templates';
 import { loadCatalog } from './services/templates-file';
+import { createBlobStore } from './store';
 
 export interface App {
   deps: Deps;
@@ -133,14 +133,21 @@ export async function startApp(opts: AppOptions): Promise<App> {
         }
       },
       onSubscribe: async (ctx, _id, payload) => {
-        const { schema: s, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
+        const {
+          schema: s,
+          execute,
+          subscribe,
+          contextFactory,
+          parse,
+          validate,
+        } = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
           socket: ctx.extra.socket,
           params: payload,
           actor: ctx.extra.actor,
         });
-        let document;
+        let document: DocumentNode;
         try {
           document = parse(payload.query);
         } catch (error) {

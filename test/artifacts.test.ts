@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueCliToken } from '../src/services/credentials';
 import { graphql } from './gql';
-import { startAzurite, type Azurite } from './helpers/azurite';
+import { type Azurite, startAzurite } from './helpers/azurite';
 import { openApiValidator } from './helpers/openapi';
-import { BOOTSTRAP, client, describeBackends, startServer, type Reply, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, type Reply, startServer, type TestServer } from './helpers/server';
 
 // Small chunks and segments so a few KiB already span several segments; a small limit for 413.
 const CHUNK = 1024;
@@ -107,7 +107,9 @@ function rawUpload(url: string, query: string, headers: Record<string, string> =
 /** Another organization with an admin token. */
 async function otherOrg(s: TestServer, name: string): Promise<string> {
   const org = await s.app.deps.prisma.organization.create({ data: { id: `org_${name}`, name } });
-  const person = await s.app.deps.prisma.person.create({ data: { id: `usr_${name}`, orgId: org.id, email: `boss@${name}.test`, admin: true } });
+  const person = await s.app.deps.prisma.person.create({
+    data: { id: `usr_${name}`, orgId: org.id, email: `boss@${name}.test`, admin: true },
+  });
   return (await issueCliToken(s.app.deps.prisma, person, { name: 't', createdBy: 'test', expires: null })).secret;
 }
 
@@ -168,9 +170,13 @@ describeBackends('artifacts', (backend) => {
   });
 
   it('stores name, project, labels, retention and content type as given, and defaults the name to the id', async () => {
-    const res = await upload('?name=dist/app%20v1.tar.gz&project=web.app&retention=12h&label=team=infra&label=tier=&label=berth.dev/ci=yes', Buffer.from('x'), {
-      'content-type': 'application/gzip',
-    });
+    const res = await upload(
+      '?name=dist/app%20v1.tar.gz&project=web.app&retention=12h&label=team=infra&label=tier=&label=berth.dev/ci=yes',
+      Buffer.from('x'),
+      {
+        'content-type': 'application/gzip',
+      },
+    );
     expect(res.status).toBe(201);
     expect(res.body.artifact).toMatchObject({
       name: 'dist/app v1.tar.gz',
@@ -368,9 +374,14 @@ describeBackends('artifacts', (backend) => {
     expect(Math.abs(Date.parse(made.body.link.expires) - Date.now() - 600_000)).toBeLessThan(2000);
     const dflt = await admin.post(`/v1/artifacts/${artifact.id}/links`);
     expect(Math.abs(Date.parse(dflt.body.link.expires) - Date.now() - DAY)).toBeLessThan(2000);
-    expect(await admin.post(`/v1/artifacts/${artifact.id}/links`, { lifetime: '31d' })).toMatchObject({ status: 422, body: { code: 'invalid' } });
+    expect(await admin.post(`/v1/artifacts/${artifact.id}/links`, { lifetime: '31d' })).toMatchObject({
+      status: 422,
+      body: { code: 'invalid' },
+    });
     const viaGql = await admin.gql(CreateLink, { id: artifact.id, lifetime: '30d' });
-    expect(viaGql.body.data?.createArtifactLink.expires).toBe(new Date(Math.floor(Date.parse(artifact.expires) / 1000) * 1000).toISOString());
+    expect(viaGql.body.data?.createArtifactLink.expires).toBe(
+      new Date(Math.floor(Date.parse(artifact.expires) / 1000) * 1000).toISOString(),
+    );
     expect((await download(viaGql.body.data!.createArtifactLink.url, {}, null)).status).toBe(200);
 
     // Expired: the injected clock moves past the link's expiry.
@@ -406,7 +417,9 @@ describeBackends('artifacts', (backend) => {
     };
     // A chunk in the second segment: headers are out, the response is cut short, never wrong data.
     await flip(a.segments[1].name, 2 * (CHUNK + SEAL) + 100);
-    await expect(fetch(`${s.url}/v1/artifacts/${a.id}/content`, { headers: { authorization: `Bearer ${BOOTSTRAP}` } }).then((r) => r.arrayBuffer())).rejects.toThrow();
+    await expect(
+      fetch(`${s.url}/v1/artifacts/${a.id}/content`, { headers: { authorization: `Bearer ${BOOTSTRAP}` } }).then((r) => r.arrayBuffer()),
+    ).rejects.toThrow();
     const before = await download(`/v1/artifacts/${a.id}/content`, { range: `bytes=0-${4 * CHUNK - 1}` });
     expect(before.status).toBe(206);
     expect(before.bytes.equals(data.subarray(0, 4 * CHUNK))).toBe(true);
@@ -430,7 +443,11 @@ describeBackends('artifacts', (backend) => {
     expect(res).toMatchObject({ status: 200, body: { deleted: a.id } });
     expect((await blobFiles(s.dataDir)).filter((f) => f.startsWith(prefix))).toEqual([]);
     expect(await s.app.deps.prisma.artifact.count({ where: { id: a.id } })).toBe(0);
-    for (const r of [await admin.get(`/v1/artifacts/${a.id}`), await admin.del(`/v1/artifacts/${a.id}`), await admin.post(`/v1/artifacts/${a.id}/links`, {})]) {
+    for (const r of [
+      await admin.get(`/v1/artifacts/${a.id}`),
+      await admin.del(`/v1/artifacts/${a.id}`),
+      await admin.post(`/v1/artifacts/${a.id}/links`, {}),
+    ]) {
       expect(r).toMatchObject({ status: 404, body: { code: 'not_found' } });
     }
     expect((await download(`/v1/artifacts/${a.id}/content`)).status).toBe(404);
@@ -480,8 +497,21 @@ describeBackends('artifacts', (backend) => {
     const orgId = (await s.app.deps.prisma.organization.findFirstOrThrow({ where: { name: 'default' } })).id;
     await s.app.deps.prisma.artifact.create({
       data: {
-        id: orphan, orgId, project: 'default', name: 'orphan', size: 0n, sha256: '', contentType: 'x/y', keyVersion: 1, manifest: '',
-        chunks: 0, sealedBytes: 0n, createdBy: 'test', created: s.clock.now(), expires: new Date(s.clock.now().getTime() + 3600_000), status: 'uploading',
+        id: orphan,
+        orgId,
+        project: 'default',
+        name: 'orphan',
+        size: 0n,
+        sha256: '',
+        contentType: 'x/y',
+        keyVersion: 1,
+        manifest: '',
+        chunks: 0,
+        sealedBytes: 0n,
+        createdBy: 'test',
+        created: s.clock.now(),
+        expires: new Date(s.clock.now().getTime() + 3600_000),
+        status: 'uploading',
       },
     });
     await s.app.deps.store.put(`artifacts/${orgId}/default/${orphan}/seg-000000`, Buffer.from('partial'));
@@ -568,7 +598,11 @@ describe('artifacts on Azure Blob Storage (Azurite)', () => {
 
   beforeAll(async () => {
     azurite = await startAzurite();
-    s = await startServer('pglite', { ...ENV, AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString, AZURE_STORAGE_CONTAINER: 'artifacts-test' });
+    s = await startServer('pglite', {
+      ...ENV,
+      AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString,
+      AZURE_STORAGE_CONTAINER: 'artifacts-test',
+    });
   });
   afterAll(async () => {
     await s?.stop();

@@ -19,11 +19,21 @@ describeBackends('authentication and identity', (backend) => {
     expect(me.status).toBe(200);
     expect(me.body).toMatchObject({ kind: 'person', name: 'admin@berth.local', admin: true, organization: { name: 'default' } });
     const viaGraphql = await admin.gql(Viewer);
-    expect(viaGraphql.body.data?.viewer).toEqual({ kind: 'person', name: 'admin@berth.local', admin: true, organization: { name: 'default' } });
+    expect(viaGraphql.body.data?.viewer).toEqual({
+      kind: 'person',
+      name: 'admin@berth.local',
+      admin: true,
+      organization: { name: 'default' },
+    });
   });
 
   it('answers 401 with the error body for missing, malformed and unknown credentials', async () => {
-    for (const headers of [{} as Record<string, string>, { authorization: 'Basic abc' }, { authorization: 'Bearer nope' }, { authorization: 'Bearer' }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { authorization: 'Basic abc' },
+      { authorization: 'Bearer nope' },
+      { authorization: 'Bearer' },
+    ]) {
       const res = await client(url).get('/v1/me', headers);
       expect(res.status).toBe(401);
       expect(res.body).toEqual({ error: expect.any(String), code: 'unauthorized' });
@@ -81,7 +91,10 @@ describeBackends('authentication and identity', (backend) => {
     const temp = client(url, expiring.body.secret);
     expect((await temp.get('/v1/me')).status).toBe(200);
     s.clock.advance(60 * 60 * 1000 + 1000);
-    expect(await temp.get('/v1/me')).toMatchObject({ status: 401, body: { code: 'unauthorized', error: expect.stringContaining('expired') } });
+    expect(await temp.get('/v1/me')).toMatchObject({
+      status: 401,
+      body: { code: 'unauthorized', error: expect.stringContaining('expired') },
+    });
 
     const revocable = await admin.post('/v1/tokens', { email: 'gone@example.com' });
     const gone = client(url, revocable.body.secret);
@@ -125,7 +138,9 @@ describeBackends('authentication and identity', (backend) => {
 
   it('keeps organizations apart: another organization looks like nothing at all', async () => {
     const org = await s.app.deps.prisma.organization.create({ data: { id: 'org_other', name: 'other' } });
-    const person = await s.app.deps.prisma.person.create({ data: { id: 'usr_other', orgId: org.id, email: 'boss@other.test', admin: true } });
+    const person = await s.app.deps.prisma.person.create({
+      data: { id: 'usr_other', orgId: org.id, email: 'boss@other.test', admin: true },
+    });
     const { issueCliToken } = await import('../src/services/credentials');
     const { secret } = await issueCliToken(s.app.deps.prisma, person, { name: 't', createdBy: 'test', expires: null });
     const other = client(url, secret);
@@ -137,7 +152,9 @@ describeBackends('authentication and identity', (backend) => {
     expect(foreign.status).toBe(404);
     expect(foreign.body).toEqual({ error: foreign.body.error, code: 'not_found' });
     expect(foreign.body.error.replace(theirs.body.key.id, 'X')).toBe(unknown.body.error.replace('key_doesnotexist', 'X'));
-    const viaGraphql = await admin.gql(graphql(`mutation TestRevokeKey($id: ID!) { revokeApiKey(id: $id) { id } }`), { id: theirs.body.key.id });
+    const viaGraphql = await admin.gql(graphql(`mutation TestRevokeKey($id: ID!) { revokeApiKey(id: $id) { id } }`), {
+      id: theirs.body.key.id,
+    });
     expect(viaGraphql.body.errors?.[0]?.extensions?.code).toBe('not_found');
     expect((await other.get('/v1/me')).body.organization.name).toBe('other');
   });

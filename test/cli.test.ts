@@ -34,7 +34,10 @@ describe('operator command: org create', () => {
       stderr: expect.stringContaining('already exists'),
     });
     await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'Bad Name', '--admin', 'x@y.z')).rejects.toMatchObject({ code: 1 });
-    await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'acme2')).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('usage') });
+    await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'acme2')).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('usage'),
+    });
   });
 
   it('works with no server running, and the server then accepts the token', async () => {

@@ -3,17 +3,9 @@ import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  dataKeyAad,
-  KeyUnwrapError,
-  keyFingerprint,
-  newDataKey,
-  unwrapKey,
-  WRAPPED_KEY_BYTES,
-  wrapKey,
-} from '../src/crypto/data-keys';
+import { dataKeyAad, KeyUnwrapError, keyFingerprint, newDataKey, unwrapKey, WRAPPED_KEY_BYTES, wrapKey } from '../src/crypto/data-keys';
 import { loadMasterKey, MasterKeyError } from '../src/crypto/master-key';
-import { openChunk, SealError, SEAL_OVERHEAD, sealChunk, type ChunkAad } from '../src/crypto/seal';
+import { type ChunkAad, openChunk, SEAL_OVERHEAD, SealError, sealChunk } from '../src/crypto/seal';
 
 describe('loadMasterKey', () => {
   let dir: string;
@@ -72,7 +64,9 @@ describe('loadMasterKey', () => {
 
   it('rejects a MASTER_KEY of the wrong length or alphabet, without echoing it', async () => {
     const short = randomBytes(31).toString('base64');
-    await expect(loadMasterKey({ masterKeyB64: short, dataDir: dir })).rejects.toThrow(/MASTER_KEY must decode to exactly 32 bytes, got 31/);
+    await expect(loadMasterKey({ masterKeyB64: short, dataDir: dir })).rejects.toThrow(
+      /MASTER_KEY must decode to exactly 32 bytes, got 31/,
+    );
     await expect(loadMasterKey({ masterKeyB64: randomBytes(33).toString('base64'), dataDir: dir })).rejects.toBeInstanceOf(MasterKeyError);
     const bad = 'this is not base64!!';
     const err = (await loadMasterKey({ masterKeyB64: bad, dataDir: dir }).then(

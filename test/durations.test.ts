@@ -13,7 +13,6 @@ import {
 import { ValidationError } from '../src/services/errors';
 import { thrown } from './helpers/thrown';
 
-
 describe('parseDuration accepts Go-style durations plus days', () => {
   const cases: [string, number][] = [
     ['30m', 30 * MINUTE_MS],
@@ -93,7 +92,7 @@ describe('parseDuration refuses everything else', () => {
     '0.5ms', // finer than a millisecond
     '1.0001s',
     '99999999999999999999d', // too long for a safe integer
-    '1'.repeat(70) + 's', // absurdly long text
+    `${'1'.repeat(70)}s`, // absurdly long text
   ];
   it.each(cases)('%j', (text) => {
     const err = thrown(() => parseDuration(text, 'hard'));
@@ -211,12 +210,8 @@ describe('checkMax and parseDurationMax', () => {
     const err = thrown(() => parseDurationMax('25h', 'hard', DAY_MS));
     expect(err.message).toBe('hard: "25h" exceeds the 24h maximum');
     expect(err.field).toBe('hard');
-    expect(thrown(() => checkMax(DAY_MS + 1, DAY_MS, 'hard')).message).toBe(
-      'hard: 24h0m0.001s exceeds the 24h maximum',
-    );
-    expect(thrown(() => parseDurationMax('31d', 'retention', 30 * DAY_MS, '30d')).message).toBe(
-      'retention: "31d" exceeds the 30d maximum',
-    );
+    expect(thrown(() => checkMax(DAY_MS + 1, DAY_MS, 'hard')).message).toBe('hard: 24h0m0.001s exceeds the 24h maximum');
+    expect(thrown(() => parseDurationMax('31d', 'retention', 30 * DAY_MS, '30d')).message).toBe('retention: "31d" exceeds the 30d maximum');
   });
 
   it('still refuses malformed text', () => {

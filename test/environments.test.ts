@@ -102,7 +102,14 @@ describeBackends('environments', (backend) => {
     const first = await admin.post(`/v1/environments/${env.id}/execs`, { command: 'make build', exitCode: 0, durationMs: 1200 });
     check('POST', `/v1/environments/${env.id}/execs`, first);
     expect(first.status).toBe(201);
-    expect(first.body.exec).toMatchObject({ id: expect.any(Number), lease: env.id, actor: 'admin@berth.local', command: 'make build', exitCode: 0, durationMs: 1200 });
+    expect(first.body.exec).toMatchObject({
+      id: expect.any(Number),
+      lease: env.id,
+      actor: 'admin@berth.local',
+      command: 'make build',
+      exitCode: 0,
+      durationMs: 1200,
+    });
     await admin.post(`/v1/environments/${env.name}/execs`, { command: 'make test', exitCode: 2, durationMs: 30 });
     const list = await admin.get(`/v1/environments/${env.id}/execs`);
     check('GET', `/v1/environments/${env.id}/execs`, list);
@@ -146,7 +153,8 @@ describeBackends('environments', (backend) => {
 
   it('lists with filters and cursor pagination, newest first', async () => {
     const made = [];
-    for (let i = 0; i < 3; i++) made.push((await admin.post('/v1/environments', { template: 'node', labels: { batch: 'list', i: String(i) } })).body.environment);
+    for (let i = 0; i < 3; i++)
+      made.push((await admin.post('/v1/environments', { template: 'node', labels: { batch: 'list', i: String(i) } })).body.environment);
     const page1 = await admin.get('/v1/environments?label=batch=list&limit=2');
     check('GET', '/v1/environments', page1);
     expect(page1.body.environments.map((e: { id: string }) => e.id)).toEqual([made[2].id, made[1].id]);
@@ -183,6 +191,9 @@ it('refuses to start on a bad templates file, naming the field', async () => {
   const { tmpdir } = await import('node:os');
   const dir = await mkdtemp(join(tmpdir(), 'berth-tpl-'));
   const file = join(dir, 'templates.json');
-  await writeFile(file, JSON.stringify({ pools: [{ name: 'p', hotNodes: 1, maxQueued: 1 }], templates: [{ name: 't', pool: 'p', idle: '1m', hard: '25h' }] }));
+  await writeFile(
+    file,
+    JSON.stringify({ pools: [{ name: 'p', hotNodes: 1, maxQueued: 1 }], templates: [{ name: 't', pool: 'p', idle: '1m', hard: '25h' }] }),
+  );
   await expect(startServer('pglite', { TEMPLATES_FILE: file })).rejects.toThrow(/templates\[0\]\.hard/);
 });

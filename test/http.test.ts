@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createClient } from 'graphql-ws';
 import { print } from 'graphql';
+import { createClient } from 'graphql-ws';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
@@ -24,7 +24,9 @@ describeBackends('HTTP edges', (backend) => {
     expect(array).toMatchObject({ status: 400, body: { code: 'invalid_json' } });
     const type = await admin.post('/v1/tokens', 'email=a@b.c', { 'content-type': 'application/x-www-form-urlencoded' });
     expect(type).toMatchObject({ status: 400, body: { code: 'bad_content_type' } });
-    const huge = await admin.post('/v1/tokens', JSON.stringify({ name: 'x'.repeat(2 * 1024 * 1024) }), { 'content-type': 'application/json' });
+    const huge = await admin.post('/v1/tokens', JSON.stringify({ name: 'x'.repeat(2 * 1024 * 1024) }), {
+      'content-type': 'application/json',
+    });
     expect(huge).toMatchObject({ status: 413, body: { code: 'too_large' } });
     // Nothing was created by any of them.
     expect((await admin.get('/v1/tokens')).body.tokens).toHaveLength(1);
@@ -57,7 +59,7 @@ describeBackends('HTTP edges', (backend) => {
 
   it('delivers subscriptions over graphql-ws and refuses sockets without credentials', async () => {
     const ws = createClient({
-      url: url().replace('http', 'ws') + '/graphql',
+      url: `${url().replace('http', 'ws')}/graphql`,
       webSocketImpl: WebSocket,
       connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
       retryAttempts: 0,
@@ -89,7 +91,12 @@ describeBackends('HTTP edges', (backend) => {
     ]);
     await ws.dispose();
 
-    const anonymous = createClient({ url: url().replace('http', 'ws') + '/graphql', webSocketImpl: WebSocket, retryAttempts: 0, lazy: false });
+    const anonymous = createClient({
+      url: `${url().replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      retryAttempts: 0,
+      lazy: false,
+    });
     const closed = await new Promise<number>((resolve) => anonymous.on('closed', (e) => resolve((e as { code: number }).code)));
     expect(closed).toBe(4401);
     await anonymous.dispose();

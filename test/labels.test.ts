@@ -13,7 +13,6 @@ import {
 import { GENERATED_NAME, generateName, isId, NAME_WORDS, newId, randomBase32 } from '../src/services/names';
 import { thrown } from './helpers/thrown';
 
-
 const n63 = 'a'.repeat(63);
 const n64 = 'a'.repeat(64);
 
@@ -118,9 +117,7 @@ describe('validateLabels', () => {
   it('allows 64 labels and refuses 65', () => {
     const labels = Object.fromEntries(Array.from({ length: MAX_LABELS }, (_, i) => [`k${i}`, 'v']));
     expect(Object.keys(validateLabels(labels))).toHaveLength(64);
-    expect(thrown(() => validateLabels({ ...labels, extra: 'v' })).message).toBe(
-      'labels: at most 64 labels (got 65)',
-    );
+    expect(thrown(() => validateLabels({ ...labels, extra: 'v' })).message).toBe('labels: at most 64 labels (got 65)');
   });
 
   it('does not let a __proto__ key through from JSON', () => {

@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createClient } from 'graphql-ws';
 import { print } from 'graphql';
+import { createClient } from 'graphql-ws';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
@@ -23,7 +23,10 @@ describeBackends('queue, quotas and live state', (backend) => {
   it('answers 503 when the pool queue is full, keeping the environment as failed', async () => {
     const first = (await admin.post('/v1/environments', { template: 'quick' })).body.environment;
     await s.app.deps.background.tick();
-    const queued = [await admin.post('/v1/environments', { template: 'quick' }), await admin.post('/v1/environments', { template: 'quick' })];
+    const queued = [
+      await admin.post('/v1/environments', { template: 'quick' }),
+      await admin.post('/v1/environments', { template: 'quick' }),
+    ];
     expect(queued.map((r) => r.status)).toEqual([202, 202]);
     const refused = await admin.post('/v1/environments', { template: 'quick' });
     expect(refused.status).toBe(503);
@@ -49,7 +52,10 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect((await admin.put('/v1/quotas/many', { maxLeases: 1, hard: '25h' })).status).toBe(422);
     const set = await admin.put('/v1/quotas/many', { maxLeases: 7, idle: '15m', hard: '1h' });
     doc('PUT', '/v1/quotas/many', set);
-    expect(set).toMatchObject({ status: 200, body: { quota: { template: 'many', maxLeases: 7, running: 0, idle: '15m0s', hard: '1h0m0s' } } });
+    expect(set).toMatchObject({
+      status: 200,
+      body: { quota: { template: 'many', maxLeases: 7, running: 0, idle: '15m0s', hard: '1h0m0s' } },
+    });
 
     const results = await Promise.all(Array.from({ length: 50 }, () => admin.post('/v1/environments', { template: 'many' })));
     const statuses = results.map((r) => r.status);
@@ -75,7 +81,12 @@ describeBackends('queue, quotas and live state', (backend) => {
   });
 
   it('lets graphql-ws subscribers watch pending → starting → ready → stopping → stopped', async () => {
-    const ws = createClient({ url: url().replace('http', 'ws') + '/graphql', webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${BOOTSTRAP}` }, retryAttempts: 0 });
+    const ws = createClient({
+      url: `${url().replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
     type Seen = { id: string; state: string };
     const watch = (query: string, variables: Record<string, unknown>, into: Seen[], untilId: () => string | undefined) =>
       new Promise<void>((resolve, reject) => {
@@ -160,11 +171,22 @@ describeBackends('queue, quotas and live state', (backend) => {
   it('lists templates and lets admins set their own versions', async () => {
     const list = await admin.get('/v1/templates');
     expect(list.body.templates.map((t: { name: string }) => t.name)).toEqual(['many', 'other', 'quick', 'slow']);
-    expect(list.body.templates[0]).toEqual({ name: 'many', pool: 'wide', startMs: 50, idle: '30m0s', hard: '6h0m0s', shares: [], services: [] });
+    expect(list.body.templates[0]).toEqual({
+      name: 'many',
+      pool: 'wide',
+      startMs: 50,
+      idle: '30m0s',
+      hard: '6h0m0s',
+      shares: [],
+      services: [],
+    });
     const spec = { pool: 'wide', startMs: 20, idle: '5m', hard: '1h', services: [{ service: 'redis', target: '127.0.0.1:6379' }] };
     const member = client(url, (await admin.post('/v1/tokens', { email: 'tpl@example.com' })).body.secret);
     expect((await member.put('/v1/templates/cache', spec)).status).toBe(403);
-    expect(await admin.put('/v1/templates/cache', { ...spec, hard: '30h' })).toMatchObject({ status: 422, body: { code: 'invalid', error: expect.stringContaining('hard') } });
+    expect(await admin.put('/v1/templates/cache', { ...spec, hard: '30h' })).toMatchObject({
+      status: 422,
+      body: { code: 'invalid', error: expect.stringContaining('hard') },
+    });
     expect((await admin.put('/v1/templates/cache', { ...spec, pool: 'nowhere' })).status).toBe(422);
     const put = await admin.put('/v1/templates/cache', spec);
     expect(put).toMatchObject({ status: 200, body: { template: { name: 'cache', pool: 'wide', idle: '5m0s', hard: '1h0m0s' } } });
@@ -182,7 +204,12 @@ describeBackends('queue, quotas and live state', (backend) => {
     const peer = await s.startPeer();
     const onPeer = client(() => peer.url, BOOTSTRAP);
     await admin.put('/v1/quotas/many', { maxLeases: 6 });
-    const ws = createClient({ url: peer.url.replace('http', 'ws') + '/graphql', webSocketImpl: WebSocket, connectionParams: { authorization: `Bearer ${BOOTSTRAP}` }, retryAttempts: 0 });
+    const ws = createClient({
+      url: `${peer.url.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
     const seen: { id: string; state: string }[] = [];
     let target: string | undefined;
     const done = new Promise<void>((resolve, reject) => {

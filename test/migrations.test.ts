@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { cp, mkdtemp, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -14,7 +14,9 @@ const checkedIn = (await readdir(defaultMigrationsDir, { withFileTypes: true }))
   .map((e) => e.name)
   .sort();
 const sha256 = async (dir: string, name: string) =>
-  createHash('sha256').update(await readFile(join(dir, name, 'migration.sql'))).digest('hex');
+  createHash('sha256')
+    .update(await readFile(join(dir, name, 'migration.sql')))
+    .digest('hex');
 
 // The checked-in migrations plus one more: semicolons inside literals, several statements.
 const EXTRA = '99990101000000_extra';
@@ -65,10 +67,9 @@ function runnerTests(fresh: () => Promise<Db>) {
   it('applies every migration once, with the rows Prisma writes', async () => {
     const c = await connect();
     expect(await applyMigrations(c)).toEqual(checkedIn);
-    const tables = await c.query(
-      'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
-      [db.schema],
-    );
+    const tables = await c.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name', [
+      db.schema,
+    ]);
     expect(tables.rows.map((r) => r.table_name)).toEqual(
       expect.arrayContaining(['Organization', 'Environment', 'Credential', 'Artifact', '_prisma_migrations']),
     );

@@ -5,22 +5,22 @@ import { join } from 'node:path';
 import { PassThrough, Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SealError, SEAL_OVERHEAD } from '../src/crypto/seal';
-import { AzureBlobStore, BlobNotFoundError, FsBlobStore, type BlobStore, type ByteRange } from '../src/store';
+import { SEAL_OVERHEAD, SealError } from '../src/crypto/seal';
+import { AzureBlobStore, BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/store';
 import {
   deletePacked,
   EMPTY_SHA256,
   PackAbortedError,
   PackIntegrityError,
+  type PackOptions,
   PackRangeError,
+  type PackResult,
   packStream,
   readManifest,
   TooLargeError,
   unpackStream,
-  type PackOptions,
-  type PackResult,
 } from '../src/store/pack';
-import { startAzurite, type Azurite } from './helpers/azurite';
+import { type Azurite, startAzurite } from './helpers/azurite';
 
 const CHUNK = 1024;
 const SEGMENT = 4096; // a segment closes once it holds >= 4096 sealed bytes: 4 chunks of 1052
@@ -170,7 +170,7 @@ describe('pack/unpack on the filesystem store', () => {
     // concurrent streams share the worker without mixing their hashes
     const items = Array.from({ length: 4 }, (_, i) => randomBytes(5 * CHUNK + i));
     const results = await Promise.all(items.map((d) => pack(ctx, d, { hashInWorker: true })));
-    results.forEach((r, i) => expect(r.sha256).toBe(sha(items[i]!)));
+    for (const [i, r] of results.entries()) expect(r.sha256).toBe(sha(items[i]!));
     // a failure midway releases the stream's hash
     await expect(pack(ctx, randomBytes(10 * CHUNK), { hashInWorker: true, maxBytes: 5 * CHUNK })).rejects.toBeInstanceOf(TooLargeError);
     expect((await pack(ctx, items[0]!, { hashInWorker: true })).sha256).toBe(sha(items[0]!));
@@ -237,7 +237,13 @@ describe('pack/unpack on the filesystem store', () => {
           return ctx.store.get(name, range);
         },
       };
-      const u = await unpackStream({ store: spy, manifest: r.manifest, objectId: r.objectId, key: ctx.key, range: { start: 5 * CHUNK + 1, end: 5 * CHUNK + 2 } });
+      const u = await unpackStream({
+        store: spy,
+        manifest: r.manifest,
+        objectId: r.objectId,
+        key: ctx.key,
+        range: { start: 5 * CHUNK + 1, end: 5 * CHUNK + 2 },
+      });
       expect((await readAll(u.stream)).equals(data.subarray(5 * CHUNK + 1, 5 * CHUNK + 3))).toBe(true);
       // the manifest, then chunk 5 = second chunk of segment 1, and nothing else
       const c = CHUNK + SEAL_OVERHEAD;
@@ -263,12 +269,19 @@ describe('pack/unpack on the filesystem store', () => {
         const bytes = await getAll(ctx.store, name);
         bytes[offset]! ^= 0x01;
         await ctx.store.put(name, bytes);
-        const { data: got, error } = await readUntilError((await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream);
+        const { data: got, error } = await readUntilError(
+          (await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream,
+        );
         expect(error).toBeInstanceOf(SealError);
         // everything before the damaged chunk, and not one byte of it
         expectPrefix(got, data, badChunk * CHUNK);
         // a range touching only that chunk fails too
-        const u = await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId, range: { start: badChunk * CHUNK + 3, end: badChunk * CHUNK + 3 } });
+        const u = await unpackStream({
+          ...ctx,
+          manifest: r.manifest,
+          objectId: r.objectId,
+          range: { start: badChunk * CHUNK + 3, end: badChunk * CHUNK + 3 },
+        });
         const partial = await readUntilError(u.stream);
         expect(partial.error).toBeInstanceOf(SealError);
         expect(partial.data.length).toBe(0);
@@ -292,9 +305,13 @@ describe('pack/unpack on the filesystem store', () => {
 
     it('rejects the wrong key and the wrong object id', async () => {
       const r = await pack(ctx, data);
-      await expect(unpackStream({ ...ctx, key: randomBytes(32), manifest: r.manifest, objectId: r.objectId })).rejects.toBeInstanceOf(SealError);
+      await expect(unpackStream({ ...ctx, key: randomBytes(32), manifest: r.manifest, objectId: r.objectId })).rejects.toBeInstanceOf(
+        SealError,
+      );
       await expect(unpackStream({ ...ctx, manifest: r.manifest, objectId: 'art_other' })).rejects.toBeInstanceOf(SealError);
-      await expect(readManifest({ ...ctx, key: randomBytes(32), manifest: r.manifest, objectId: r.objectId })).rejects.toBeInstanceOf(SealError);
+      await expect(readManifest({ ...ctx, key: randomBytes(32), manifest: r.manifest, objectId: r.objectId })).rejects.toBeInstanceOf(
+        SealError,
+      );
       const m = await readManifest({ ...ctx, manifest: r.manifest, objectId: r.objectId });
       expect(m).toMatchObject({ objectId: r.objectId, keyVersion: 3, chunkSize: CHUNK, size: data.length, chunks: 11, sha256: sha(data) });
     });
@@ -306,7 +323,9 @@ describe('pack/unpack on the filesystem store', () => {
       const c = CHUNK + SEAL_OVERHEAD;
       const swapped = Buffer.concat([bytes.subarray(c, 2 * c), bytes.subarray(0, c), bytes.subarray(2 * c)]);
       await ctx.store.put(name, swapped);
-      const { data: got, error } = await readUntilError((await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream);
+      const { data: got, error } = await readUntilError(
+        (await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream,
+      );
       expect(error).toBeInstanceOf(SealError);
       expect(got.length).toBe(0);
     });
@@ -317,7 +336,9 @@ describe('pack/unpack on the filesystem store', () => {
       const [ba, bb] = [await getAll(ctx.store, a), await getAll(ctx.store, b)];
       await ctx.store.put(a, bb);
       await ctx.store.put(b, ba);
-      const { data: got, error } = await readUntilError((await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream);
+      const { data: got, error } = await readUntilError(
+        (await unpackStream({ ...ctx, manifest: r.manifest, objectId: r.objectId })).stream,
+      );
       expect(error).toBeInstanceOf(SealError);
       expect(got.length).toBe(0);
     });
@@ -326,7 +347,9 @@ describe('pack/unpack on the filesystem store', () => {
       const r1 = await pack(ctx, data);
       const r2 = await pack(ctx, randomBytes(data.length));
       await ctx.store.put(r1.segments[1]!.name, await getAll(ctx.store, r2.segments[1]!.name));
-      const { data: got, error } = await readUntilError((await unpackStream({ ...ctx, manifest: r1.manifest, objectId: r1.objectId })).stream);
+      const { data: got, error } = await readUntilError(
+        (await unpackStream({ ...ctx, manifest: r1.manifest, objectId: r1.objectId })).stream,
+      );
       expect(error).toBeInstanceOf(SealError);
       expectPrefix(got, data, 4 * CHUNK);
     });

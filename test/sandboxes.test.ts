@@ -63,7 +63,12 @@ describeBackends('sandboxes', (backend) => {
     const reg = await register(name ? { name } : {});
     const res = await anonymous.post('/v1/sandboxes/join', { key: reg.key });
     expect(res.status).toBe(201);
-    return { id: reg.sandbox.id, name: reg.sandbox.name, agent: client(url, res.body.credential as string), credential: res.body.credential as string };
+    return {
+      id: reg.sandbox.id,
+      name: reg.sandbox.name,
+      agent: client(url, res.body.credential as string),
+      credential: res.body.credential as string,
+    };
   }
 
   /** Plans the wiring in a transaction, the way environment creation does, and records the row. */
@@ -221,7 +226,10 @@ describeBackends('sandboxes', (backend) => {
   it('joins over GraphQL for a caller of the same organization', async () => {
     const reg = await register({ name: 'via-graphql' });
     const res = await admin.gql(JoinSandbox, { key: reg.key });
-    expect(res.body.data?.joinSandbox).toMatchObject({ sandbox: { id: reg.sandbox.id, lastSeen: expect.any(String) }, credential: expect.stringMatching(/^bsc_/) });
+    expect(res.body.data?.joinSandbox).toMatchObject({
+      sandbox: { id: reg.sandbox.id, lastSeen: expect.any(String) },
+      credential: expect.stringMatching(/^bsc_/),
+    });
     const again = await admin.gql(JoinSandbox, { key: reg.key });
     expect(again.body.errors?.[0]?.extensions?.code).toBe('key_used');
   });
@@ -234,9 +242,14 @@ describeBackends('sandboxes', (backend) => {
     await wire({}, 'ready');
     const list = await admin.get('/v1/sandboxes');
     expect(list.status).toBe(200);
-    const counts = Object.fromEntries(list.body.sandboxes.map((e: { sandbox: { name: string }; environments: number }) => [e.sandbox.name, e.environments]));
+    const counts = Object.fromEntries(
+      list.body.sandboxes.map((e: { sandbox: { name: string }; environments: number }) => [e.sandbox.name, e.environments]),
+    );
     expect(counts).toMatchObject({ 'count-a': 3, 'count-b': 1, 'build-box': 0 });
-    expect(list.body.sandboxes[0]).toEqual({ sandbox: expect.objectContaining({ id: expect.any(String), org: 'default' }), environments: expect.any(Number) });
+    expect(list.body.sandboxes[0]).toEqual({
+      sandbox: expect.objectContaining({ id: expect.any(String), org: 'default' }),
+      environments: expect.any(Number),
+    });
     expect((await admin.get(`/v1/sandboxes/${a.sandbox.id}`)).body).toMatchObject({ sandbox: { name: 'count-a' }, environments: 3 });
     expect((await admin.get('/v1/sandboxes/count-b')).body).toMatchObject({ sandbox: { id: b.sandbox.id }, environments: 1 });
     const viaGraphql = await admin.gql(Sandboxes);
@@ -309,7 +322,12 @@ describeBackends('sandboxes', (backend) => {
           envPath: '/workspace/out',
           localPath: 'build/out',
           files: [],
-          sync: { include: ['dist', 'node_modules/.prisma', '**/*.gen.ts'], noIgnore: false, defaultIgnores: [...DEFAULT_IGNORES], files: {} },
+          sync: {
+            include: ['dist', 'node_modules/.prisma', '**/*.gen.ts'],
+            noIgnore: false,
+            defaultIgnores: [...DEFAULT_IGNORES],
+            files: {},
+          },
         },
       ],
     });
@@ -341,7 +359,9 @@ describeBackends('sandboxes', (backend) => {
   });
 
   it('refuses bad wiring with 422 naming the field', async () => {
-    const { sandbox: { id } } = await register({ name: 'strict' });
+    const {
+      sandbox: { id },
+    } = await register({ name: 'strict' });
     const bad: [WiringInput, string][] = [
       [{ shares: { src: 'a' } }, 'shares'],
       [{ files: { 'src/a': 'b' } }, 'files'],
@@ -377,7 +397,9 @@ describeBackends('sandboxes', (backend) => {
       expect(error, JSON.stringify(input)).toMatchObject({ status: 422, code: 'invalid', field });
     }
     // Without a sandbox: sync rules still apply, nothing is exported or shared.
-    const plain = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, { include: ['dist'], noIgnore: true, shares: {} }));
+    const plain = await s.app.deps.prisma.$transaction((tx) =>
+      planWiring(tx, orgId, TEMPLATE, { include: ['dist'], noIgnore: true, shares: {} }),
+    );
     expect(plain).toEqual({ sandboxId: null, exports: [], shares: [], sync: { include: ['dist'], noIgnore: true, files: {} } });
     // `.` maps a share to the sandbox's folder itself.
     const root = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, { sandbox: 'strict', shares: { src: '.' } }));
@@ -388,7 +410,9 @@ describeBackends('sandboxes', (backend) => {
     const removed = await register({ name: 'gone-soon' });
     expect((await admin.del(`/v1/sandboxes/${removed.sandbox.id}`)).status).toBe(200);
     const foreignOrg = await s.app.deps.prisma.organization.create({ data: { id: newId('org'), name: `other-${Date.now()}` } });
-    const foreign = await s.app.deps.prisma.sandbox.create({ data: { id: newId('sb'), orgId: foreignOrg.id, name: 'theirs', createdBy: 'x' } });
+    const foreign = await s.app.deps.prisma.sandbox.create({
+      data: { id: newId('sb'), orgId: foreignOrg.id, name: 'theirs', createdBy: 'x' },
+    });
     for (const sandbox of ['sb_aaaaaaaaaaaaaaaaaaaa', 'no-such-box', removed.sandbox.id, 'gone-soon', foreign.id, 'theirs']) {
       const error = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, { sandbox })).catch((e: unknown) => e);
       expect(error, sandbox).toMatchObject({ status: 404, code: 'not_found' });
@@ -396,11 +420,15 @@ describeBackends('sandboxes', (backend) => {
   });
 
   it('never hands out a port twice among the live environments of a sandbox', async () => {
-    const { sandbox: { id } } = await register({ name: 'ports' });
+    const {
+      sandbox: { id },
+    } = await register({ name: 'ports' });
     const other = await register({ name: 'ports-other' });
     const first = await wire({ sandbox: id });
     // Another sandbox may use the same ports.
-    expect((await wire({ sandbox: other.sandbox.id })).wiring.exports.map((e) => e.listen)).toEqual(first.wiring.exports.map((e) => e.listen));
+    expect((await wire({ sandbox: other.sandbox.id })).wiring.exports.map((e) => e.listen)).toEqual(
+      first.wiring.exports.map((e) => e.listen),
+    );
     // Concurrent creates take turns on the sandbox row.
     const concurrent = await Promise.all(Array.from({ length: 6 }, () => wire({ sandbox: id }, 'starting')));
     const listens = [first, ...concurrent].flatMap((w) => w.wiring.exports.map((e) => e.listen));
@@ -434,24 +462,33 @@ describeBackends('sandboxes', (backend) => {
     expect(config).toMatchObject({ sandbox: { id, removed: removed.body.sandbox.removed }, environments: [], keyring: [] });
     // Removed sandboxes leave the listing unless asked for; the name is free again.
     expect((await admin.get('/v1/sandboxes')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).not.toContain(id);
-    expect((await admin.get('/v1/sandboxes?removed=true')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).toContain(id);
+    expect((await admin.get('/v1/sandboxes?removed=true')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).toContain(
+      id,
+    );
     expect((await register({ name: 'retiring' })).sandbox.id).not.toBe(id);
 
     const unjoined = (await admin.get('/v1/sandboxes/retiring-unjoined')).body.sandbox.id;
-    expect((await admin.gql(RemoveSandbox, { id: unjoined })).body.data?.removeSandbox).toMatchObject({ id: unjoined, removed: expect.any(String) });
+    expect((await admin.gql(RemoveSandbox, { id: unjoined })).body.data?.removeSandbox).toMatchObject({
+      id: unjoined,
+      removed: expect.any(String),
+    });
     expect(await anonymous.post('/v1/sandboxes/join', { key })).toMatchObject({ status: 410, body: { code: 'sandbox_removed' } });
   });
 
-  it('keeps organizations apart: another organization\'s sandbox is unknown', async () => {
+  it("keeps organizations apart: another organization's sandbox is unknown", async () => {
     const theirs = await s.app.deps.prisma.organization.create({ data: { id: newId('org'), name: `tenant-${Date.now()}` } });
-    const person = await s.app.deps.prisma.person.create({ data: { id: newId('usr'), orgId: theirs.id, email: 'boss@tenant.test', admin: true } });
+    const person = await s.app.deps.prisma.person.create({
+      data: { id: newId('usr'), orgId: theirs.id, email: 'boss@tenant.test', admin: true },
+    });
     const { issueCliToken } = await import('../src/services/credentials');
     const other = client(url, (await issueCliToken(s.app.deps.prisma, person, { name: 't', createdBy: 'test', expires: null })).secret);
     const mine = await joined('tenant-mine');
     const reg = await other.post('/v1/sandboxes', { name: 'tenant-mine' });
     expect(reg.status).toBe(201);
     expect(reg.body.sandbox.org).toBe(theirs.name);
-    expect((await other.get('/v1/sandboxes')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).toEqual([reg.body.sandbox.id]);
+    expect((await other.get('/v1/sandboxes')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).toEqual([
+      reg.body.sandbox.id,
+    ]);
     for (const path of [`/v1/sandboxes/${mine.id}`, `/v1/sandboxes/${mine.id}/config`]) {
       const foreign = await other.get(path);
       const unknown = await other.get(path.replace(mine.id, 'sb_aaaaaaaaaaaaaaaaaaaa'));
@@ -469,13 +506,13 @@ describeBackends('sandboxes', (backend) => {
   it('streams the config to the agent over graphql-ws: now, on every change, and a last one on removal', async () => {
     const { id, credential } = await joined('watched');
     const ws = createClient({
-      url: url().replace('http', 'ws') + '/graphql',
+      url: `${url().replace('http', 'ws')}/graphql`,
       webSocketImpl: WebSocket,
       connectionParams: { authorization: `Bearer ${credential}` },
       retryAttempts: 0,
     });
     const configs: { version: number; environments: { id: string }[]; sandbox: { removed?: string } }[] = [];
-    let wake = () => undefined as void;
+    let wake: () => void = () => undefined;
     const completed = new Promise<void>((resolve, reject) => {
       ws.subscribe<{ sandboxConfig: (typeof configs)[number] }>(
         { query: print(WatchConfig), variables: { id } },
@@ -516,14 +553,17 @@ describeBackends('sandboxes', (backend) => {
     // A member may watch too; another sandbox's agent may not.
     const viewer = await joined('watcher');
     const refused = createClient({
-      url: url().replace('http', 'ws') + '/graphql',
+      url: `${url().replace('http', 'ws')}/graphql`,
       webSocketImpl: WebSocket,
       connectionParams: { authorization: `Bearer ${viewer.credential}` },
       retryAttempts: 0,
     });
     const other = await register({ name: 'not-yours' });
     const error = await new Promise<unknown>((resolve) => {
-      refused.subscribe({ query: print(WatchConfig), variables: { id: other.sandbox.id } }, { next: resolve, error: resolve, complete: () => resolve(null) });
+      refused.subscribe(
+        { query: print(WatchConfig), variables: { id: other.sandbox.id } },
+        { next: resolve, error: resolve, complete: () => resolve(null) },
+      );
     });
     expect(JSON.stringify(error)).toContain('forbidden');
     await refused.dispose();
@@ -553,7 +593,10 @@ describeBackends('sandboxes', (backend) => {
     await notifySandboxConfig(s.app.deps, orgId, id);
     await readUntil(env.id);
     controller.abort();
-    const events = text.split('\n').filter((line) => line.startsWith('data:')).map((line) => JSON.parse(line.slice(5)));
+    const events = text
+      .split('\n')
+      .filter((line) => line.startsWith('data:'))
+      .map((line) => JSON.parse(line.slice(5)));
     expect(events.at(-1).data.sandboxConfig.environments[0].id).toBe(env.id);
     expect(await sandboxConfig(s.app.deps, orgId, id)).toEqual(events.at(-1).data.sandboxConfig);
   });

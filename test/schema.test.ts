@@ -5,5 +5,5 @@ import { schema } from '../src/schema';
 
 it('schema.graphql matches the Pothos schema (run `npm run schema:print` after changing it)', async () => {
   const checkedIn = await readFile(new URL('../schema.graphql', import.meta.url), 'utf8');
-  expect(checkedIn).toBe(printSchema(lexicographicSortSchema(schema)) + '\n');
+  expect(checkedIn).toBe(`${printSchema(lexicographicSortSchema(schema))}\n`);
 });

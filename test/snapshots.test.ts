@@ -17,7 +17,10 @@ const ShredMutation = graphql(`mutation TestShredProject($project: String!) { sh
 
 async function filesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
-  return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(dir.length + 1)).sort();
+  return entries
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
+    .sort();
 }
 
 describeBackends('snapshots', (backend) => {
@@ -133,7 +136,10 @@ describeBackends('snapshots', (backend) => {
   });
 
   it('noIgnore saves everything', async () => {
-    await save({ project: 'raw', snapshot: 'all', noIgnore: true }, { 'src/node_modules/m.js': 'm', 'src/.git/HEAD': 'h', 'src/x.log': 'l' });
+    await save(
+      { project: 'raw', snapshot: 'all', noIgnore: true },
+      { 'src/node_modules/m.js': 'm', 'src/.git/HEAD': 'h', 'src/x.log': 'l' },
+    );
     const list = (await admin.get('/v1/snapshots?project=raw')).body.snapshots;
     expect(list.find((x: { share: string }) => x.share === 'src').files).toBe(3);
   });
@@ -220,7 +226,9 @@ describeBackends('snapshots', (backend) => {
 
     // Every key left anywhere in the database fails on every copied object.
     const keys = await s.app.deps.prisma.projectKey.findMany();
-    const usable = keys.filter((k) => k.wrapped.length > 0).map((k) => unwrapKey(s.app.deps.masterKey, Buffer.from(k.wrapped), dataKeyAad(k.orgId, k.project, k.version)));
+    const usable = keys
+      .filter((k) => k.wrapped.length > 0)
+      .map((k) => unwrapKey(s.app.deps.masterKey, Buffer.from(k.wrapped), dataKeyAad(k.orgId, k.project, k.version)));
     expect(keys.filter((k) => k.project === 'secret').every((k) => k.wrapped.length === 0)).toBe(true);
     expect(usable.length).toBeGreaterThan(0);
     for (const name of manifests) {

@@ -9,12 +9,12 @@ import {
   BlobNotFoundError,
   BlobRangeError,
   BlobSizeMismatchError,
+  type BlobStore,
   createBlobStore,
   FsBlobStore,
   InvalidBlobNameError,
-  type BlobStore,
 } from '../src/store';
-import { startAzurite, type Azurite } from './helpers/azurite';
+import { type Azurite, startAzurite } from './helpers/azurite';
 
 async function readAll(stream: Readable): Promise<Buffer> {
   const pieces: Buffer[] = [];
@@ -185,7 +185,7 @@ function blobStoreConformance(label: string, setup: () => Promise<{ store: BlobS
       const items = Array.from({ length: 24 }, (_, i) => ({ name: `${p}/c/${i}`, data: randomBytes(20_000 + i * 997) }));
       await Promise.all(items.map(({ name, data }, i) => store.put(name, i % 2 ? data : streamOf(data, 4096))));
       const back = await Promise.all(items.map(async ({ name }) => readAll(await store.get(name))));
-      back.forEach((buf, i) => expect(buf.equals(items[i]!.data)).toBe(true));
+      for (const [i, buf] of back.entries()) expect(buf.equals(items[i]!.data)).toBe(true);
       expect((await listAll(store, `${p}/c/`)).length).toBe(items.length);
     });
 
@@ -329,12 +329,20 @@ describe('AzureBlobStore specifics', () => {
   });
 
   it('createBlobStore uses Azure when a connection string is set and creates the container', async () => {
-    const store = await createBlobStore({ dataDir: '/nonexistent', azureConnectionString: az.connectionString, azureContainer: 'made-here' });
+    const store = await createBlobStore({
+      dataDir: '/nonexistent',
+      azureConnectionString: az.connectionString,
+      azureContainer: 'made-here',
+    });
     expect(store).toBeInstanceOf(AzureBlobStore);
     await store.put('a/b', Buffer.from('c'));
     expect(await listAll(store, '')).toEqual([{ name: 'a/b', size: 1 }]);
     // a second store on the same container finds it existing
-    const again = await createBlobStore({ dataDir: '/nonexistent', azureConnectionString: az.connectionString, azureContainer: 'made-here' });
+    const again = await createBlobStore({
+      dataDir: '/nonexistent',
+      azureConnectionString: az.connectionString,
+      azureContainer: 'made-here',
+    });
     expect((await readAll(await again.get('a/b'))).toString()).toBe('c');
   });
 

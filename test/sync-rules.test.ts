@@ -6,10 +6,10 @@ import { ValidationError } from '../src/services/errors';
 import {
   DEFAULT_IGNORES,
   rebaseGitignore,
+  type SyncRules,
   selectFiles,
   validateInclude,
   validateRelativePath,
-  type SyncRules,
 } from '../src/services/sync-rules';
 import { thrown } from './helpers/thrown';
 
@@ -25,7 +25,6 @@ vi.mock('node:fs/promises', async (importOriginal) => {
     }) as typeof actual.readdir,
   };
 });
-
 
 let tmp: string;
 beforeAll(async () => {
@@ -70,7 +69,26 @@ describe('validateInclude', () => {
     ).toEqual(['dist', 'node_modules/.prisma', 'a/b/c', '**/*.log', '.env', 'src/**/gen/*.{ts,js}', '\\!bang']);
   });
 
-  const good = ['a', 'a/b', '*.log', '**', '**/x', 'build/**', '[abc].txt', '[!a]*', '[]]x', '[a-z]*', '{a,b}/c', '@(a|b)', 'file (1).txt', 'x[[:alpha:]]', 'a\\[b', '~/x', 'a..b', '...'];
+  const good = [
+    'a',
+    'a/b',
+    '*.log',
+    '**',
+    '**/x',
+    'build/**',
+    '[abc].txt',
+    '[!a]*',
+    '[]]x',
+    '[a-z]*',
+    '{a,b}/c',
+    '@(a|b)',
+    'file (1).txt',
+    'x[[:alpha:]]',
+    'a\\[b',
+    '~/x',
+    'a..b',
+    '...',
+  ];
   it.each(good)('accepts %j', (pattern) => {
     expect(validateInclude([pattern])).toHaveLength(1);
   });
@@ -112,9 +130,7 @@ describe('validateInclude', () => {
   it('refuses non-arrays and too many patterns', () => {
     expect(thrown(() => validateInclude('dist')).message).toBe('include: must be an array of paths or globs');
     expect(thrown(() => validateInclude({ 0: 'a' })).field).toBe('include');
-    expect(thrown(() => validateInclude(Array.from({ length: 101 }, (_, i) => `f${i}`))).message).toMatch(
-      /at most 100 patterns/,
-    );
+    expect(thrown(() => validateInclude(Array.from({ length: 101 }, (_, i) => `f${i}`))).message).toMatch(/at most 100 patterns/);
     expect(validateInclude(Array.from({ length: 100 }, (_, i) => `f${i}`))).toHaveLength(100);
   });
 
@@ -206,7 +222,7 @@ describe('selectFiles', () => {
   let root: string;
   let layout: Record<string, string>;
   beforeAll(async () => {
-    root = await tree((layout = {
+    layout = {
       '.gitignore': '# root rules\n*.log\n!keep.log\nbuild/\n/secret.txt\n*.LOCAL\n',
       'README.md': 'readme',
       'app.log': 'log',
@@ -248,7 +264,8 @@ describe('selectFiles', () => {
       'a/b.txt': 'order',
       'a-b.txt': 'order',
       'empty/': '',
-    }));
+    };
+    root = await tree(layout);
     await writeFile(path.join(root, 'run.sh'), '#!/bin/sh\n');
     await chmod(path.join(root, 'run.sh'), 0o755);
     await symlink(path.join(root, 'README.md'), path.join(root, 'link-to-readme'));
@@ -310,11 +327,7 @@ describe('selectFiles', () => {
     ['an excluded folder, whole', ['build'], ['build/.gitignore', 'build/nested/x.js', 'build/out.js']],
     ['an excluded folder via /**', ['build/**'], ['build/.gitignore', 'build/nested/x.js', 'build/out.js']],
     ['a glob in an excluded folder', ['build/*.js'], ['build/out.js']],
-    [
-      'a glob reaching everywhere',
-      ['**/*.log'],
-      ['app.log', 'node_modules/pkg/debug.log', 'src/app.log'],
-    ],
+    ['a glob reaching everywhere', ['**/*.log'], ['app.log', 'node_modules/pkg/debug.log', 'src/app.log']],
     ['a top-level glob (picomatch: no basename matching)', ['*.log'], ['app.log']],
     ['an anchored ignored file', ['secret.txt'], ['secret.txt']],
     ['a nested-ignored folder', ['src/generated'], ['src/generated/a.ts']],
@@ -383,12 +396,7 @@ describe('selectFiles: .gitignore precedence', () => {
       'x.js': 'x',
     });
     // `!node_modules/` re-includes every node_modules folder, at any depth.
-    expect(await select(root)).toEqual([
-      '.gitignore',
-      'node_modules/a/index.js',
-      'node_modules/a/node_modules/b/index.js',
-      'x.js',
-    ]);
+    expect(await select(root)).toEqual(['.gitignore', 'node_modules/a/index.js', 'node_modules/a/node_modules/b/index.js', 'x.js']);
   });
 
   it('deeper files win, and nothing inside an excluded folder comes back', async () => {
@@ -423,7 +431,7 @@ describe('selectFiles: .gitignore precedence', () => {
       'a/b/y': '',
       'a/c/x': '',
       'a/c/b/y': '',
-      'x': '',
+      x: '',
       'b/y': '',
     });
     expect(await select(root)).toEqual(['a/.gitignore', 'a/c/b/y', 'a/c/x', 'b/y', 'x']);
@@ -436,7 +444,7 @@ describe('selectFiles: .gitignore precedence', () => {
   });
 
   it('sorts by path in code-unit order', async () => {
-    const root = await tree({ 'b': '', 'a/z': '', 'a.txt': '', 'a-b': '', 'A': '', 'a0': '', '_': '', 'é': '', 'a/0': '' });
+    const root = await tree({ b: '', 'a/z': '', 'a.txt': '', 'a-b': '', A: '', a0: '', _: '', é: '', 'a/0': '' });
     expect(await select(root)).toEqual(['A', '_', 'a-b', 'a.txt', 'a/0', 'a/z', 'a0', 'b', 'é']);
   });
 });

@@ -4,13 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ValidationError } from '../src/services/errors';
-import {
-  loadCatalog,
-  parseCatalog,
-  validateHostPort,
-  validateTemplateSpec,
-  type Catalog,
-} from '../src/services/templates-file';
+import { type Catalog, loadCatalog, parseCatalog, validateHostPort, validateTemplateSpec } from '../src/services/templates-file';
 
 const HOUR = 3_600_000;
 
@@ -124,7 +118,11 @@ describe('parseCatalog errors name the field path', () => {
     ['huge hotNodes', (j) => (j.pools[0].hotNodes = 1e9), 'templates.json: pools[0].hotNodes: must be at most 10000'],
     ['missing maxQueued', (j) => delete j.pools[0].maxQueued, 'templates.json: pools[0].maxQueued: is required'],
     ['negative maxQueued', (j) => (j.pools[0].maxQueued = -5), 'templates.json: pools[0].maxQueued: must be an integer >= 0'],
-    ['duplicate pool', (j) => (j.pools[1].name = 'default'), /^templates\.json: pools\[1\]\.name: duplicate pool name "default" \(also pools\[0\]\)$/],
+    [
+      'duplicate pool',
+      (j) => (j.pools[1].name = 'default'),
+      /^templates\.json: pools\[1\]\.name: duplicate pool name "default" \(also pools\[0\]\)$/,
+    ],
     ['bad pool name', (j) => (j.pools[0].name = 'Default'), /^templates\.json: pools\[0\]\.name: "Default" is not a valid name/],
     ['unknown pool field', (j) => (j.pools[0].hotnodes = 3), /^templates\.json: pools\[0\]\.hotnodes: unknown field/],
     ['no pools', (j) => (j.pools = []), 'templates.json: pools: at least one pool is needed'],
@@ -134,37 +132,117 @@ describe('parseCatalog errors name the field path', () => {
     ['unknown top-level field', (j) => (j.tempaltes = []), /^templates\.json: tempaltes: unknown field/],
     ['pool is not an object', (j) => (j.pools[0] = 'default'), /^templates\.json: pools\[0\]: must be an object/],
     ['template is not an object', (j) => (j.templates[1] = null), /^templates\.json: templates\[1\]: must be an object/],
-    ['unknown pool reference', (j) => (j.templates[1].pool = 'gpu'), 'templates.json: templates[1].pool: unknown pool "gpu" (pools: default, large)'],
+    [
+      'unknown pool reference',
+      (j) => (j.templates[1].pool = 'gpu'),
+      'templates.json: templates[1].pool: unknown pool "gpu" (pools: default, large)',
+    ],
     ['missing pool', (j) => delete j.templates[1].pool, 'templates.json: templates[1].pool: is required'],
-    ['duplicate template', (j) => (j.templates[1].name = 'default'), /^templates\.json: templates\[1\]\.name: duplicate template name "default"/],
+    [
+      'duplicate template',
+      (j) => (j.templates[1].name = 'default'),
+      /^templates\.json: templates\[1\]\.name: duplicate template name "default"/,
+    ],
     ['missing template name', (j) => delete j.templates[0].name, 'templates.json: templates[0].name: is required'],
-    ['bad template name', (j) => (j.templates[0].name = 'my template'), /^templates\.json: templates\[0\]\.name: "my template" is not a valid name/],
+    [
+      'bad template name',
+      (j) => (j.templates[0].name = 'my template'),
+      /^templates\.json: templates\[0\]\.name: "my template" is not a valid name/,
+    ],
     ['template named *', (j) => (j.templates[0].name = '*'), /^templates\.json: templates\[0\]\.name: "\*" is not a valid name/],
-    ['unknown template field', (j) => (j.templates[0].hrad = '6h'), /^templates\.json: templates\[0\]\.hrad: unknown field \(expected name, description, pool/],
+    [
+      'unknown template field',
+      (j) => (j.templates[0].hrad = '6h'),
+      /^templates\.json: templates\[0\]\.hrad: unknown field \(expected name, description, pool/,
+    ],
     ['negative startMs', (j) => (j.templates[0].startMs = -1), 'templates.json: templates[0].startMs: must be an integer >= 0'],
     ['fractional startMs', (j) => (j.templates[0].startMs = 0.5), 'templates.json: templates[0].startMs: must be an integer >= 0'],
     ['string startMs', (j) => (j.templates[0].startMs = '200'), 'templates.json: templates[0].startMs: must be an integer >= 0'],
-    ['bad idle', (j) => (j.templates[0].idle = '30 minutes'), /^templates\.json: templates\[0\]\.idle: "30 minutes" is not a valid duration/],
+    [
+      'bad idle',
+      (j) => (j.templates[0].idle = '30 minutes'),
+      /^templates\.json: templates\[0\]\.idle: "30 minutes" is not a valid duration/,
+    ],
     ['numeric idle', (j) => (j.templates[0].idle = 1800), /^templates\.json: templates\[0\]\.idle: must be a duration string/],
     ['zero idle', (j) => (j.templates[0].idle = '0s'), 'templates.json: templates[0].idle: "0s" must be longer than 0s'],
     ['missing hard', (j) => delete j.templates[0].hard, 'templates.json: templates[0].hard: is required'],
-    ['idle over hard', (j) => (j.templates[0].idle = '7h'), 'templates.json: templates[0].idle: "7h" exceeds hard "6h"; idle must be at most hard'],
-    ['description too long', (j) => (j.templates[0].description = 'x'.repeat(501)), 'templates.json: templates[0].description: must be at most 500 characters'],
+    [
+      'idle over hard',
+      (j) => (j.templates[0].idle = '7h'),
+      'templates.json: templates[0].idle: "7h" exceeds hard "6h"; idle must be at most hard',
+    ],
+    [
+      'description too long',
+      (j) => (j.templates[0].description = 'x'.repeat(501)),
+      'templates.json: templates[0].description: must be at most 500 characters',
+    ],
     ['shares not an array', (j) => (j.templates[0].shares = { src: 'in' }), 'templates.json: templates[0].shares: must be an array'],
-    ['duplicate share', (j) => (j.templates[0].shares[1].name = 'src'), 'templates.json: templates[0].shares[1].name: duplicate share name "src" (also shares[0])'],
-    ['bad share name', (j) => (j.templates[0].shares[1].name = '../x'), /^templates\.json: templates\[0\]\.shares\[1\]\.name: "\.\.\/x" is not a valid name/],
-    ['bad direction', (j) => (j.templates[0].shares[0].direction = 'both'), 'templates.json: templates[0].shares[0].direction: must be "in" or "out" (got "both")'],
-    ['missing direction', (j) => delete j.templates[0].shares[0].direction, 'templates.json: templates[0].shares[0].direction: is required'],
-    ['relative envPath', (j) => (j.templates[0].shares[0].envPath = 'workspace/src'), 'templates.json: templates[0].shares[0].envPath: "workspace/src" must be an absolute path'],
-    ['envPath with ..', (j) => (j.templates[0].shares[0].envPath = '/workspace/../etc'), 'templates.json: templates[0].shares[0].envPath: "/workspace/../etc" must not contain ".."'],
-    ['root envPath', (j) => (j.templates[0].shares[0].envPath = '/'), 'templates.json: templates[0].shares[0].envPath: must not be the root folder "/"'],
-    ['envPath with NUL', (j) => (j.templates[0].shares[0].envPath = '/a\u0000b'), /^templates\.json: templates\[0\]\.shares\[0\]\.envPath: .* must not contain control characters/],
-    ['same envPath', (j) => (j.templates[0].shares[1].envPath = '/workspace/src/'), 'templates.json: templates[0].shares[1].envPath: "/workspace/src" is also the envPath of shares[0]'],
-    ['nested envPath', (j) => (j.templates[0].shares[1].envPath = '/workspace/src/out'), /^templates\.json: templates\[0\]\.shares\[1\]\.envPath: "\/workspace\/src\/out" and shares\[0\]\.envPath "\/workspace\/src" are nested/],
-    ['enclosing envPath', (j) => (j.templates[0].shares[1].envPath = '/workspace'), /^templates\.json: templates\[0\]\.shares\[1\]\.envPath: "\/workspace" and shares\[0\]\.envPath "\/workspace\/src" are nested/],
-    ['unknown share field', (j) => (j.templates[0].shares[0].localPath = '.'), /^templates\.json: templates\[0\]\.shares\[0\]\.localPath: unknown field/],
+    [
+      'duplicate share',
+      (j) => (j.templates[0].shares[1].name = 'src'),
+      'templates.json: templates[0].shares[1].name: duplicate share name "src" (also shares[0])',
+    ],
+    [
+      'bad share name',
+      (j) => (j.templates[0].shares[1].name = '../x'),
+      /^templates\.json: templates\[0\]\.shares\[1\]\.name: "\.\.\/x" is not a valid name/,
+    ],
+    [
+      'bad direction',
+      (j) => (j.templates[0].shares[0].direction = 'both'),
+      'templates.json: templates[0].shares[0].direction: must be "in" or "out" (got "both")',
+    ],
+    [
+      'missing direction',
+      (j) => delete j.templates[0].shares[0].direction,
+      'templates.json: templates[0].shares[0].direction: is required',
+    ],
+    [
+      'relative envPath',
+      (j) => (j.templates[0].shares[0].envPath = 'workspace/src'),
+      'templates.json: templates[0].shares[0].envPath: "workspace/src" must be an absolute path',
+    ],
+    [
+      'envPath with ..',
+      (j) => (j.templates[0].shares[0].envPath = '/workspace/../etc'),
+      'templates.json: templates[0].shares[0].envPath: "/workspace/../etc" must not contain ".."',
+    ],
+    [
+      'root envPath',
+      (j) => (j.templates[0].shares[0].envPath = '/'),
+      'templates.json: templates[0].shares[0].envPath: must not be the root folder "/"',
+    ],
+    [
+      'envPath with NUL',
+      (j) => (j.templates[0].shares[0].envPath = '/a\u0000b'),
+      /^templates\.json: templates\[0\]\.shares\[0\]\.envPath: .* must not contain control characters/,
+    ],
+    [
+      'same envPath',
+      (j) => (j.templates[0].shares[1].envPath = '/workspace/src/'),
+      'templates.json: templates[0].shares[1].envPath: "/workspace/src" is also the envPath of shares[0]',
+    ],
+    [
+      'nested envPath',
+      (j) => (j.templates[0].shares[1].envPath = '/workspace/src/out'),
+      /^templates\.json: templates\[0\]\.shares\[1\]\.envPath: "\/workspace\/src\/out" and shares\[0\]\.envPath "\/workspace\/src" are nested/,
+    ],
+    [
+      'enclosing envPath',
+      (j) => (j.templates[0].shares[1].envPath = '/workspace'),
+      /^templates\.json: templates\[0\]\.shares\[1\]\.envPath: "\/workspace" and shares\[0\]\.envPath "\/workspace\/src" are nested/,
+    ],
+    [
+      'unknown share field',
+      (j) => (j.templates[0].shares[0].localPath = '.'),
+      /^templates\.json: templates\[0\]\.shares\[0\]\.localPath: unknown field/,
+    ],
     ['services not an array', (j) => (j.templates[0].services = 'postgres'), 'templates.json: templates[0].services: must be an array'],
-    ['duplicate service', (j) => j.templates[0].services.push({ service: 'postgres', target: '127.0.0.1:5433' }), 'templates.json: templates[0].services[1].service: duplicate service "postgres" (also services[0])'],
+    [
+      'duplicate service',
+      (j) => j.templates[0].services.push({ service: 'postgres', target: '127.0.0.1:5433' }),
+      'templates.json: templates[0].services[1].service: duplicate service "postgres" (also services[0])',
+    ],
     ['missing target', (j) => delete j.templates[0].services[0].target, 'templates.json: templates[0].services[0].target: is required'],
   ];
   it.each(cases)('%s', (_name, mutate, expected) => {
@@ -240,7 +318,12 @@ describe('validateTemplateSpec (admin upsert)', () => {
     ['a bad path name', body, 'Bad Name', /^name: "Bad Name" is not a valid name/],
     ['an unknown pool', { ...body, pool: 'gpu' }, 'custom', 'pool: unknown pool "gpu" (pools: default)'],
     ['hard over 24h', { ...body, hard: '24h0m1s' }, 'custom', 'hard: "24h0m1s" exceeds the 24h maximum'],
-    ['a bad envPath', { ...body, shares: [{ name: 'src', direction: 'in', envPath: 'rel' }] }, 'custom', 'shares[0].envPath: "rel" must be an absolute path'],
+    [
+      'a bad envPath',
+      { ...body, shares: [{ name: 'src', direction: 'in', envPath: 'rel' }] },
+      'custom',
+      'shares[0].envPath: "rel" must be an absolute path',
+    ],
     ['an unknown field', { ...body, hotNodes: 3 }, 'custom', /^hotNodes: unknown field/],
     ['a non-object body', 'x', 'custom', /^must be an object/],
   ];
@@ -295,11 +378,11 @@ describe('loadCatalog', () => {
   it('reports invalid JSON and missing files', async () => {
     const file = path.join(dir, 'broken.json');
     await writeFile(file, '{ "pools": [ }');
-    await expect(loadCatalog(file)).rejects.toThrow(new RegExp(`^${escape(file)}: not valid JSON`));
+    await expect(loadCatalog(file)).rejects.toThrow(new RegExp(`^${escapeRegExp(file)}: not valid JSON`));
     await expect(loadCatalog(path.join(dir, 'missing.json'))).rejects.toThrow(/missing\.json: cannot read the templates file/);
   });
 });
 
-function escape(text: string): string {
+function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }

@@ -50,7 +50,7 @@ export async function loadMasterKey(options: LoadMasterKeyOptions): Promise<Buff
   const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o600);
   try {
     await fh.chmod(0o600); // umask can only remove bits, but be explicit
-    await fh.writeFile(key.toString('base64') + '\n');
+    await fh.writeFile(`${key.toString('base64')}\n`);
     await fh.datasync();
   } catch (err) {
     await fh.close().catch(() => {});

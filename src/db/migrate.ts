@@ -2,7 +2,7 @@
 // engine: same `_prisma_migrations` table, rows and advisory lock, so the Prisma CLI (where it is
 // available) sees the same history.
 import { createHash, randomUUID } from 'node:crypto';
-import { readFile, readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
  * params must accept several statements (pg's simple query protocol does; for PGlite use `exec`).
  */
 export interface MigrationClient {
-  query(text: string, params?: unknown[]): Promise<{ rows: any[] }>;
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
 }
 
 /** Prisma Migrate's advisory lock id; holding it also keeps the Prisma CLI out while we run. */
@@ -42,7 +42,10 @@ const sha256 = (data: Buffer | string) => createHash('sha256').update(data).dige
 
 async function readMigrations(dir: string): Promise<Migration[]> {
   const entries = await readdir(dir, { withFileTypes: true });
-  const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+  const names = entries
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
   return Promise.all(
     names.map(async (name) => {
       const bytes = await readFile(join(dir, name, 'migration.sql'));

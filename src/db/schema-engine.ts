@@ -1,7 +1,7 @@
 // Drives Prisma's schema engine compiled to WASM (@prisma/schema-engine-wasm), because the native
 // engine cannot be downloaded here. Its shadow databases are in-memory PGlite instances served over
 // a loopback socket and reached through @prisma/adapter-pg.
-import { readFile, readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
@@ -10,15 +10,11 @@ import {
   bindMigrationAwareSqlAdapterFactory,
   ColumnTypeEnum,
   type SqlDriverAdapter,
-  type SqlQuery,
   type SqlMigrationAwareDriverAdapterFactory,
+  type SqlQuery,
 } from '@prisma/driver-adapter-utils';
+import type { DiagnoseMigrationHistoryOutput, MigrationList, SchemaEngine } from '@prisma/schema-engine-wasm/schema_engine_bg';
 import * as bg from '@prisma/schema-engine-wasm/schema_engine_bg';
-import type {
-  DiagnoseMigrationHistoryOutput,
-  MigrationList,
-  SchemaEngine,
-} from '@prisma/schema-engine-wasm/schema_engine_bg';
 import pg from 'pg';
 
 export const defaultMigrationsDir = fileURLToPath(new URL('../../prisma/migrations', import.meta.url));
@@ -53,7 +49,7 @@ function loadWasm(): Promise<void> {
     };
     const glue = import.meta.resolve('@prisma/schema-engine-wasm/schema_engine_bg');
     const bytes = await readFile(new URL(glue.replace(/\.js$/, '.wasm')));
-    const { instance } = await WebAssembly.instantiate(bytes, { './schema_engine_bg.js': bg as any });
+    const { instance } = await WebAssembly.instantiate(bytes, { './schema_engine_bg.js': bg as unknown as WebAssembly.ModuleImports });
     bg.__wbg_set_wasm(instance.exports);
     (instance.exports.__wbindgen_start as () => void)();
   })();
@@ -61,11 +57,7 @@ function loadWasm(): Promise<void> {
 }
 
 /** A Prisma driver adapter over a pg pool, with the fixes the schema engine needs. */
-async function engineAdapter(
-  pool: pg.Pool,
-  schema?: string,
-  onDispose?: () => Promise<void>,
-): Promise<SqlDriverAdapter> {
+async function engineAdapter(pool: pg.Pool, schema?: string, onDispose?: () => Promise<void>): Promise<SqlDriverAdapter> {
   // The engine's catalog queries return the internal "char" type (oid 18: pg_constraint.contype,
   // confdeltype, ...), which adapter-pg rejects, and the engine then reads as a Character column.
   // Relabel it text for adapter-pg and remember which columns to report as Character (keyed by the
@@ -166,12 +158,14 @@ async function withEngine<T>(
 /** Reads the migrations folder the way the Prisma CLI does (directories sorted by name). */
 export async function readMigrationList(dir = defaultMigrationsDir): Promise<MigrationList> {
   const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-  const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+  const names = entries
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
   // Before the first migration there is no lockfile yet. Diffing from an empty history (rather than
   // the engine's `empty` target) keeps the shadow database's public schema, so the first migration
   // does not start with a needless CREATE SCHEMA "public".
-  const lockfile =
-    (await readFile(`${dir}/migration_lock.toml`, 'utf8').catch(() => null)) ?? (names.length ? null : MIGRATION_LOCK);
+  const lockfile = (await readFile(`${dir}/migration_lock.toml`, 'utf8').catch(() => null)) ?? (names.length ? null : MIGRATION_LOCK);
   const migrationDirectories = await Promise.all(
     names.map(async (name) => ({
       path: name,
@@ -196,9 +190,7 @@ export async function readMigrationList(dir = defaultMigrationsDir): Promise<Mig
  * SQL that takes a database from the state of the migrations folder to the state of schema.prisma:
  * the migrations are replayed on a shadow PGlite and compared to the datamodel. '' when in sync.
  */
-export async function diffMigrationsToSchema(
-  opts: { migrationsDir?: string; schemaPath?: string } = {},
-): Promise<string> {
+export async function diffMigrationsToSchema(opts: { migrationsDir?: string; schemaPath?: string } = {}): Promise<string> {
   const schemaPath = opts.schemaPath ?? defaultSchemaPath;
   const schema = await readFile(schemaPath, 'utf8');
   const migrations = await readMigrationList(opts.migrationsDir);

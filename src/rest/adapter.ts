@@ -1,18 +1,18 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
-  execute,
-  GraphQLError,
-  Kind,
-  validate,
   type DocumentNode,
+  execute,
   type FragmentDefinitionNode,
+  type GraphQLError,
   type GraphQLSchema,
+  Kind,
   type OperationDefinitionNode,
+  validate,
 } from 'graphql';
 import type { Context, Deps } from '../context';
+import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError, STATUS_BY_CODE } from '../services/errors';
-import { toClientError } from '../schema/errors';
 import { clientAddress, readJsonBody, sendError, sendJson, stripNulls } from './http';
 import { isStreamRoute, type OperationRoute, type Param, type Route } from './route';
 
@@ -49,9 +49,7 @@ function operationOf(doc: DocumentNode): OperationDefinitionNode {
 
 export function fragmentsOf(doc: DocumentNode): Map<string, FragmentDefinitionNode> {
   return new Map(
-    doc.definitions
-      .filter((d): d is FragmentDefinitionNode => d.kind === Kind.FRAGMENT_DEFINITION)
-      .map((d) => [d.name.value, d]),
+    doc.definitions.filter((d): d is FragmentDefinitionNode => d.kind === Kind.FRAGMENT_DEFINITION).map((d) => [d.name.value, d]),
   );
 }
 

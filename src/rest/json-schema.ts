@@ -1,4 +1,8 @@
 import {
+  type FragmentDefinitionNode,
+  type GraphQLInputType,
+  type GraphQLOutputType,
+  type GraphQLSchema,
   getNamedType,
   getNullableType,
   isEnumType,
@@ -8,10 +12,6 @@ import {
   isObjectType,
   isScalarType,
   Kind,
-  type FragmentDefinitionNode,
-  type GraphQLInputType,
-  type GraphQLOutputType,
-  type GraphQLSchema,
   type SelectionSetNode,
 } from 'graphql';
 

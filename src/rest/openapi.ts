@@ -1,6 +1,6 @@
 import type { GraphQLSchema } from 'graphql';
 import { fragmentsOf, operationOf } from './adapter';
-import { inputSchema, selectionSchema, type JsonSchema } from './json-schema';
+import { inputSchema, type JsonSchema, selectionSchema } from './json-schema';
 import { isStreamRoute, type OperationRoute, type Route } from './route';
 
 const ERROR: JsonSchema = {
@@ -13,9 +13,7 @@ function responseSchema(schema: GraphQLSchema, route: OperationRoute): JsonSchem
   const op = operationOf(route.document);
   const root = op.operation === 'mutation' ? schema.getMutationType() : schema.getQueryType();
   const fragments = fragmentsOf(route.document);
-  const fieldNode = op.selectionSet.selections.find(
-    (s) => s.kind === 'Field' && (s.alias?.value ?? s.name.value) === route.result.field,
-  );
+  const fieldNode = op.selectionSet.selections.find((s) => s.kind === 'Field' && (s.alias?.value ?? s.name.value) === route.result.field);
   if (!root || !fieldNode || fieldNode.kind !== 'Field') throw new Error(`route ${route.path}: no root field ${route.result.field}`);
   const field = root.getFields()[fieldNode.name.value]!;
   const value = selectionSchema(field.type, fieldNode.selectionSet, fragments);
@@ -71,12 +69,22 @@ export function buildOpenApi(schema: GraphQLSchema, routes: Route[]): JsonSchema
     if (isStreamRoute(route)) {
       const { requestBody, responses } = route.openapi;
       operation = {
-        ...(requestBody ? { requestBody: { required: true, content: { [requestBody.contentType]: { schema: { ...requestBody, contentType: undefined } } } } } : {}),
+        ...(requestBody
+          ? {
+              requestBody: {
+                required: true,
+                content: { [requestBody.contentType]: { schema: { ...requestBody, contentType: undefined } } },
+              },
+            }
+          : {}),
         responses: {
           ...Object.fromEntries(
             Object.entries(responses).map(([status, r]) => [
               status,
-              { description: r.description, ...(r.schema ? { content: { [r.contentType ?? 'application/json']: { schema: r.schema } } } : {}) },
+              {
+                description: r.description,
+                ...(r.schema ? { content: { [r.contentType ?? 'application/json']: { schema: r.schema } } } : {}),
+              },
             ]),
           ),
           ...errors,
@@ -87,7 +95,10 @@ export function buildOpenApi(schema: GraphQLSchema, routes: Route[]): JsonSchema
       operation = {
         ...(body ? { requestBody: body } : {}),
         responses: {
-          [String(route.status)]: { description: route.summary, content: { 'application/json': { schema: responseSchema(schema, route) } } },
+          [String(route.status)]: {
+            description: route.summary,
+            content: { 'application/json': { schema: responseSchema(schema, route) } },
+          },
           ...errors,
         },
       };

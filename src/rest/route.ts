@@ -59,7 +59,10 @@ export interface StreamRoute extends RouteBase {
     res: ServerResponse,
     args: { ctx?: Context; deps: Deps; params: Record<string, string>; query: URLSearchParams },
   ): Promise<void>;
-  openapi: { requestBody?: JsonSchema & { contentType: string }; responses: Record<string, { description: string; contentType?: string; schema?: JsonSchema }> };
+  openapi: {
+    requestBody?: JsonSchema & { contentType: string };
+    responses: Record<string, { description: string; contentType?: string; schema?: JsonSchema }>;
+  };
 }
 
 export type Route = OperationRoute | StreamRoute;

@@ -5,11 +5,11 @@ import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
 import { announceEnvironment, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
-import { notifySandboxConfig } from '../services/sandbox-wiring';
 import type { SyncSpec } from '../services/sandbox-wiring';
+import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
-import { selectFiles, type SyncRules } from '../services/sync-rules';
+import { type SyncRules, selectFiles } from '../services/sync-rules';
 import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
 import type { NodeProvider } from './provider';
@@ -26,7 +26,7 @@ export function workspaceDir(deps: Deps, envId: string): string {
 /**
  * The built-in provider: every node is a folder per environment under DATA_DIR/workspaces, one
  * sub-folder per template share. Snapshots move as plain archive streams through the snapshot
- * service, the same calls a remote node agent makes over HTTP (README: Snapshots and shredding).
+ * service, the same calls a remote node agent makes over HTTP (docs/snapshots.md).
  */
 export const hotPoolProvider: NodeProvider = {
   async prepare(deps, env) {
@@ -129,7 +129,7 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
      ORDER BY starting`;
   for (const { id } of due) {
     const env = await deps.prisma.environment.findUnique({ where: { id } });
-    if (!env || env.state !== 'starting' || !env.starting) continue;
+    if (env?.state !== 'starting' || !env.starting) continue;
     const bound = startBound(env.startMs);
     if (now.getTime() - env.starting.getTime() > bound) {
       await transition(deps, id, ['starting'], 'failed', (at) => ({

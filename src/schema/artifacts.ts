@@ -1,13 +1,13 @@
-import type { PackSegment } from '../store/pack';
 import {
   createArtifactLink,
   deleteArtifact,
   getArtifact,
+  type ArtifactLink as Link,
   listArtifacts,
   revokeArtifactLinks,
-  type ArtifactLink as Link,
 } from '../services/artifacts';
 import { ValidationError } from '../services/errors';
+import type { PackSegment } from '../store/pack';
 import { builder } from './builder';
 
 // Uploads are REST only (POST /v1/artifacts takes the raw bytes); GraphQL reads, links and deletes.
@@ -54,7 +54,7 @@ const ArtifactLinkInput = builder.inputType('ArtifactLinkInput', {
   fields: (t) => ({
     lifetime: t.string({
       required: false,
-      description: "Duration such as 24h (default 24h, at most 30d); the link never outlives the artifact",
+      description: 'Duration such as 24h (default 24h, at most 30d); the link never outlives the artifact',
     }),
   }),
 });
@@ -75,7 +75,8 @@ builder.queryFields((t) => ({
     },
     resolve: async (_root, args, ctx) => {
       if (args.last !== undefined && args.last !== null) throw new ValidationError('last: only forward pagination (first, after)', 'last');
-      if (args.before !== undefined && args.before !== null) throw new ValidationError('before: only forward pagination (first, after)', 'before');
+      if (args.before !== undefined && args.before !== null)
+        throw new ValidationError('before: only forward pagination (first, after)', 'before');
       const page = await listArtifacts(ctx.deps, ctx.actor, {
         project: args.project,
         name: args.name,

@@ -2,11 +2,11 @@ import SchemaBuilder from '@pothos/core';
 import PrismaPlugin from '@pothos/plugin-prisma';
 import RelayPlugin from '@pothos/plugin-relay';
 import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import type { Context } from '../context';
 import type PrismaTypes from '../generated/pothos-types';
 import { getDatamodel } from '../generated/pothos-types';
-import type { Context } from '../context';
 import { ForbiddenError } from '../services/errors';
-import { JsonObjectScalar, DateTimeScalar, SafeIntScalar } from './scalars';
+import { DateTimeScalar, JsonObjectScalar, SafeIntScalar } from './scalars';
 
 // The builder only wires plugins and scalars; types live one file per resource.
 export const builder = new SchemaBuilder<{
@@ -25,7 +25,7 @@ export const builder = new SchemaBuilder<{
   scopeAuth: {
     // Refuse a subscription when it starts, not on each event it would deliver.
     authorizeOnSubscribe: true,
-    // `member`: anyone of the organization but a sandbox agent (README: Sandboxes).
+    // `member`: anyone of the organization but a sandbox agent (docs/sandboxes.md).
     authScopes: (ctx) => ({ admin: ctx.actor.admin, person: ctx.actor.kind === 'person', member: ctx.actor.kind !== 'sandbox' }),
     unauthorizedError: (_parent, ctx) =>
       ctx.actor.kind === 'sandbox'

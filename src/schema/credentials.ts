@@ -1,13 +1,6 @@
 import type { Credential } from '../generated/prisma/client';
+import { createApiKey, createCliToken, credentialTopic, keyFilter, revokeCredential, tokenFilter } from '../services/credentials';
 import { builder } from './builder';
-import {
-  createApiKey,
-  createCliToken,
-  credentialTopic,
-  keyFilter,
-  revokeCredential,
-  tokenFilter,
-} from '../services/credentials';
 
 export const CliToken = builder.prismaObject('Credential', {
   variant: 'CliToken',

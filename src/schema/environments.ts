@@ -40,7 +40,7 @@ const Export = builder.objectRef<ExportShape>('Export').implement({
   fields: (t) => ({
     service: t.exposeString('service'),
     listen: t.exposeString('listen', { description: 'host:port on the sandbox' }),
-    target: t.exposeString('target', { description: "host:port inside the environment" }),
+    target: t.exposeString('target', { description: 'host:port inside the environment' }),
   }),
 });
 
@@ -51,7 +51,7 @@ const Share = builder.objectRef<ShareShape>('Share').implement({
     name: t.exposeString('name'),
     direction: t.field({ type: ShareDirection, resolve: (s) => s.direction }),
     envPath: t.exposeString('envPath'),
-    localPath: t.exposeString('localPath', { description: "On the sandbox, relative to its folder" }),
+    localPath: t.exposeString('localPath', { description: 'On the sandbox, relative to its folder' }),
     files: t.exposeStringList('files', { description: 'Destinations of extra files' }),
   }),
 });
@@ -179,7 +179,13 @@ builder.mutationFields((t) => ({
   }),
 }));
 
-function matches(filter: { state?: string | null; template?: string | null; label?: string[] | null; sandbox?: string | null; project?: string | null }) {
+function matches(filter: {
+  state?: string | null;
+  template?: string | null;
+  label?: string[] | null;
+  sandbox?: string | null;
+  project?: string | null;
+}) {
   return (env: Environment) => {
     const labels = env.labels as Record<string, string>;
     return (
@@ -198,7 +204,7 @@ function matches(filter: { state?: string | null; template?: string | null; labe
 builder.subscriptionFields((t) => ({
   environment: t.field({
     type: EnvironmentRef,
-    description: "Every change of one environment (by id or name), each with the whole environment",
+    description: 'Every change of one environment (by id or name), each with the whole environment',
     args: { id: t.arg.string({ required: true }) },
     subscribe: async (_root, { id }, ctx) => {
       const env = await findEnvironment(ctx.deps, ctx.actor, id);

@@ -20,7 +20,8 @@ export function toClientError(error: unknown, log: (msg: string, err: unknown) =
   }
   if (gqlError && (!original || !gqlError.path)) {
     // Parse, validation and variable-coercion errors (no path: nothing ran): the request was wrong.
-    const code = typeof gqlError.extensions.code === 'string' && gqlError.extensions.code in STATUS_BY_CODE ? gqlError.extensions.code : 'invalid';
+    const code =
+      typeof gqlError.extensions.code === 'string' && gqlError.extensions.code in STATUS_BY_CODE ? gqlError.extensions.code : 'invalid';
     return new GraphQLError(gqlError.message, { nodes: gqlError.nodes, path: gqlError.path, extensions: { ...gqlError.extensions, code } });
   }
   log('unexpected error', original ?? error);

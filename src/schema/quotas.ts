@@ -1,4 +1,4 @@
-import { listQuotas, setQuota, type QuotaView } from '../services/quotas';
+import { listQuotas, type QuotaView, setQuota } from '../services/quotas';
 import { builder } from './builder';
 
 const Quota = builder.objectRef<QuotaView>('Quota').implement({

@@ -8,10 +8,10 @@ import {
   readSandboxConfig,
   registerSandbox,
   removeSandbox,
-  sandboxHeartbeat,
-  watchSandboxConfig,
   type SandboxEntry,
   type SandboxRecord,
+  sandboxHeartbeat,
+  watchSandboxConfig,
 } from '../services/sandboxes';
 import { builder } from './builder';
 
@@ -23,7 +23,11 @@ export const Sandbox = builder.objectRef<SandboxRecord>('Sandbox').implement({
     name: t.exposeString('name', { description: 'Its name on the private network (a DNS label)' }),
     createdBy: t.exposeString('createdBy'),
     created: t.expose('created', { type: 'DateTime' }),
-    lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'When its agent last joined, read its config or sent a heartbeat' }),
+    lastSeen: t.expose('lastSeen', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'When its agent last joined, read its config or sent a heartbeat',
+    }),
     removed: t.expose('removed', { type: 'DateTime', nullable: true }),
   }),
 });
@@ -36,32 +40,35 @@ const SandboxEntryRef = builder.objectRef<SandboxEntry>('SandboxEntry').implemen
   }),
 });
 
-const RegisteredSandbox = builder
-  .objectRef<{ sandbox: SandboxRecord; config: SandboxConfig; key: string }>('RegisteredSandbox')
-  .implement({
-    fields: (t) => ({
-      sandbox: t.field({ type: Sandbox, resolve: (r) => r.sandbox }),
-      config: t.field({ type: 'JSONObject', description: 'The sandbox configuration (README: Sandbox configuration)', resolve: (r) => r.config }),
-      key: t.exposeString('key', { description: 'Network join key: single use, valid one hour; only its hash is kept' }),
+const RegisteredSandbox = builder.objectRef<{ sandbox: SandboxRecord; config: SandboxConfig; key: string }>('RegisteredSandbox').implement({
+  fields: (t) => ({
+    sandbox: t.field({ type: Sandbox, resolve: (r) => r.sandbox }),
+    config: t.field({
+      type: 'JSONObject',
+      description: 'The sandbox configuration (docs/sandboxes.md, "Sandbox configuration")',
+      resolve: (r) => r.config,
     }),
-  });
+    key: t.exposeString('key', { description: 'Network join key: single use, valid one hour; only its hash is kept' }),
+  }),
+});
 
-const JoinedSandbox = builder
-  .objectRef<{ sandbox: SandboxRecord; config: SandboxConfig; credential: string }>('JoinedSandbox')
-  .implement({
-    fields: (t) => ({
-      sandbox: t.field({ type: Sandbox, resolve: (r) => r.sandbox }),
-      config: t.field({ type: 'JSONObject', resolve: (r) => r.config }),
-      credential: t.exposeString('credential', {
-        description: "The sandbox's own bearer credential (bsc_…): reads and watches its config, sends heartbeats. Shown once.",
-      }),
+const JoinedSandbox = builder.objectRef<{ sandbox: SandboxRecord; config: SandboxConfig; credential: string }>('JoinedSandbox').implement({
+  fields: (t) => ({
+    sandbox: t.field({ type: Sandbox, resolve: (r) => r.sandbox }),
+    config: t.field({ type: 'JSONObject', resolve: (r) => r.config }),
+    credential: t.exposeString('credential', {
+      description: "The sandbox's own bearer credential (bsc_…): reads and watches its config, sends heartbeats. Shown once.",
     }),
-  });
+  }),
+});
 
 const RegisterSandboxInput = builder.inputType('RegisterSandboxInput', {
   fields: (t) => ({
     name: t.string({ required: false, description: 'Name on the private network (a DNS label); empty: from hostname, else generated' }),
-    hostname: t.string({ required: false, description: "The machine's hostname, sent by the client; its first label names the sandbox when name is empty" }),
+    hostname: t.string({
+      required: false,
+      description: "The machine's hostname, sent by the client; its first label names the sandbox when name is empty",
+    }),
   }),
 });
 
@@ -96,7 +103,7 @@ builder.mutationFields((t) => ({
   joinSandbox: t.field({
     type: JoinedSandbox,
     description:
-      'Spends a join key of a sandbox of the caller\'s organization. Agents without a credential use POST /v1/sandboxes/join instead.',
+      "Spends a join key of a sandbox of the caller's organization. Agents without a credential use POST /v1/sandboxes/join instead.",
     args: { key: t.arg.string({ required: true }) },
     resolve: (_root, { key }, ctx) => {
       // yoga keeps the Node request in the context it builds; failures count against its address.

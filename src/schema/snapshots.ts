@@ -44,7 +44,10 @@ const ShredResultRef = builder.objectRef<ShredResult>('ShredResult').implement({
   fields: (t) => ({
     project: t.exposeString('project'),
     shredded: t.exposeBoolean('shredded'),
-    at: t.expose('at', { type: 'DateTime', description: 'When the keys were destroyed (the latest shred, when repeated with nothing new to shred)' }),
+    at: t.expose('at', {
+      type: 'DateTime',
+      description: 'When the keys were destroyed (the latest shred, when repeated with nothing new to shred)',
+    }),
   }),
 });
 

@@ -1,6 +1,6 @@
-import type { ShareSpec, ServiceSpec, TemplateSpec } from '../services/templates-file';
-import { listTemplates, upsertTemplate } from '../services/templates';
 import { formatDuration } from '../services/durations';
+import { listTemplates, upsertTemplate } from '../services/templates';
+import type { ServiceSpec, ShareSpec, TemplateSpec } from '../services/templates-file';
 import { builder } from './builder';
 
 const TemplateShare = builder.objectRef<ShareSpec>('TemplateShare').implement({
@@ -32,7 +32,11 @@ const Template = builder.objectRef<TemplateSpec>('Template').implement({
 });
 
 builder.queryField('templates', (t) =>
-  t.field({ type: [Template], description: 'Templates this organization can lease', resolve: (_r, _a, ctx) => listTemplates(ctx.deps.prisma, ctx.actor.orgId) }),
+  t.field({
+    type: [Template],
+    description: 'Templates this organization can lease',
+    resolve: (_r, _a, ctx) => listTemplates(ctx.deps.prisma, ctx.actor.orgId),
+  }),
 );
 
 builder.mutationField('putTemplate', (t) =>

@@ -12,13 +12,13 @@
 // caller's organization, so another organization's ids behave exactly like unknown ones.
 import { hkdfSync } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import { errors as jose, jwtVerify, SignJWT } from 'jose';
+import { type JWTPayload, errors as jose, jwtVerify, SignJWT } from 'jose';
 import type { Actor, Deps } from '../context';
 import { SealError } from '../crypto/seal';
 import type { Artifact, Prisma } from '../generated/prisma/client';
 import type { BackgroundJob } from '../scheduler/background';
 import { BlobNotFoundError } from '../store';
-import { deletePacked, packStream, TooLargeError, unpackStream, type PackSegment, type UnpackResult } from '../store/pack';
+import { deletePacked, type PackSegment, packStream, TooLargeError, type UnpackResult, unpackStream } from '../store/pack';
 import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durations';
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
 import { parseLabelPairs, validateProjectName } from './labels';
@@ -104,7 +104,10 @@ function validateContentType(value: string | undefined): string {
     );
   }
   if (type.length > 255 || !MEDIA_TYPE.test(type)) {
-    throw new ValidationError(`Content-Type ${JSON.stringify(type.slice(0, 100))} is not a media type such as application/octet-stream`, 'contentType');
+    throw new ValidationError(
+      `Content-Type ${JSON.stringify(type.slice(0, 100))} is not a media type such as application/octet-stream`,
+      'contentType',
+    );
   }
   return type;
 }
@@ -129,7 +132,8 @@ interface CheckedUpload {
 function checkUpload(deps: Deps, params: UploadParams): CheckedUpload {
   const name = params.name === undefined ? undefined : validateArtifactName(params.name);
   const project = params.project ? validateProjectName(params.project) : DEFAULT_PROJECT;
-  const retentionMs = params.retention === undefined ? DEFAULT_RETENTION_MS : parseDurationMax(params.retention, 'retention', MAX_RETENTION_MS, '30d');
+  const retentionMs =
+    params.retention === undefined ? DEFAULT_RETENTION_MS : parseDurationMax(params.retention, 'retention', MAX_RETENTION_MS, '30d');
   if (retentionMs <= 0) throw new ValidationError('retention: must be a positive duration', 'retention');
   const labels = parseLabelPairs(params.labels ?? [], 'label');
   const linkMs = params.link === undefined ? undefined : lifetimeMs(params.link, 'link');
@@ -155,9 +159,7 @@ export function artifactPrefix(a: Pick<Artifact, 'orgId' | 'project' | 'id'>): s
 
 /** A stored, unexpired artifact of the caller's organization; NotFoundError otherwise. */
 export async function getArtifact(deps: Deps, actor: Pick<Actor, 'orgId'>, id: string): Promise<Artifact> {
-  const found = isId(id, 'art')
-    ? await deps.prisma.artifact.findFirst({ where: { id, ...visible(actor.orgId, deps.clock.now()) } })
-    : null;
+  const found = isId(id, 'art') ? await deps.prisma.artifact.findFirst({ where: { id, ...visible(actor.orgId, deps.clock.now()) } }) : null;
   if (!found) throw new NotFoundError(`artifact ${id}`);
   return found;
 }
@@ -248,7 +250,7 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
   }, UPLOAD_HEARTBEAT_MS);
   heartbeat.unref();
 
-  let packed;
+  let packed: Awaited<ReturnType<typeof packStream>>;
   try {
     packed = await packStream({
       store: deps.store,
@@ -365,7 +367,7 @@ export async function revokeArtifactLinks(deps: Deps, actor: Actor, id: string):
 
 /** The artifact a signed link names: 403 invalid_link, 410 link_expired / link_revoked, or 404. */
 export async function resolveLink(deps: Deps, token: string): Promise<Artifact> {
-  let payload;
+  let payload: JWTPayload;
   try {
     ({ payload } = await jwtVerify(token, linkKey(deps), {
       algorithms: ['HS256'],
@@ -438,7 +440,8 @@ export async function sweepArtifacts(deps: Deps): Promise<number> {
       }
     }
   }
-  if (failed.length) throw new Error(`could not remove ${failed.length} artifact(s), e.g. ${failed[0]}; retrying later`, { cause: lastError });
+  if (failed.length)
+    throw new Error(`could not remove ${failed.length} artifact(s), e.g. ${failed[0]}; retrying later`, { cause: lastError });
   return removed;
 }
 

@@ -30,7 +30,7 @@ function retryAfter(until: Date, now: Date): RateLimitedError {
 /**
  * Resolves `Authorization: Bearer …` to an Actor. An address whose presented credentials fail
  * more than AUTH_FAILURE_LIMIT times within a minute is answered 429 on every request for the
- * next minute (README: Authentication). The lock lives in the database, so it holds across
+ * next minute (docs/api.md, "Authentication"). The lock lives in the database, so it holds across
  * restarts and instances.
  */
 export async function authenticate(deps: Deps, header: string | null | undefined, address: string): Promise<Actor> {

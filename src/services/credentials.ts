@@ -121,9 +121,7 @@ function announce(deps: Deps, orgId: string, kind: 'token' | 'key', action: 'cre
 
 /** Admins see every token of the organization; others their own. */
 export function tokenFilter(actor: Actor) {
-  return actor.admin
-    ? { orgId: actor.orgId, kind: 'cli' }
-    : { orgId: actor.orgId, kind: 'cli', personId: actor.personId ?? '-' };
+  return actor.admin ? { orgId: actor.orgId, kind: 'cli' } : { orgId: actor.orgId, kind: 'cli', personId: actor.personId ?? '-' };
 }
 
 export function keyFilter(actor: Actor) {

@@ -69,12 +69,7 @@ export function parseDuration(text: string, field: string): number {
  * how to print the maximum (defaults to the compact form of `maxMs`, e.g. `24h`; pass `30d` for
  * limits stated in days).
  */
-export function checkMax(
-  ms: number,
-  maxMs: number,
-  field: string,
-  opts: { text?: string; maxText?: string } = {},
-): number {
+export function checkMax(ms: number, maxMs: number, field: string, opts: { text?: string; maxText?: string } = {}): number {
   if (ms > maxMs) {
     const shown = opts.text !== undefined ? quote(opts.text) : formatDuration(ms);
     const max = opts.maxText ?? formatCompactDuration(maxMs);

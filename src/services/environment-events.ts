@@ -1,6 +1,6 @@
 import type { Deps } from '../context';
-import type { Environment } from '../generated/prisma/client';
 import { lockFor, type Tx } from '../db';
+import type { Environment } from '../generated/prisma/client';
 
 export const environmentsTopic = (orgId: string) => `org:${orgId}:environments`;
 

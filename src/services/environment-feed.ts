@@ -30,12 +30,10 @@ class OrgFeed {
   ) {
     this.wakeups = deps.events.subscribe(environmentsTopic(orgId))[Symbol.asyncIterator]();
     const first = this.wakeups.next();
-    this.ready = deps.prisma.environmentEvent
-      .aggregate({ _max: { seq: true }, where: { orgId } })
-      .then((r) => {
-        this.last = r._max.seq ?? 0n;
-        void this.listen(first);
-      });
+    this.ready = deps.prisma.environmentEvent.aggregate({ _max: { seq: true }, where: { orgId } }).then((r) => {
+      this.last = r._max.seq ?? 0n;
+      void this.listen(first);
+    });
   }
 
   private async listen(next: Promise<IteratorResult<unknown>>): Promise<void> {
@@ -89,9 +87,8 @@ const feeds = new WeakMap<Deps, Map<string, OrgFeed>>();
 
 /** Every environment change in the organization from now on, in commit order, once each. */
 export function watchEnvironmentEvents(deps: Deps, orgId: string, environmentId?: string): AsyncIterable<Environment> {
-  let byOrg = feeds.get(deps);
-  if (!byOrg) feeds.set(deps, (byOrg = new Map()));
-  const orgs = byOrg;
+  const orgs = feeds.get(deps) ?? new Map<string, OrgFeed>();
+  feeds.set(deps, orgs);
   return new Repeater<Environment>(async (push, stop) => {
     let feed = orgs.get(orgId);
     if (!feed) {

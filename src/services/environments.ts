@@ -29,7 +29,11 @@ function assertMember(actor: Actor): void {
 }
 
 /** Picks the lease's time-outs: request, else quota, else template; never past a quota or 24h. */
-function timeouts(input: CreateEnvironmentInput, template: { idleMs: number; hardMs: number }, quotas: { template: string; idleMs: number; hardMs: number }[]) {
+function timeouts(
+  input: CreateEnvironmentInput,
+  template: { idleMs: number; hardMs: number },
+  quotas: { template: string; idleMs: number; hardMs: number }[],
+) {
   const own = quotas.find((q) => q.template !== '*');
   const hardCap = Math.min(MAX_HARD_MS, ...quotas.map((q) => q.hardMs));
   const idleCap = Math.min(hardCap, ...quotas.map((q) => q.idleMs));
@@ -179,7 +183,8 @@ export async function transition(
       where: { id },
       data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null },
     });
-    if ((ENDED_STATES as readonly string[]).includes(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
+    if ((ENDED_STATES as readonly string[]).includes(to))
+      await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
     await recordEvent(tx, updated);
     return updated;
@@ -237,13 +242,21 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
   if (!Number.isInteger(input.exitCode) || input.exitCode < -2147483648 || input.exitCode > 2147483647) {
     throw new ValidationError('exitCode must be a 32-bit integer', 'exitCode');
   }
-  if (!Number.isInteger(input.durationMs) || input.durationMs < 0) throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
+  if (!Number.isInteger(input.durationMs) || input.durationMs < 0)
+    throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
   const env = await findEnvironment(deps, actor, idOrName);
   assertLive(env);
   const now = deps.clock.now();
   const [exec] = await deps.prisma.$transaction([
     deps.prisma.exec.create({
-      data: { environmentId: env.id, time: now, actor: actor.name, command: input.command, exitCode: input.exitCode, durationMs: input.durationMs },
+      data: {
+        environmentId: env.id,
+        time: now,
+        actor: actor.name,
+        command: input.command,
+        exitCode: input.exitCode,
+        durationMs: input.durationMs,
+      },
     }),
     deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } }),
   ]);

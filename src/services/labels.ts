@@ -87,10 +87,7 @@ function checkLabel(key: string, v: unknown, field: string): void {
   }
   const valueProblem = labelValueProblem(v);
   if (valueProblem) {
-    throw new ValidationError(
-      `${field}: the value ${show(v)} of ${show(key)} is not valid: ${valueProblem}`,
-      `${field}.${key}`,
-    );
+    throw new ValidationError(`${field}: the value ${show(v)} of ${show(key)} is not valid: ${valueProblem}`, `${field}.${key}`);
   }
 }
 
@@ -122,8 +119,7 @@ export function parseLabelPairs(pairs: readonly string[], field = 'label'): Reco
 
 /** The shape of project, template, pool, share and service names. */
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
-const NAME_RULES =
-  '1-63 characters of lower-case letters, digits, ".", "_" and "-", starting with a letter or digit';
+const NAME_RULES = '1-63 characters of lower-case letters, digits, ".", "_" and "-", starting with a letter or digit';
 
 /** Checks a name (see NAME_PATTERN) and returns it; the message names `field`. */
 export function validateName(value: unknown, field: string): string {
@@ -150,18 +146,12 @@ export function validateSnapshotKey(value: unknown, field = 'snapshot'): string 
   const length = [...value].length;
   if (length === 0) throw new ValidationError(`${field}: must not be empty`, field);
   if (length > MAX_SNAPSHOT_KEY_LENGTH) {
-    throw new ValidationError(
-      `${field}: at most ${MAX_SNAPSHOT_KEY_LENGTH} characters (got ${length})`,
-      field,
-    );
+    throw new ValidationError(`${field}: at most ${MAX_SNAPSHOT_KEY_LENGTH} characters (got ${length})`, field);
   }
   const bad = SNAPSHOT_KEY_FORBIDDEN.exec(value);
   if (bad) {
     const cp = bad[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
-    throw new ValidationError(
-      `${field}: ${show(value)} contains U+${cp} at ${bad.index}; keys are printable text without spaces`,
-      field,
-    );
+    throw new ValidationError(`${field}: ${show(value)} contains U+${cp} at ${bad.index}; keys are printable text without spaces`, field);
   }
   return value;
 }

@@ -1,8 +1,8 @@
 import type { Prisma } from '../db';
-import { normalizeEmail, issueCliToken } from './credentials';
+import { issueCliToken, normalizeEmail } from './credentials';
 import { ConflictError, ValidationError } from './errors';
-import { hashSecret } from './secrets';
 import { newId } from './names';
+import { hashSecret } from './secrets';
 
 export const DEFAULT_ORG = 'default';
 const ORG_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -24,10 +24,7 @@ export async function createOrganization(prisma: Prisma, name: string, adminEmai
  * Makes sure the default organization exists and, with BOOTSTRAP_TOKEN, that its admin holds a
  * CLI token with exactly that value. Returns the token to print when one was generated.
  */
-export async function ensureDefaultOrganization(
-  prisma: Prisma,
-  bootstrapToken: string | undefined,
-): Promise<{ generatedToken?: string }> {
+export async function ensureDefaultOrganization(prisma: Prisma, bootstrapToken: string | undefined): Promise<{ generatedToken?: string }> {
   return prisma.$transaction(async (tx) => {
     let org = await tx.organization.findUnique({ where: { name: DEFAULT_ORG } });
     const fresh = !org;
@@ -42,7 +39,12 @@ export async function ensureDefaultOrganization(
         throw new Error('BOOTSTRAP_TOKEN is already in use by another credential');
       }
       if (!existing) {
-        await issueCliToken(tx as Prisma, person, { name: 'bootstrap', createdBy: 'BOOTSTRAP_TOKEN', expires: null, secret: bootstrapToken });
+        await issueCliToken(tx as Prisma, person, {
+          name: 'bootstrap',
+          createdBy: 'BOOTSTRAP_TOKEN',
+          expires: null,
+          secret: bootstrapToken,
+        });
       } else if (existing.revoked || existing.expires) {
         await tx.credential.update({ where: { id: existing.id }, data: { revoked: null, expires: null } });
       }

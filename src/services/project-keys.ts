@@ -45,7 +45,15 @@ export async function currentKey(deps: Deps, orgId: string, project = DEFAULT_PR
     const version = (latest?.version ?? 0) + 1;
     const key = newDataKey();
     await db.projectKey.createMany({
-      data: [{ orgId, project, version, wrapped: new Uint8Array(wrapKey(deps.masterKey, key, dataKeyAad(orgId, project, version))), created: deps.clock.now() }],
+      data: [
+        {
+          orgId,
+          project,
+          version,
+          wrapped: new Uint8Array(wrapKey(deps.masterKey, key, dataKeyAad(orgId, project, version))),
+          created: deps.clock.now(),
+        },
+      ],
       skipDuplicates: true,
     });
   }

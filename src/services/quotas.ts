@@ -2,8 +2,8 @@ import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma, type Tx } from '../db';
 import type { Quota } from '../generated/prisma/client';
 import { formatDuration, parseDuration } from './durations';
-import { ForbiddenError, QuotaExceededError, ValidationError } from './errors';
 import { LIVE_STATES } from './environment-events';
+import { ForbiddenError, QuotaExceededError, ValidationError } from './errors';
 import { findTemplate } from './templates';
 import { MAX_HARD_MS } from './templates-file';
 
@@ -30,7 +30,13 @@ async function running(prisma: Prisma | Tx, orgId: string, template: string): Pr
 }
 
 function view(quota: Quota, count: number): QuotaView {
-  return { template: quota.template, maxLeases: quota.maxLeases, running: count, idle: formatDuration(quota.idleMs), hard: formatDuration(quota.hardMs) };
+  return {
+    template: quota.template,
+    maxLeases: quota.maxLeases,
+    running: count,
+    idle: formatDuration(quota.idleMs),
+    hard: formatDuration(quota.hardMs),
+  };
 }
 
 /** PUT /v1/quotas/{template} (admins). Omitted durations default to the template's (24h for `*`). */

@@ -1,4 +1,4 @@
-// Wiring environments to sandboxes, and the sandbox agent's configuration (README: Sandboxes).
+// Wiring environments to sandboxes, and the sandbox agent's configuration (docs/sandboxes.md).
 //
 // planWiring runs inside the environment-creation transaction: it checks the request's shares,
 // files and sync rules against the template, locks the sandbox row and picks loopback ports that
@@ -93,7 +93,10 @@ export async function planWiring(tx: Tx, orgId: string, template: TemplateSpec, 
   const sharesIn = stringMap(input.shares, 'shares');
   const filesIn = stringMap(input.files, 'files');
   if (!input.sandbox) {
-    for (const [field, given] of [['shares', sharesIn], ['files', filesIn]] as const) {
+    for (const [field, given] of [
+      ['shares', sharesIn],
+      ['files', filesIn],
+    ] as const) {
       if (Object.keys(given).length) {
         throw new ValidationError(`${field}: only an environment wired to a sandbox has ${field}; give "sandbox" too`, field);
       }
@@ -140,7 +143,10 @@ function mapShares(template: TemplateSpec, given: Record<string, unknown>): Wire
   for (const name of Object.keys(given)) {
     if (!names.includes(name)) {
       const known = names.length ? `its shares: ${names.join(', ')}` : 'it has none';
-      throw new ValidationError(`shares.${name}: template ${template.name} has no share ${JSON.stringify(name)} (${known})`, `shares.${name}`);
+      throw new ValidationError(
+        `shares.${name}: template ${template.name} has no share ${JSON.stringify(name)} (${known})`,
+        `shares.${name}`,
+      );
     }
   }
   const shares = template.shares.map((s) => {
@@ -240,7 +246,7 @@ export interface SandboxConfig {
   keyring: KeyringEntry[];
 }
 
-/** The sandbox's configuration (format: README, "Sandbox configuration"). */
+/** The sandbox's configuration (format: docs/sandboxes.md, "Sandbox configuration"). */
 export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string): Promise<SandboxConfig> {
   const [sandbox] = await deps.prisma.$queryRaw<{ id: string; name: string; org: string; version: number; removed: Date | null }[]>`
     SELECT s.id, s.name, o.name AS org, s.version, s.removed
@@ -284,7 +290,16 @@ export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string
       shares,
     };
   });
-  return { sandbox: head, version: sandbox.version, environments, keyring: await keyring(deps, orgId, environments.map((e) => e.project)) };
+  return {
+    sandbox: head,
+    version: sandbox.version,
+    environments,
+    keyring: await keyring(
+      deps,
+      orgId,
+      environments.map((e) => e.project),
+    ),
+  };
 }
 
 /**

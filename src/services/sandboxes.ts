@@ -1,4 +1,4 @@
-// Sandboxes: the organization's machines that environments are wired to (README: Sandboxes).
+// Sandboxes: the organization's machines that environments are wired to (docs/sandboxes.md).
 //
 // A member registers a machine and gets a network join key (`bjk_…`: random, stored only as its
 // SHA-256, valid one hour, usable once). The agent on the machine spends the key without any
@@ -13,7 +13,7 @@ import { HOUR_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
 import { ConflictError, ForbiddenError, GoneError, NotFoundError, UnauthorizedError, ValidationError } from './errors';
 import { generateName, newId } from './names';
-import { findSandboxRow, notifySandboxConfig, sandboxConfig, sandboxConfigTopic, type SandboxConfig } from './sandbox-wiring';
+import { findSandboxRow, notifySandboxConfig, type SandboxConfig, sandboxConfig, sandboxConfigTopic } from './sandbox-wiring';
 import { hashSecret, newSecret, secretPrefix } from './secrets';
 
 /** A DNS label: what the machine is called on the private network. */
@@ -131,7 +131,9 @@ export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterS
     // Registrations in one organization take turns, so two can never take the same name.
     await lockFor(tx, `berth:sandbox-names:${actor.orgId}`);
     const taken = new Set(
-      (await tx.sandbox.findMany({ where: { orgId: actor.orgId, removed: null, name: { startsWith: base } }, select: { name: true } })).map((s) => s.name),
+      (await tx.sandbox.findMany({ where: { orgId: actor.orgId, removed: null, name: { startsWith: base } }, select: { name: true } })).map(
+        (s) => s.name,
+      ),
     );
     let name = base;
     if (taken.has(name) && explicit) {
@@ -154,7 +156,8 @@ export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterS
  */
 export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { address: string; orgId?: string }) {
   const key = input.key;
-  if (typeof key !== 'string' || key.trim() === '') throw new ValidationError('key: the join key from POST /v1/sandboxes is required', 'key');
+  if (typeof key !== 'string' || key.trim() === '')
+    throw new ValidationError('key: the join key from POST /v1/sandboxes is required', 'key');
   const now = deps.clock.now();
   await assertNotBlocked(deps, opts.address, now);
   const hash = hashSecret(key.trim());

@@ -1,4 +1,4 @@
-// Shredding a project (DELETE /v1/project-keys/{project}; README: Snapshots and shredding).
+// Shredding a project (DELETE /v1/project-keys/{project}; docs/snapshots.md).
 //
 // One transaction, in this order: a Shred row (the resume marker), every wrapped key of the
 // project emptied (a tombstone row per version stays, so the next key takes a higher version and
@@ -14,9 +14,9 @@ import type { BackgroundJob } from '../scheduler/background';
 import { MANIFEST_NAME } from '../store/pack';
 import { sweepArtifacts } from './artifacts';
 import { MINUTE_MS } from './durations';
+import { LIVE_STATES } from './environment-events';
 import { ForbiddenError, NotFoundError } from './errors';
 import { validateProjectName } from './labels';
-import { LIVE_STATES } from './environment-events';
 import { notifySandboxConfig } from './sandbox-wiring';
 import { purgeSnapshot, snapshotVersionPrefix } from './snapshots';
 
@@ -76,7 +76,10 @@ export async function shredProject(deps: Deps, actor: Actor, projectName: string
 
 /** Deletes what is left of a shred (objects, rows of an interrupted one) and marks it finished. Idempotent. */
 export async function finishShred(deps: Deps, orgId: string, project: string, at: Date): Promise<void> {
-  const gone = await deps.prisma.projectKey.findMany({ where: { orgId, project, wrapped: { equals: new Uint8Array(0) } }, select: { version: true } });
+  const gone = await deps.prisma.projectKey.findMany({
+    where: { orgId, project, wrapped: { equals: new Uint8Array(0) } },
+    select: { version: true },
+  });
   const versions = gone.map((k) => k.version);
   // Rows an interrupted shred left (its transaction deletes them otherwise).
   for (const row of await deps.prisma.snapshot.findMany({ where: { orgId, project, keyVersion: { in: versions } } })) {

@@ -11,7 +11,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, open } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
-import { validateRelativePath, type SelectedFile } from './sync-rules';
+import { type SelectedFile, validateRelativePath } from './sync-rules';
 
 const MAX_HEADER = 64 * 1024;
 

@@ -1,5 +1,5 @@
 // Snapshots: an environment's synced files, saved per share when it ends and restored into a new
-// one before it is ready (README: Snapshots and shredding).
+// one before it is ready (docs/snapshots.md).
 //
 // - One Snapshot row per share of one save. The rows of one save share a `root` id (`snr_…`), so
 //   a restore unpacks every share of the save it picked and `restored.root` says which save.
@@ -8,7 +8,7 @@
 //   The key version in the prefix lets a shred find every object sealed under the versions it
 //   destroyed, rows or not.
 // - These functions take and give plain streams: the built-in hot pool calls them in-process; a
-//   remote node agent would reach the same two calls over HTTP (README).
+//   remote node agent would reach the same two calls over HTTP (docs/snapshots.md).
 import { pipeline, type Readable } from 'node:stream';
 import type { Actor, Deps } from '../context';
 import type { Environment, Prisma, Snapshot } from '../generated/prisma/client';
@@ -103,7 +103,11 @@ export interface RestorePlan {
 export async function planRestore(deps: Deps, env: Environment): Promise<RestorePlan | null> {
   const scope = { orgId: env.orgId, project: env.project };
   const usable = async (where: Prisma.SnapshotWhereInput) => {
-    const rows = await deps.prisma.snapshot.findMany({ where: { ...scope, ...where }, orderBy: [{ created: 'desc' }, { id: 'desc' }], take: 20 });
+    const rows = await deps.prisma.snapshot.findMany({
+      where: { ...scope, ...where },
+      orderBy: [{ created: 'desc' }, { id: 'desc' }],
+      take: 20,
+    });
     for (const row of rows) {
       if (await keyAlive(deps, row)) return row;
     }

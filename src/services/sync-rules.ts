@@ -21,6 +21,7 @@
 // Symbolic links are never followed and never selected; neither are sockets, FIFOs or devices.
 // Files come out sorted by path in code-unit order (`a.txt` before `a/b`), so a walk is
 // deterministic.
+import type { Dirent } from 'node:fs';
 import { lstat, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import ignore, { type Ignore } from 'ignore';
@@ -53,7 +54,7 @@ export const MAX_INCLUDE_PATTERNS = 100;
 export const MAX_PATTERN_LENGTH = 1024;
 export const MAX_PATH_LENGTH = 4096;
 
-const CONTROL = /[\u0000-\u001f\u007f]/;
+const CONTROL = /\p{Cc}/u;
 const PICOMATCH_OPTIONS = { dot: true } as const;
 
 /**
@@ -70,10 +71,7 @@ export function validateInclude(patterns: unknown, field = 'include'): string[] 
     throw new ValidationError(`${field}: must be an array of paths or globs`, field);
   }
   if (patterns.length > MAX_INCLUDE_PATTERNS) {
-    throw new ValidationError(
-      `${field}: at most ${MAX_INCLUDE_PATTERNS} patterns (got ${patterns.length})`,
-      field,
-    );
+    throw new ValidationError(`${field}: at most ${MAX_INCLUDE_PATTERNS} patterns (got ${patterns.length})`, field);
   }
   const out: string[] = [];
   patterns.forEach((raw: unknown, index) => {
@@ -155,11 +153,7 @@ function unbalancedBracket(pattern: string): number | null {
  * normalises to the folder itself (`.`, `./`, `a/..`) is refused unless `allowRoot`, and then
  * comes back as `.`.
  */
-export function validateRelativePath(
-  value: string,
-  field: string,
-  opts: { allowRoot?: boolean } = {},
-): string {
+export function validateRelativePath(value: string, field: string, opts: { allowRoot?: boolean } = {}): string {
   if (typeof value !== 'string') throw new ValidationError(`${field}: must be a string`, field);
   if (value.length === 0) throw new ValidationError(`${field}: must not be empty`, field);
   if (value.length > MAX_PATH_LENGTH) {
@@ -219,9 +213,7 @@ type WalkMode =
 export async function* selectFiles(root: string, rules: SyncRules): AsyncGenerator<SelectedFile> {
   const base = path.resolve(root);
   const include = validateInclude([...rules.include]);
-  const exact = Object.keys(rules.files ?? {}).map((dest) =>
-    validateRelativePath(dest, `files[${JSON.stringify(dest)}]`),
-  );
+  const exact = Object.keys(rules.files ?? {}).map((dest) => validateRelativePath(dest, `files[${JSON.stringify(dest)}]`));
   const matcher = new IncludeMatcher(include, exact);
   if (rules.noIgnore) {
     yield* walk(base, '', 'all', null, matcher);
@@ -238,7 +230,7 @@ async function* walk(
   rules: Ignore | null,
   includes: IncludeMatcher,
 ): AsyncGenerator<SelectedFile> {
-  let entries;
+  let entries: Dirent[];
   try {
     entries = await readdir(absDir, { withFileTypes: true });
   } catch (err) {
@@ -276,7 +268,7 @@ async function* walk(
       yield* walk(abs, rel, next, next === 'normal' ? rules : null, includes);
     } else {
       const st = await lstatOrNull(abs);
-      if (st && st.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777 };
+      if (st?.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777 };
     }
   }
 }
@@ -300,9 +292,7 @@ export function rebaseGitignore(text: string, dir: string): string[] {
     const core = body.replace(/(?<!\\) +$/, '').replace(/\/$/, '');
     if (core === '') continue;
     const anchored = core.includes('/');
-    const rebased = anchored
-      ? `${prefix}/${body.startsWith('/') ? body.slice(1) : body}`
-      : `${prefix}/**/${body}`;
+    const rebased = anchored ? `${prefix}/${body.startsWith('/') ? body.slice(1) : body}` : `${prefix}/**/${body}`;
     out.push(negated ? `!${rebased}` : rebased);
   }
   return out;

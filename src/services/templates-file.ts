@@ -153,12 +153,7 @@ function parsePool(input: unknown, at: string): PoolSpec {
 const TEMPLATE_FIELDS = ['name', 'description', 'pool', 'startMs', 'idle', 'hard', 'shares', 'services'];
 
 /** `prefix` is `templates[1].` in the catalog and empty for an upsert body. */
-function parseTemplate(
-  input: unknown,
-  prefix: string,
-  pools: readonly string[],
-  pathName: string | undefined,
-): TemplateSpec {
+function parseTemplate(input: unknown, prefix: string, pools: readonly string[], pathName: string | undefined): TemplateSpec {
   const at = prefix.replace(/\.$/, '');
   const o = object(input, at, TEMPLATE_FIELDS, 'a template');
   let name: string;
@@ -249,7 +244,7 @@ function parseShare(input: unknown, at: string): ShareSpec {
 
 function absolutePath(value: unknown, field: string): string {
   if (typeof value !== 'string') fail(field, 'must be a string');
-  if (/[\u0000-\u001f\u007f\\]/.test(value)) fail(field, `${show(value)} must not contain control characters or "\\"`);
+  if (/[\p{Cc}\\]/u.test(value)) fail(field, `${show(value)} must not contain control characters or "\\"`);
   if (!value.startsWith('/')) fail(field, `${show(value)} must be an absolute path`);
   if (value.split('/').includes('..')) fail(field, `${show(value)} must not contain ".."`);
   let normal = path.posix.normalize(value);

@@ -2,7 +2,7 @@ import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
 import { ForbiddenError, NotFoundError } from './errors';
 import { newId } from './names';
-import { validateTemplateSpec, type Catalog, type PoolSpec, type TemplateSpec } from './templates-file';
+import { type Catalog, type PoolSpec, type TemplateSpec, validateTemplateSpec } from './templates-file';
 
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
 const CATALOG = '';
@@ -56,7 +56,11 @@ export async function listTemplates(prisma: Prisma, orgId: string): Promise<Temp
 /** PUT /v1/templates/{name} (admins): the organization's own version of a template. */
 export async function upsertTemplate(deps: Deps, actor: Actor, name: string, input: unknown): Promise<TemplateSpec> {
   if (!actor.admin) throw new ForbiddenError('only admins can change templates');
-  const spec = validateTemplateSpec(input, name, deps.catalog.pools.map((p) => p.name));
+  const spec = validateTemplateSpec(
+    input,
+    name,
+    deps.catalog.pools.map((p) => p.name),
+  );
   await deps.prisma.template.upsert({
     where: { orgId_name: { orgId: actor.orgId, name } },
     create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec: spec as never },

@@ -1,15 +1,15 @@
+import { pipeline, Readable, Transform } from 'node:stream';
 import { BlobServiceClient, type ContainerClient } from '@azure/storage-blob';
-import { Readable, Transform, pipeline } from 'node:stream';
 import {
+  type BlobListing,
   BlobNotFoundError,
   BlobRangeError,
   BlobSizeMismatchError,
+  type BlobStore,
+  type ByteRange,
   validateBlobName,
   validateBlobPrefix,
   validateRange,
-  type BlobListing,
-  type BlobStore,
-  type ByteRange,
 } from './blob-store';
 
 export interface AzureBlobStoreOptions {
@@ -149,7 +149,5 @@ export class AzureBlobStore implements BlobStore {
 }
 
 function statusOf(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'statusCode' in err
-    ? (err as { statusCode?: number }).statusCode
-    : undefined;
+  return typeof err === 'object' && err !== null && 'statusCode' in err ? (err as { statusCode?: number }).statusCode : undefined;
 }

@@ -53,31 +53,42 @@ export class BlobStoreError extends Error {
 
 export class BlobNotFoundError extends BlobStoreError {
   override readonly code = 'not_found';
-  constructor(readonly blobName: string, options?: { cause?: unknown }) {
+  constructor(
+    readonly blobName: string,
+    options?: { cause?: unknown },
+  ) {
     super(`blob not found: ${blobName}`, options);
   }
 }
 
 export class InvalidBlobNameError extends BlobStoreError {
   override readonly code = 'invalid_blob_name';
-  constructor(readonly blobName: string, reason: string) {
+  constructor(
+    readonly blobName: string,
+    reason: string,
+  ) {
     super(`invalid blob name ${JSON.stringify(blobName)}: ${reason}`);
   }
 }
 
 export class BlobRangeError extends BlobStoreError {
   override readonly code = 'invalid_range';
-  constructor(readonly blobName: string, range: ByteRange, readonly blobSize?: number) {
-    super(
-      `invalid range ${range.start}-${range.end ?? ''} for blob ${blobName}` +
-        (blobSize === undefined ? '' : ` of ${blobSize} bytes`),
-    );
+  constructor(
+    readonly blobName: string,
+    range: ByteRange,
+    readonly blobSize?: number,
+  ) {
+    super(`invalid range ${range.start}-${range.end ?? ''} for blob ${blobName}${blobSize === undefined ? '' : ` of ${blobSize} bytes`}`);
   }
 }
 
 export class BlobSizeMismatchError extends BlobStoreError {
   override readonly code = 'size_mismatch';
-  constructor(readonly blobName: string, readonly expected: number, readonly actual: number) {
+  constructor(
+    readonly blobName: string,
+    readonly expected: number,
+    readonly actual: number,
+  ) {
     super(`blob ${blobName}: expected ${expected} bytes, body had ${actual === -1 ? 'more' : actual}`);
   }
 }

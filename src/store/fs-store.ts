@@ -1,18 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { constants as fsc } from 'node:fs';
-import { mkdir, open, opendir, rename, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { type Dir, constants as fsc } from 'node:fs';
+import { type FileHandle, mkdir, open, opendir, rename, rmdir, stat, unlink } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import {
+  type BlobListing,
   BlobNotFoundError,
   BlobRangeError,
   BlobSizeMismatchError,
+  type BlobStore,
+  type ByteRange,
   validateBlobName,
   validateBlobPrefix,
   validateRange,
-  type BlobListing,
-  type BlobStore,
-  type ByteRange,
 } from './blob-store';
 
 export interface FsBlobStoreOptions {
@@ -178,7 +178,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   private async *walk(dir: string, dirName: string, prefix: string): AsyncGenerator<BlobListing> {
-    let handle;
+    let handle: Dir;
     try {
       handle = await opendir(dir);
     } catch (err) {
@@ -189,7 +189,7 @@ export class FsBlobStore implements BlobStore {
     const entries: { name: string; key: string; dir: boolean }[] = [];
     for await (const entry of handle) {
       if (entry.name.startsWith('.')) continue; // temp files
-      if (entry.isDirectory()) entries.push({ name: entry.name, key: entry.name + '/', dir: true });
+      if (entry.isDirectory()) entries.push({ name: entry.name, key: `${entry.name}/`, dir: true });
       else if (entry.isFile()) entries.push({ name: entry.name, key: entry.name, dir: false });
     }
     // Sorting directories as `name/` makes this depth-first walk yield names in plain
@@ -198,7 +198,7 @@ export class FsBlobStore implements BlobStore {
     for (const entry of entries) {
       const full = dirName === '' ? entry.name : `${dirName}/${entry.name}`;
       if (entry.dir) {
-        const asDir = full + '/';
+        const asDir = `${full}/`;
         // Descend only where something below can match the prefix.
         if (asDir.startsWith(prefix) || prefix.startsWith(asDir)) yield* this.walk(join(dir, entry.name), full, prefix);
       } else if (full.startsWith(prefix)) {
@@ -216,7 +216,7 @@ export class FsBlobStore implements BlobStore {
     let removed = 0;
     const cutoff = Date.now() - olderThanMs;
     const visit = async (dir: string): Promise<void> => {
-      let handle;
+      let handle: Dir;
       try {
         handle = await opendir(dir);
       } catch {

@@ -3,8 +3,8 @@ import { AzureBlobStore } from './azure-store';
 import type { BlobStore } from './blob-store';
 import { FsBlobStore } from './fs-store';
 
-export * from './blob-store';
 export { AzureBlobStore, type AzureBlobStoreOptions } from './azure-store';
+export * from './blob-store';
 export { FsBlobStore, type FsBlobStoreOptions } from './fs-store';
 
 export interface BlobStoreConfig {

@@ -23,9 +23,9 @@
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { PassThrough, Readable } from 'node:stream';
-import { SealError, SEAL_OVERHEAD, encodeChunkAad, openChunk, openRaw, sealParts, sealRaw } from '../crypto/seal';
+import { encodeChunkAad, openChunk, openRaw, SEAL_OVERHEAD, SealError, sealParts, sealRaw } from '../crypto/seal';
 import { localSha256, workerSha256 } from '../crypto/sha256';
-import { validateBlobName, type BlobStore } from './blob-store';
+import { type BlobStore, validateBlobName } from './blob-store';
 
 export const DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024;
 export const DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024;
@@ -69,7 +69,11 @@ export class PackIntegrityError extends SealError {
 /** The requested range starts past the end of the item. */
 export class PackRangeError extends RangeError {
   readonly code = 'invalid_range';
-  constructor(readonly start: number, readonly end: number | undefined, readonly size: number) {
+  constructor(
+    readonly start: number,
+    readonly end: number | undefined,
+    readonly size: number,
+  ) {
     super(`range ${start}-${end ?? ''} is not satisfiable for ${size} bytes`);
     this.name = 'PackRangeError';
   }
@@ -264,7 +268,11 @@ class SegmentWriter {
   /** Sealed bytes written so far. */
   size = 0;
 
-  constructor(store: BlobStore, readonly name: string, highWaterMark: number) {
+  constructor(
+    store: BlobStore,
+    readonly name: string,
+    highWaterMark: number,
+  ) {
     this.pass = new PassThrough({ highWaterMark });
     this.pass.on('error', () => {}); // failures surface through `done`
     this.done = store.put(name, this.pass);
@@ -514,12 +522,7 @@ function checkManifest(m: PackManifest, objectId: string, headerKeyVersion: numb
 }
 
 /** Reads and authenticates a packed item's manifest. Throws SealError / PackIntegrityError. */
-export async function readManifest(opts: {
-  store: BlobStore;
-  manifest: string;
-  objectId: string;
-  key: Buffer;
-}): Promise<PackManifest> {
+export async function readManifest(opts: { store: BlobStore; manifest: string; objectId: string; key: Buffer }): Promise<PackManifest> {
   checkKey(opts.key);
   checkObjectId(opts.objectId);
   return (await loadManifest(opts, objectKey(opts.key, opts.objectId))).manifest;
@@ -596,7 +599,11 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
 
   const start = opts.range?.start ?? 0;
   const requestedEnd = opts.range?.end;
-  if (!Number.isSafeInteger(start) || start < 0 || (requestedEnd !== undefined && (!Number.isSafeInteger(requestedEnd) || requestedEnd < start))) {
+  if (
+    !Number.isSafeInteger(start) ||
+    start < 0 ||
+    (requestedEnd !== undefined && (!Number.isSafeInteger(requestedEnd) || requestedEnd < start))
+  ) {
     throw new PackRangeError(start, requestedEnd, m.size);
   }
   if (start > m.size) throw new PackRangeError(start, requestedEnd, m.size);
@@ -620,9 +627,7 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
       const b = Math.min(lastChunk, segLast);
       const [fromOffset] = seg.chunks[a - segFirst]!;
       const [lastOffset, lastLength] = seg.chunks[b - segFirst]!;
-      const reader = new ExactReader(
-        await store.get(manifestDir + seg.name, { start: fromOffset, end: lastOffset + lastLength - 1 }),
-      );
+      const reader = new ExactReader(await store.get(manifestDir + seg.name, { start: fromOffset, end: lastOffset + lastLength - 1 }));
       try {
         for (let c = a; c <= b; c++) {
           const sealed = await reader.read(seg.chunks[c - segFirst]![1]);
@@ -660,7 +665,7 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
  * item can no longer be opened). Idempotent. Returns how many objects were deleted.
  */
 export async function deletePacked(store: BlobStore, prefix: string): Promise<number> {
-  const folder = normalizePrefix(prefix) + '/';
+  const folder = `${normalizePrefix(prefix)}/`;
   const names: string[] = [];
   for await (const { name } of store.list(folder)) names.push(name);
   const manifestName = folder + MANIFEST_NAME;

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -30,12 +30,15 @@ export async function startAzurite(timeoutMs = 30_000): Promise<Azurite> {
     [
       main,
       '--inMemoryPersistence',
-      '--blobHost', '127.0.0.1',
-      '--blobPort', '0', // supported by 3.35: it prints the port it got
+      '--blobHost',
+      '127.0.0.1',
+      '--blobPort',
+      '0', // supported by 3.35: it prints the port it got
       '--skipApiVersionCheck',
       '--loose',
       '--disableTelemetry',
-      '--extentMemoryLimit', '2048',
+      '--extentMemoryLimit',
+      '2048',
     ],
     { cwd, stdio: ['ignore', 'pipe', 'pipe'] },
   );

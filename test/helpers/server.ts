@@ -7,7 +7,7 @@ import { print } from 'graphql';
 import pg from 'pg';
 import { describe } from 'vitest';
 import { loadConfig } from '../../src/config';
-import { startApp, type App } from '../../src/server';
+import { type App, startApp } from '../../src/server';
 import { ManualClock } from './clock';
 
 export const BOOTSTRAP = 'bct_test-bootstrap-token-0123456789';

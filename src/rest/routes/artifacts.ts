@@ -5,18 +5,18 @@ import { execute, type GraphQLSchema } from 'graphql';
 import type { Actor, Context, Deps } from '../../context';
 import { graphql } from '../../generated/gql';
 import {
+  type ArtifactRecord,
   asIntegrityError,
   getArtifact,
   openArtifact,
   resolveLink,
   storeArtifact,
-  type ArtifactRecord,
   type UploadParams,
 } from '../../services/artifacts';
 import { ForbiddenError, ValidationError } from '../../services/errors';
 import { fragmentsOf, operationOf } from '../adapter';
 import { sendError, sendJson, stripNulls } from '../http';
-import { selectionSchema, type JsonSchema } from '../json-schema';
+import { type JsonSchema, selectionSchema } from '../json-schema';
 import { contentDisposition, etagMatches, parseRange } from '../range';
 import { PAGE_PARAMS, type Param, type Route, type StreamRoute } from '../route';
 
@@ -38,7 +38,12 @@ const UPLOAD_PARAMS: Param[] = [
   { name: 'project', in: 'query', type: 'string', description: 'project whose key seals it (default: `default`)' },
   { name: 'retention', in: 'query', type: 'string', description: 'how long to keep it, e.g. 12h or 7d (default 7d, at most 30d)' },
   { name: 'label', in: 'query', type: 'string', list: true, description: 'key=value; repeatable' },
-  { name: 'link', in: 'query', type: 'string', description: 'also make a signed link lasting this long, e.g. 24h (at most 30d, never past the artifact expiry)' },
+  {
+    name: 'link',
+    in: 'query',
+    type: 'string',
+    description: 'also make a signed link lasting this long, e.g. 24h (at most 30d, never past the artifact expiry)',
+  },
 ];
 
 const BINARY: JsonSchema = { type: 'string', format: 'binary' };
@@ -234,7 +239,8 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
     method: 'GET',
     path: '/v1/links/{token}',
     summary: 'Download through a signed link, without a bearer token (Range as for content)',
-    description: '403 invalid_link (altered or foreign), 410 link_expired / link_revoked, 404 not_found (the artifact was deleted or expired).',
+    description:
+      '403 invalid_link (altered or foreign), 410 link_expired / link_revoked, 404 not_found (the artifact was deleted or expired).',
     auth: 'none',
     openapi: { responses: DOWNLOAD_RESPONSES },
     async handle(req, res, { deps, params }) {

@@ -24,7 +24,8 @@ export const environmentRoutes: Route[] = [
     method: 'POST',
     path: '/v1/environments',
     summary: 'Lease an environment from a template; it is queued for a hot node',
-    description: '202 with the environment in pending. 404 no_template / not_found (sandbox), 422 invalid, 429 quota, 503 queue_full (the environment is recorded as failed).',
+    description:
+      '202 with the environment in pending. 404 no_template / not_found (sandbox), 422 invalid, 429 quota, 503 queue_full (the environment is recorded as failed).',
     document: graphql(`
       mutation RestCreateEnvironment($input: CreateEnvironmentInput!) {
         createEnvironment(input: $input) { environment { ...EnvironmentFields } sandboxConfig }
@@ -131,7 +132,9 @@ export const environmentRoutes: Route[] = [
     method: 'PUT',
     path: '/v1/templates/{name}',
     summary: "Set the organization's own version of a template (admins only); the catalog file's format",
-    document: graphql(`mutation RestPutTemplate($name: String!, $spec: JSONObject!) { putTemplate(name: $name, spec: $spec) { ...TemplateFields } }`),
+    document: graphql(
+      `mutation RestPutTemplate($name: String!, $spec: JSONObject!) { putTemplate(name: $name, spec: $spec) { ...TemplateFields } }`,
+    ),
     body: { variable: 'spec', required: true },
     result: { kind: 'wrap', field: 'putTemplate', key: 'template' },
     status: 200,

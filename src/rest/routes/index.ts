@@ -1,6 +1,6 @@
 import type { GraphQLSchema } from 'graphql';
-import { buildOpenApi } from '../openapi';
 import { sendJson } from '../http';
+import { buildOpenApi } from '../openapi';
 import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';
 import { credentialRoutes } from './credentials';

@@ -46,7 +46,7 @@ export const sandboxRoutes: Route[] = [
     path: '/v1/sandboxes',
     summary: 'Register a machine as a sandbox',
     description:
-      'Body: name (a DNS label; empty: the first label of hostname, else a generated name), hostname (the machine\'s). ' +
+      "Body: name (a DNS label; empty: the first label of hostname, else a generated name), hostname (the machine's). " +
       'Answers the sandbox, its configuration and a network join key: single use, valid one hour.',
     document: graphql(`
       mutation RestRegisterSandbox($input: RegisterSandboxInput) {

@@ -30,8 +30,9 @@ export const snapshotRoutes: Route[] = [
   {
     method: 'DELETE',
     path: '/v1/project-keys/{project}',
-    summary: "Shred a project: its keys, then its snapshots and artifacts (admins only)",
-    description: '200 {project, shredded: true, at}; repeated with nothing new to shred: the same answer with the `at` of the latest shred. 403 forbidden for non-admins, 404 not_found for a project that never had a key, snapshot or artifact.',
+    summary: 'Shred a project: its keys, then its snapshots and artifacts (admins only)',
+    description:
+      '200 {project, shredded: true, at}; repeated with nothing new to shred: the same answer with the `at` of the latest shred. 403 forbidden for non-admins, 404 not_found for a project that never had a key, snapshot or artifact.',
     document: graphql(`mutation RestShredProject($project: String!) { shredProject(project: $project) { project shredded at } }`),
     result: { kind: 'field', field: 'shredProject' },
     status: 200,
