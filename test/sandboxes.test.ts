@@ -192,7 +192,7 @@ describeBackends('sandboxes', (backend) => {
   });
 
   it('gives a sandbox credential its own config, heartbeat and nothing else', async () => {
-    const { id, agent } = await joined('agent-only');
+    const { id, agent, credential } = await joined('agent-only');
     const other = await register({ name: 'someone-else' });
     s.clock.advance(5000);
     const beat = await agent.post(`/v1/sandboxes/${id}/heartbeat`);
@@ -210,6 +210,15 @@ describeBackends('sandboxes', (backend) => {
       ['POST', '/v1/tokens', {}],
       ['GET', '/v1/tokens'],
       ['GET', '/v1/me'],
+      ['GET', '/v1/quotas'],
+      ['PUT', '/v1/quotas/default', { maxLeases: 1 }],
+      ['GET', '/v1/templates'],
+      ['GET', '/v1/snapshots'],
+      ['DELETE', '/v1/project-keys/default'],
+      ['GET', '/v1/artifacts'],
+      ['GET', '/v1/artifacts/art_aaaaaaaaaaaaaaaaaaaa/content'],
+      ['GET', '/v1/keys'],
+      ['POST', '/v1/keys', { name: 'sneaky' }],
     ] as const) {
       const res = await agent.call(method, path, body);
       expect(res.status, `${method} ${path}`).toBe(403);
@@ -217,6 +226,28 @@ describeBackends('sandboxes', (backend) => {
     }
     const gql = await agent.gql(Sandboxes);
     expect(gql.body.errors?.[0]?.extensions?.code).toBe('forbidden');
+    const upload = await fetch(`${url()}/v1/artifacts?name=x`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/octet-stream' },
+      body: 'bytes',
+    });
+    expect(upload.status).toBe(403);
+    for (const query of [
+      '{ viewer { name } }',
+      '{ templates { name } }',
+      '{ quotas { template } }',
+      '{ environments { nodes { id } } }',
+      '{ tokens { id } }',
+      '{ apiKeys { id } }',
+      '{ artifacts { nodes { id } } }',
+      '{ snapshots { project } }',
+      'mutation { createEnvironment(input: {template: "default"}) { environment { id } } }',
+      'mutation { shredProject(project: "default") { at } }',
+      'mutation { setQuota(template: "default", input: {maxLeases: 1}) { template } }',
+    ]) {
+      const res = await agent.call('POST', '/graphql', { query });
+      expect(res.body.errors?.[0]?.extensions?.code, query).toBe('forbidden');
+    }
     expect((await agent.gql(SandboxConfigQuery, { id })).body.data?.sandboxConfig).toMatchObject({ sandbox: { id } });
     // Members read any sandbox's config, but the heartbeat is the agent's.
     expect((await admin.get(`/v1/sandboxes/${id}/config`)).status).toBe(200);

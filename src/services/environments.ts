@@ -118,14 +118,11 @@ async function uniqueName(tx: Tx): Promise<string> {
   }
 }
 
-/** By id (`env_…`) or by name, within the caller's organization. */
-export function environmentWhere(actor: Actor, idOrName: string): P.EnvironmentWhereInput {
-  return { orgId: actor.orgId, ...(idOrName.startsWith('env_') ? { id: idOrName } : { name: idOrName }) };
-}
-
+/** An environment by id (`env_…`) or by name, within the caller's organization. */
 export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
   requireMember(actor);
-  const env = await deps.prisma.environment.findFirst({ where: environmentWhere(actor, idOrName) });
+  const where = { orgId: actor.orgId, ...(idOrName.startsWith('env_') ? { id: idOrName } : { name: idOrName }) };
+  const env = await deps.prisma.environment.findFirst({ where });
   if (!env) throw new NotFoundError(`environment ${idOrName}`);
   return env;
 }
