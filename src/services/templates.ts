@@ -3,7 +3,7 @@ import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
 import { NotFoundError } from './errors';
 import { newId } from './names';
-import { type Catalog, type PoolSpec, type TemplateSpec, validateTemplateSpec } from './templates-file';
+import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
 
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
 const CATALOG = '';
@@ -20,8 +20,8 @@ export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<vo
     for (const spec of catalog.templates) {
       await tx.template.upsert({
         where: { orgId_name: { orgId: CATALOG, name: spec.name } },
-        create: { id: newId('tpl'), orgId: CATALOG, name: spec.name, pool: spec.pool, spec: spec as never },
-        update: { pool: spec.pool, spec: spec as never },
+        create: { id: newId('tpl'), orgId: CATALOG, name: spec.name, pool: spec.pool, spec },
+        update: { pool: spec.pool, spec },
       });
     }
     for (const pool of catalog.pools) {
@@ -44,7 +44,7 @@ export async function findTemplate(prisma: Prisma, orgId: string, name: string):
   const rows = await prisma.template.findMany({ where: { name, orgId: { in: [orgId, CATALOG] } } });
   const row = rows.find((r) => r.orgId === orgId) ?? rows[0];
   if (!row) throw new NotFoundError(`template ${JSON.stringify(name)}`, 'no_template');
-  return row.spec as unknown as TemplateSpec;
+  return templateFromJson(row.spec, row.name);
 }
 
 /** GET /v1/templates: the organization's own templates and the catalog's it did not replace. */
@@ -53,7 +53,7 @@ export async function listTemplates(deps: Deps, actor: Actor): Promise<TemplateS
   const { orgId } = actor;
   const rows = await deps.prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
   const byName = new Map<string, TemplateSpec>();
-  for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, row.spec as unknown as TemplateSpec);
+  for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, templateFromJson(row.spec, row.name));
   return [...byName.values()];
 }
 
@@ -67,8 +67,8 @@ export async function upsertTemplate(deps: Deps, actor: Actor, name: string, inp
   );
   await deps.prisma.template.upsert({
     where: { orgId_name: { orgId: actor.orgId, name } },
-    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec: spec as never },
-    update: { pool: spec.pool, spec: spec as never, updated: deps.clock.now() },
+    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec },
+    update: { pool: spec.pool, spec, updated: deps.clock.now() },
   });
   return spec;
 }
