@@ -8,7 +8,6 @@ export interface Config {
   databaseUrl?: string;
   /** PostgreSQL schema to use (tests give each run its own). */
   databaseSchema?: string;
-  redisUrl?: string;
   azureConnectionString?: string;
   azureContainer: string;
   masterKey?: string;
@@ -53,7 +52,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: resolve(opt('DATA_DIR') ?? './data'),
     databaseUrl: opt('DATABASE_URL'),
     databaseSchema: opt('DATABASE_SCHEMA'),
-    redisUrl: opt('REDIS_URL'),
     azureConnectionString: opt('AZURE_STORAGE_CONNECTION_STRING'),
     azureContainer: opt('AZURE_STORAGE_CONTAINER') ?? 'berth',
     masterKey: opt('MASTER_KEY'),

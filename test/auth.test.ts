@@ -3,6 +3,7 @@ import { graphql } from './gql';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const Viewer = graphql(`query TestViewer { viewer { kind name admin organization { name } } }`);
+const CreateKey = graphql(`mutation TestCreateKey($input: CreateApiKeyInput!) { createApiKey(input: $input) { key { id name } } }`);
 
 describeBackends('authentication and identity', (backend) => {
   let s: TestServer;
@@ -125,6 +126,23 @@ describeBackends('authentication and identity', (backend) => {
     await admin.del(`/v1/keys/${plain.body.key.id}`);
     expect((await reader.get('/v1/me')).status).toBe(401);
     expect((await admin.get('/v1/keys')).body.keys.map((k: { name: string }) => k.name)).toEqual(['reader', 'deploy-bot']);
+  });
+
+  it('keeps the names of live API keys unique, so createdBy names one key', async () => {
+    const first = await admin.post('/v1/keys', { name: 'ci-bot' });
+    expect(first.status).toBe(201);
+    const taken = await admin.post('/v1/keys', { name: 'ci-bot' });
+    expect(taken).toMatchObject({ status: 409, body: { code: 'name_taken', error: expect.stringContaining('ci-bot') } });
+    expect((await admin.gql(CreateKey, { input: { name: 'ci-bot' } })).body.errors?.[0]?.extensions?.code).toBe('name_taken');
+    // A revoked key frees its name, and so does an expired one.
+    await admin.del(`/v1/keys/${first.body.key.id}`);
+    const second = await admin.post('/v1/keys', { name: 'ci-bot', expiresIn: '1h' });
+    expect(second.status).toBe(201);
+    s.clock.advance(60 * 60 * 1000 + 1000);
+    expect((await admin.post('/v1/keys', { name: 'ci-bot' })).status).toBe(201);
+    // Racing creates: exactly one takes the name.
+    const racing = await Promise.all(Array.from({ length: 8 }, () => admin.post('/v1/keys', { name: 'racer' })));
+    expect(racing.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409, 409, 409, 409]);
   });
 
   it('validates token and key input with 422', async () => {

@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const EnvironmentQuery = graphql(`query TestEnvironmentStoppedBy($id: String!) { environment(id: $id) { id state stoppedBy } }`);
 
 describeBackends('environments', (backend) => {
   let s: TestServer;
@@ -94,6 +96,32 @@ describeBackends('environments', (backend) => {
     expect(node?.environmentId).not.toBe(ready.id);
     const again = await admin.del(`/v1/environments/${ready.id}`);
     expect(again).toMatchObject({ status: 200, body: { environment: { state: 'stopped', stopped: stopped.stopped } } });
+  });
+
+  it('records who ended an environment: the person or API key that deleted it, nobody for a time-out', async () => {
+    const byPerson = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+    const stopping = await admin.del(`/v1/environments/${byPerson.id}`);
+    expect(stopping.body.environment).toMatchObject({ state: 'stopping', stoppedBy: 'admin@berth.local' });
+    check('DELETE', `/v1/environments/${byPerson.id}`, stopping);
+    expect(await until(byPerson.id, 'stopped')).toMatchObject({ stoppedBy: 'admin@berth.local' });
+    // Deleting again changes nothing, not even who.
+    const key = await admin.post('/v1/keys', { name: `reaper-${backend}` });
+    const reaper = client(url, key.body.secret);
+    expect((await reaper.del(`/v1/environments/${byPerson.id}`)).body.environment.stoppedBy).toBe('admin@berth.local');
+
+    const byKey = (await reaper.post('/v1/environments', { template: 'default' })).body.environment;
+    await reaper.del(`/v1/environments/${byKey.id}`);
+    const ended = await until(byKey.id, 'stopped');
+    expect(ended.stoppedBy).toBe(`reaper-${backend}`);
+    const gql = await admin.gql(EnvironmentQuery, { id: byKey.id });
+    expect(gql.body.data?.environment.stoppedBy).toBe(`reaper-${backend}`);
+
+    const timedOut = (await admin.post('/v1/environments', { template: 'default', idle: '1m', hard: '2m' })).body.environment;
+    await until(timedOut.id, 'ready');
+    s.clock.advance(3 * 60_000);
+    const idled = await until(timedOut.id, 'stopped');
+    expect(idled.stoppedBy).toBeUndefined();
+    expect(idled.error).toMatch(/time-out/);
   });
 
   it('records commands newest first, counts them as activity and refuses bad ones', async () => {

@@ -124,8 +124,8 @@ describeBackends('queue, quotas and live state', (backend) => {
     await ws.dispose();
     const states = (list: Seen[]) => list.filter((e) => e.id === env.id).map((e) => e.state);
     expect(states(org)).toEqual(['pending', 'starting', 'ready', 'stopping', 'stopped']);
-    // Subscribed (by name) after it was created: every later transition, in order, once.
-    expect(['starting', 'ready', 'stopping', 'stopped'].slice(-states(one).length)).toEqual(states(one));
+    // Subscribed (by name) after it was created: its state then, then every later one, in order, once.
+    expect(['pending', 'starting', 'ready', 'stopping', 'stopped'].slice(-states(one).length)).toEqual(states(one));
     expect(states(one).at(-1)).toBe('stopped');
   });
 

@@ -159,23 +159,6 @@ describe('pack/unpack on the filesystem store', () => {
     }
   });
 
-  it('gives the same result when hashing on a worker thread', async () => {
-    for (const n of [0, 1, CHUNK, 9 * CHUNK + 5]) {
-      const data = randomBytes(n);
-      const r = await pack(ctx, data, { hashInWorker: true });
-      expect(r.sha256).toBe(sha(data));
-      expect(r.chunks).toBe(Math.ceil(n / CHUNK));
-      expect((await unpack(ctx, r)).data.equals(data)).toBe(true);
-    }
-    // concurrent streams share the worker without mixing their hashes
-    const items = Array.from({ length: 4 }, (_, i) => randomBytes(5 * CHUNK + i));
-    const results = await Promise.all(items.map((d) => pack(ctx, d, { hashInWorker: true })));
-    for (const [i, r] of results.entries()) expect(r.sha256).toBe(sha(items[i]!));
-    // a failure midway releases the stream's hash
-    await expect(pack(ctx, randomBytes(10 * CHUNK), { hashInWorker: true, maxBytes: 5 * CHUNK })).rejects.toBeInstanceOf(TooLargeError);
-    expect((await pack(ctx, items[0]!, { hashInWorker: true })).sha256).toBe(sha(items[0]!));
-  });
-
   it('works with the default chunk and segment sizes', async () => {
     const data = randomBytes(9 * 1024 * 1024 + 5);
     const r = await packStream({

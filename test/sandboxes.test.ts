@@ -37,7 +37,7 @@ const RegisterSandbox = graphql(`
   mutation TestRegisterSandbox($input: RegisterSandboxInput) { registerSandbox(input: $input) { sandbox { id name } key config } }
 `);
 const JoinSandbox = graphql(`mutation TestJoinSandbox($key: String!) { joinSandbox(key: $key) { sandbox { id lastSeen } credential } }`);
-const RemoveSandbox = graphql(`mutation TestRemoveSandbox($id: ID!) { removeSandbox(id: $id) { id removed } }`);
+const RemoveSandbox = graphql(`mutation TestRemoveSandbox($id: ID!) { removeSandbox(id: $id) { id removed removedBy } }`);
 const WatchConfig = graphql(`subscription TestWatchSandboxConfig($id: ID!) { sandboxConfig(id: $id) }`);
 
 describeBackends('sandboxes', (backend) => {
@@ -120,7 +120,7 @@ describeBackends('sandboxes', (backend) => {
         createdBy: 'admin@berth.local',
         created: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
       },
-      config: { sandbox: { id: named.body.sandbox.id, name: 'build-box', org: 'default' }, version: 0, environments: [], keyring: [] },
+      config: { sandbox: { id: named.body.sandbox.id, name: 'build-box', org: 'default' }, version: 0, environments: [] },
       key: expect.stringMatching(/^bjk_[A-Za-z0-9]{43}$/),
     });
     const host = await register({ name: '', hostname: 'Dev Laptop.corp.example' });
@@ -154,7 +154,8 @@ describeBackends('sandboxes', (backend) => {
     expect(first.status).toBe(201);
     expect(first.body).toEqual({
       sandbox: { ...reg.sandbox, lastSeen: expect.any(String) },
-      config: reg.config,
+      // The agent's config carries the keyring; the member who registered it saw none.
+      config: { ...reg.config, keyring: [] },
       credential: expect.stringMatching(/^bsc_[A-Za-z0-9]{43}$/),
     });
     const again = await anonymous.post('/v1/sandboxes/join', { key: reg.key });
@@ -191,7 +192,7 @@ describeBackends('sandboxes', (backend) => {
   });
 
   it('gives a sandbox credential its own config, heartbeat and nothing else', async () => {
-    const { id, agent } = await joined('agent-only');
+    const { id, agent, credential } = await joined('agent-only');
     const other = await register({ name: 'someone-else' });
     s.clock.advance(5000);
     const beat = await agent.post(`/v1/sandboxes/${id}/heartbeat`);
@@ -209,6 +210,15 @@ describeBackends('sandboxes', (backend) => {
       ['POST', '/v1/tokens', {}],
       ['GET', '/v1/tokens'],
       ['GET', '/v1/me'],
+      ['GET', '/v1/quotas'],
+      ['PUT', '/v1/quotas/default', { maxLeases: 1 }],
+      ['GET', '/v1/templates'],
+      ['GET', '/v1/snapshots'],
+      ['DELETE', '/v1/project-keys/default'],
+      ['GET', '/v1/artifacts'],
+      ['GET', '/v1/artifacts/art_aaaaaaaaaaaaaaaaaaaa/content'],
+      ['GET', '/v1/keys'],
+      ['POST', '/v1/keys', { name: 'sneaky' }],
     ] as const) {
       const res = await agent.call(method, path, body);
       expect(res.status, `${method} ${path}`).toBe(403);
@@ -216,6 +226,28 @@ describeBackends('sandboxes', (backend) => {
     }
     const gql = await agent.gql(Sandboxes);
     expect(gql.body.errors?.[0]?.extensions?.code).toBe('forbidden');
+    const upload = await fetch(`${url()}/v1/artifacts?name=x`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/octet-stream' },
+      body: 'bytes',
+    });
+    expect(upload.status).toBe(403);
+    for (const query of [
+      '{ viewer { name } }',
+      '{ templates { name } }',
+      '{ quotas { template } }',
+      '{ environments { nodes { id } } }',
+      '{ tokens { id } }',
+      '{ apiKeys { id } }',
+      '{ artifacts { nodes { id } } }',
+      '{ snapshots { project } }',
+      'mutation { createEnvironment(input: {template: "default"}) { environment { id } } }',
+      'mutation { shredProject(project: "default") { at } }',
+      'mutation { setQuota(template: "default", input: {maxLeases: 1}) { template } }',
+    ]) {
+      const res = await agent.call('POST', '/graphql', { query });
+      expect(res.body.errors?.[0]?.extensions?.code, query).toBe('forbidden');
+    }
     expect((await agent.gql(SandboxConfigQuery, { id })).body.data?.sandboxConfig).toMatchObject({ sandbox: { id } });
     // Members read any sandbox's config, but the heartbeat is the agent's.
     expect((await admin.get(`/v1/sandboxes/${id}/config`)).status).toBe(200);
@@ -347,8 +379,9 @@ describeBackends('sandboxes', (backend) => {
     expect(config.keyring).toEqual(expected);
     expect(Buffer.from(config.keyring[0].key, 'base64')).toHaveLength(32);
 
-    // Members see the same config.
-    expect((await admin.get(`/v1/sandboxes/${id}/config`)).body.config).toEqual(config);
+    // Members see the same config without the keyring.
+    const { keyring: _keyring, ...withoutKeys } = config;
+    expect((await admin.get(`/v1/sandboxes/${id}/config`)).body.config).toEqual(withoutKeys);
     // An environment that ends leaves the config.
     await s.app.deps.prisma.environment.update({ where: { id: env.id }, data: { state: 'stopped' } });
     await notifySandboxConfig(s.app.deps, orgId, id);
@@ -356,6 +389,51 @@ describeBackends('sandboxes', (backend) => {
     expect(after.environments.map((e: { id: string }) => e.id)).toEqual([unmapped.env.id]);
     expect(after.keyring.map((k: { project: string }) => k.project)).toEqual(['default']);
     expect(after.version).toBe(config.version + 1);
+  });
+
+  it("gives the project keys to the sandbox's own agent only; people see the rest of the config", async () => {
+    const { id, agent, credential } = await joined('keyholder');
+    const created = await admin.post('/v1/environments', { template: 'default', sandbox: id, project: 'vault' });
+    expect(created.status).toBe(202);
+    expect(created.body.sandboxConfig.environments.map((e: { id: string }) => e.id)).toContain(created.body.environment.id);
+    expect(created.body.sandboxConfig).not.toHaveProperty('keyring');
+    // Once ready it stays put, so every reader below sees the same config.
+    for (let i = 0; i < 50 && (await admin.get(`/v1/environments/${created.body.environment.id}`)).body.state !== 'ready'; i++) {
+      s.clock.advance(1000);
+      await s.app.deps.background.tick();
+    }
+
+    const own = (await agent.get(`/v1/sandboxes/${id}/config`)).body.config;
+    expect(own.keyring).toEqual([{ project: 'vault', version: expect.any(Number), key: expect.any(String) }]);
+    const { keyring: _keyring, ...withoutKeys } = own;
+    const member = client(url, (await admin.post('/v1/tokens', { email: `reader-${backend}@example.com` })).body.secret);
+    const key = client(url, (await admin.post('/v1/keys', { name: `config-reader-${backend}`, admin: true })).body.secret);
+    for (const who of [admin, member, key]) {
+      const config = (await who.get(`/v1/sandboxes/${id}/config`)).body.config;
+      expect(config).toEqual(withoutKeys);
+      expect(JSON.stringify(config)).not.toContain(own.keyring[0].key);
+      expect((await who.gql(SandboxConfigQuery, { id })).body.data?.sandboxConfig).toEqual(withoutKeys);
+    }
+    // The same over the subscription: a member's stream has no keyring, the agent's has.
+    const first = async (token: string) => {
+      const ws = createClient({
+        url: `${url().replace('http', 'ws')}/graphql`,
+        webSocketImpl: WebSocket,
+        connectionParams: { authorization: `Bearer ${token}` },
+        retryAttempts: 0,
+      });
+      const config = await new Promise<Record<string, unknown>>((resolve, reject) => {
+        ws.subscribe<{ sandboxConfig: Record<string, unknown> }>(
+          { query: print(WatchConfig), variables: { id } },
+          { next: (value) => resolve(value.data!.sandboxConfig), error: reject, complete: () => undefined },
+        );
+      });
+      await ws.dispose();
+      return config;
+    };
+    expect(await first(BOOTSTRAP)).toEqual(withoutKeys);
+    expect((await first(credential)).keyring).toEqual(own.keyring);
+    await admin.del(`/v1/environments/${created.body.environment.id}`);
   });
 
   it('refuses bad wiring with 422 naming the field', async () => {
@@ -459,7 +537,8 @@ describeBackends('sandboxes', (backend) => {
     // The environment keeps running, but the removed sandbox's config shows nothing.
     expect((await s.app.deps.prisma.environment.findUniqueOrThrow({ where: { id: running.env.id } })).state).toBe('ready');
     const { config } = (await admin.get(`/v1/sandboxes/${id}/config`)).body;
-    expect(config).toMatchObject({ sandbox: { id, removed: removed.body.sandbox.removed }, environments: [], keyring: [] });
+    expect(config).toMatchObject({ sandbox: { id, removed: removed.body.sandbox.removed }, environments: [] });
+    expect(removed.body.sandbox.removedBy).toBe('admin@berth.local');
     // Removed sandboxes leave the listing unless asked for; the name is free again.
     expect((await admin.get('/v1/sandboxes')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).not.toContain(id);
     expect((await admin.get('/v1/sandboxes?removed=true')).body.sandboxes.map((e: { sandbox: { id: string } }) => e.sandbox.id)).toContain(
@@ -468,10 +547,13 @@ describeBackends('sandboxes', (backend) => {
     expect((await register({ name: 'retiring' })).sandbox.id).not.toBe(id);
 
     const unjoined = (await admin.get('/v1/sandboxes/retiring-unjoined')).body.sandbox.id;
-    expect((await admin.gql(RemoveSandbox, { id: unjoined })).body.data?.removeSandbox).toMatchObject({
+    const janitor = client(url, (await admin.post('/v1/keys', { name: `janitor-${backend}` })).body.secret);
+    expect((await janitor.gql(RemoveSandbox, { id: unjoined })).body.data?.removeSandbox).toMatchObject({
       id: unjoined,
       removed: expect.any(String),
+      removedBy: `janitor-${backend}`,
     });
+    expect((await admin.get(`/v1/sandboxes/${unjoined}`)).body.sandbox.removedBy).toBe(`janitor-${backend}`);
     expect(await anonymous.post('/v1/sandboxes/join', { key })).toMatchObject({ status: 410, body: { code: 'sandbox_removed' } });
   });
 
@@ -598,7 +680,7 @@ describeBackends('sandboxes', (backend) => {
       .filter((line) => line.startsWith('data:'))
       .map((line) => JSON.parse(line.slice(5)));
     expect(events.at(-1).data.sandboxConfig.environments[0].id).toBe(env.id);
-    expect(await sandboxConfig(s.app.deps, orgId, id)).toEqual(events.at(-1).data.sandboxConfig);
+    expect(await sandboxConfig(s.app.deps, orgId, id, { keyring: true })).toEqual(events.at(-1).data.sandboxConfig);
   });
 
   it('describes every response in the OpenAPI document', async () => {

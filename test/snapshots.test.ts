@@ -252,13 +252,15 @@ describeBackends('snapshots', (backend) => {
   });
 
   it('gives sandboxes running the project a fresh key in their keyring after a shred', async () => {
-    const sb = (await admin.post('/v1/sandboxes', { name: `keys-${backend}` })).body.sandbox;
+    const reg = (await admin.post('/v1/sandboxes', { name: `keys-${backend}` })).body;
+    const sb = reg.sandbox;
+    const agent = client(url, (await client(url).post('/v1/sandboxes/join', { key: reg.key })).body.credential);
     const env = (await admin.post('/v1/environments', { template: 'default', sandbox: sb.id, project: 'ring' })).body.environment;
-    const before = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const before = (await agent.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
     const entry = before.keyring.find((k: { project: string }) => k.project === 'ring');
     expect(entry).toMatchObject({ version: 1, key: expect.any(String) });
     expect((await admin.del('/v1/project-keys/ring')).status).toBe(200);
-    const after = (await admin.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
+    const after = (await agent.get(`/v1/sandboxes/${sb.id}/config`)).body.config;
     const fresh = after.keyring.find((k: { project: string }) => k.project === 'ring');
     expect(fresh.version).toBeGreaterThan(1);
     expect(fresh.key).not.toBe(entry.key);
@@ -286,6 +288,91 @@ describeBackends('snapshots', (backend) => {
     expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes('/crash/'))).toEqual([]);
     const shred = await s.app.deps.prisma.shred.findFirstOrThrow({ where: { orgId, project: 'crash' } });
     expect(shred.finished).not.toBeNull();
+  });
+
+  /** Every file under DATA_DIR (database, blobs, workspaces) that contains `text` in plain. */
+  async function plaintextOf(text: string): Promise<string[]> {
+    const hits: string[] = [];
+    for (const rel of await filesUnder(s.dataDir)) {
+      if ((await readFile(join(s.dataDir, rel)).catch(() => Buffer.alloc(0))).includes(text)) hits.push(rel);
+    }
+    return hits;
+  }
+
+  it('wipes the workspace of a start that failed half-way through its restore, also after a restart and a shred', async () => {
+    const secret = `half-restored-${backend}-${Date.now()}`;
+    await save({ project: 'broken', snapshot: 'k' }, { 'out/first.txt': secret, 'src/second.txt': secret });
+    // Shares restore in name order: `out` unpacks, then `src` fails (its manifest is gone).
+    const srcSnapshot = (await admin.get('/v1/snapshots?project=broken')).body.snapshots.find((x: { share: string }) => x.share === 'src');
+    const row = await s.app.deps.prisma.snapshot.findFirstOrThrow({ where: { orgId, root: srcSnapshot.root, share: 'src' } });
+    const manifest = (await filesUnder(join(s.dataDir, 'blobs'))).find((n) => n.includes(row.id) && n.endsWith('/manifest'))!;
+    await rm(join(s.dataDir, 'blobs', manifest));
+
+    const res = await admin.post('/v1/environments', { template: 'default', project: 'broken', restore: ['k'] });
+    const failed = await until(res.body.environment.id, 'failed');
+    expect(failed.error).toContain('could not prepare');
+    expect(await filesUnder(join(s.dataDir, 'workspaces', failed.id))).toEqual([]);
+
+    // A crash between the end and the wipe leaves plain files; the next start removes them, and
+    // keeps the workspace of an environment still running.
+    const running = await lease({ project: 'other' });
+    await writeFile(join(workspace(running.id, 'src'), 'keep.txt'), 'mine');
+    await mkdir(workspace(failed.id, 'out'), { recursive: true });
+    await writeFile(join(workspace(failed.id, 'out'), 'first.txt'), secret);
+    await s.restart();
+    await s.app.deps.background.tick();
+    expect(await filesUnder(join(s.dataDir, 'workspaces', failed.id))).toEqual([]);
+    expect(await filesUnder(workspace(running.id, 'src'))).toEqual(['keep.txt']);
+    await admin.del(`/v1/environments/${running.id}`);
+    await until(running.id, 'stopped');
+
+    // Shredded: no plain byte of the project is left anywhere under DATA_DIR.
+    expect((await admin.del('/v1/project-keys/broken')).status).toBe(200);
+    expect(await plaintextOf(secret)).toEqual([]);
+  });
+
+  it('lets a shred win over environments of the project that began before it', async () => {
+    const secret = `before-shred-${backend}-${Date.now()}`;
+    await save({ project: 'racy', snapshot: 'k' }, { 'src/s.txt': secret });
+    // It restores the files sealed under the key the shred is about to destroy.
+    const env = await lease({ project: 'racy', snapshot: 'k' });
+    expect(env.restored?.key).toBe('k');
+    const running = await lease({ project: 'racy', snapshot: 'k' });
+    await admin.del(`/v1/environments/${env.id}`);
+    expect((await admin.del('/v1/project-keys/racy')).status).toBe(200);
+    await until(env.id, 'stopped');
+    // Still running at the shred: it keeps its files while it runs, saves nothing when it ends.
+    expect(await filesUnder(workspace(running.id, 'src'))).toEqual(['s.txt']);
+    await admin.del(`/v1/environments/${running.id}`);
+    await until(running.id, 'stopped');
+    expect((await admin.get('/v1/snapshots?project=racy')).body.snapshots).toEqual([]);
+    expect(await plaintextOf(secret)).toEqual([]);
+    expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes('/racy/'))).toEqual([]);
+    // An environment begun after the shred saves again, under the new key.
+    await save({ project: 'racy', snapshot: 'k' }, { 'src/new.txt': 'after' });
+    const after = (await admin.get('/v1/snapshots?project=racy')).body.snapshots;
+    expect(after.map((x: { keyVersion: number }) => x.keyVersion)).toEqual([2, 2]);
+  });
+
+  it.skipIf(backend !== 'postgres')('lets a shred win over releases running on another instance at the same moment', async () => {
+    const peer = await s.startPeer();
+    for (let round = 0; round < 3; round++) {
+      const project = `race-${round}`;
+      const envs = [];
+      for (let i = 0; i < 3; i++) {
+        const env = await lease({ project, snapshot: `k${i}` });
+        await writeFile(join(workspace(env.id, 'src'), 'f.txt'), `round ${round} env ${i}`);
+        envs.push(env);
+      }
+      for (const env of envs) await admin.del(`/v1/environments/${env.id}`);
+      // The peer releases them (saving snapshots) while this instance shreds their project.
+      const [shred] = await Promise.all([admin.del(`/v1/project-keys/${project}`), peer.deps.background.tick()]);
+      expect(shred.status).toBe(200);
+      for (const env of envs) await until(env.id, 'stopped');
+      expect((await admin.get(`/v1/snapshots?project=${project}`)).body.snapshots).toEqual([]);
+      await s.app.deps.background.tick();
+      expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes(`/${project}/`))).toEqual([]);
+    }
   });
 
   it('keeps organizations apart', async () => {

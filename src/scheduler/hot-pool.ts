@@ -1,11 +1,11 @@
-import { mkdir, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
-import { announceEnvironment, recordEvent } from '../services/environment-events';
+import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
-import type { SyncSpec } from '../services/sandbox-wiring';
+import { syncOf } from '../services/json-columns';
 import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
@@ -19,8 +19,12 @@ export function startBound(startMs: number): number {
   return Math.max(60_000, 10 * startMs);
 }
 
+function workspacesRoot(deps: Deps): string {
+  return join(deps.config.dataDir, 'workspaces');
+}
+
 export function workspaceDir(deps: Deps, envId: string): string {
-  return join(deps.config.dataDir, 'workspaces', envId);
+  return join(workspacesRoot(deps), envId);
 }
 
 /**
@@ -56,16 +60,19 @@ export const hotPoolProvider: NodeProvider = {
     }
     await rm(dir, { recursive: true, force: true });
   },
+  async discard(deps, env) {
+    await rm(workspaceDir(deps, env.id), { recursive: true, force: true });
+  },
 };
 
 /** The environment's sync rules for one share (`files` keys are `<share>/<path>`). */
 function shareRules(env: Environment, share: string): SyncRules {
-  const sync = (env.sync ?? {}) as Partial<SyncSpec>;
+  const sync = syncOf(env);
   const files: Record<string, string> = {};
-  for (const [dest, source] of Object.entries(sync.files ?? {})) {
+  for (const [dest, source] of Object.entries(sync.files)) {
     if (dest.startsWith(`${share}/`)) files[dest.slice(share.length + 1)] = source;
   }
-  return { include: sync.include ?? [], noIgnore: sync.noIgnore === true, files };
+  return { include: sync.include, noIgnore: sync.noIgnore, files };
 }
 
 async function isDir(path: string): Promise<boolean> {
@@ -132,28 +139,35 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
     if (env?.state !== 'starting' || !env.starting) continue;
     const bound = startBound(env.startMs);
     if (now.getTime() - env.starting.getTime() > bound) {
-      await transition(deps, id, ['starting'], 'failed', (at) => ({
-        error: `did not become ready within ${formatDuration(bound)} on node ${env.node}`,
-        stopped: at,
-      }));
+      await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
       continue;
     }
     if (!(await claimWork(deps, id, 'starting'))) continue;
     try {
       await provider.prepare(deps, env);
     } catch (error) {
-      await transition(deps, id, ['starting'], 'failed', (at) => ({
-        error: `node ${env.node} could not prepare the environment: ${(error as Error).message}`,
-        stopped: at,
-      }));
+      await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
       continue;
     }
-    await transition(deps, id, ['starting'], 'ready', (at, current) => ({
+    const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({
       ready: at,
       readyMs: at.getTime() - current.created.getTime(),
       idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
     }));
+    // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
+    if (!ready) await discardIfEnded(deps, provider, id);
   }
+}
+
+/** Ends an environment as failed, then wipes what its node holds of it. */
+async function fail(deps: Deps, provider: NodeProvider, env: Environment, error: string, from: string): Promise<void> {
+  await transition(deps, env.id, [from], 'failed', (at) => ({ error, stopped: at }));
+  await discardIfEnded(deps, provider, env.id);
+}
+
+async function discardIfEnded(deps: Deps, provider: NodeProvider, id: string): Promise<void> {
+  const env = await deps.prisma.environment.findUnique({ where: { id } });
+  if (env && (ENDED_STATES as readonly string[]).includes(env.state)) await provider.discard(deps, env);
 }
 
 /** Hard time-outs end any live lease; idle time-outs end ready ones. Both say so in `error`. */
@@ -187,10 +201,7 @@ async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void>
     try {
       await provider.release(deps, env);
     } catch (error) {
-      await transition(deps, env.id, ['stopping'], 'failed', (at) => ({
-        error: `node ${env.node} could not release the environment: ${(error as Error).message}`,
-        stopped: at,
-      }));
+      await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
       continue;
     }
     await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
@@ -217,5 +228,25 @@ export function environmentJob(provider: NodeProvider = hotPoolProvider): Backgr
     },
   };
 }
+
+export const WORKSPACE_JOB = 'workspace-sweeper';
+
+/**
+ * Removes the workspace folders of environments that are not live (the database says which), so
+ * no plain file of an ended environment outlives a crash between its end and its clean-up.
+ */
+async function sweepWorkspaces(deps: Deps): Promise<void> {
+  const root = workspacesRoot(deps);
+  const names = await readdir(root).catch(() => [] as string[]);
+  if (names.length === 0) return;
+  const live = await deps.prisma.environment.findMany({
+    where: { id: { in: names }, state: { in: [...LIVE_STATES] } },
+    select: { id: true },
+  });
+  const keep = new Set(live.map((e) => e.id));
+  for (const name of names) if (!keep.has(name)) await rm(join(root, name), { recursive: true, force: true });
+}
+
+export const workspaceSweeper: BackgroundJob = { name: WORKSPACE_JOB, intervalMs: 60_000, run: sweepWorkspaces };
 
 export const eventPruneJob: BackgroundJob = { name: 'environment-events', intervalMs: 60 * 60 * 1000, run: pruneEvents };

@@ -1,7 +1,7 @@
 import { artifactSweeper } from '../services/artifacts';
 import { shredJob } from '../services/shredding';
 import type { BackgroundJob } from './background';
-import { environmentJob, eventPruneJob } from './hot-pool';
+import { environmentJob, eventPruneJob, workspaceSweeper } from './hot-pool';
 
 /** Every periodic job of a Berth instance. */
-export const backgroundJobs: BackgroundJob[] = [environmentJob(), eventPruneJob, artifactSweeper, shredJob];
+export const backgroundJobs: BackgroundJob[] = [environmentJob(), eventPruneJob, workspaceSweeper, artifactSweeper, shredJob];

@@ -11,4 +11,10 @@ export interface NodeProvider {
   prepare(deps: Deps, env: Environment): Promise<void>;
   /** Runs when the environment ends, before its node is freed (e.g. saving a snapshot). */
   release(deps: Deps, env: Environment): Promise<void>;
+  /**
+   * Wipes whatever the node still holds of an environment that ended, without saving anything:
+   * runs after every end, failed ones included (a start that failed half-way through a restore
+   * leaves plain files behind).
+   */
+  discard(deps: Deps, env: Environment): Promise<void>;
 }

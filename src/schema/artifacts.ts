@@ -7,12 +7,12 @@ import {
   revokeArtifactLinks,
 } from '../services/artifacts';
 import { ValidationError } from '../services/errors';
-import type { PackSegment } from '../store/pack';
+import { labelsOf, type Segment, segmentsOf } from '../services/json-columns';
 import { builder } from './builder';
 
 // Uploads are REST only (POST /v1/artifacts takes the raw bytes); GraphQL reads, links and deletes.
 
-const ArtifactSegment = builder.objectRef<PackSegment>('ArtifactSegment').implement({
+const ArtifactSegment = builder.objectRef<Segment>('ArtifactSegment').implement({
   description: 'One segment object of an artifact in the blob store',
   fields: (t) => ({
     name: t.exposeString('name', { description: 'Object name in the blob store' }),
@@ -30,10 +30,10 @@ export const Artifact = builder.prismaObject('Artifact', {
     size: t.expose('size', { type: 'SafeInt', description: 'Plain bytes' }),
     sha256: t.exposeString('sha256', { description: 'SHA-256 of the plain bytes (hex); also the download ETag' }),
     contentType: t.exposeString('contentType'),
-    labels: t.field({ type: 'JSONObject', resolve: (a) => a.labels as Record<string, string> }),
+    labels: t.field({ type: 'JSONObject', resolve: (a) => labelsOf(a) }),
     keyVersion: t.exposeInt('keyVersion', { description: 'Version of the project key it is sealed under' }),
     manifest: t.exposeString('manifest', { description: 'Object name of its sealed manifest' }),
-    segments: t.field({ type: [ArtifactSegment], resolve: (a) => a.segments as unknown as PackSegment[] }),
+    segments: t.field({ type: [ArtifactSegment], resolve: (a) => segmentsOf(a) }),
     chunks: t.exposeInt('chunks', { description: 'Sealed chunks over all segments' }),
     sealedBytes: t.expose('sealedBytes', { type: 'SafeInt', description: 'Bytes stored over all segments' }),
     createdBy: t.exposeString('createdBy'),

@@ -1,5 +1,13 @@
 import type { Credential } from '../generated/prisma/client';
-import { createApiKey, createCliToken, credentialTopic, keyFilter, revokeCredential, tokenFilter } from '../services/credentials';
+import {
+  type CredentialEvent,
+  createApiKey,
+  createCliToken,
+  keyFilter,
+  revokeCredential,
+  tokenFilter,
+  watchCredentials,
+} from '../services/credentials';
 import { builder } from './builder';
 
 export const CliToken = builder.prismaObject('Credential', {
@@ -86,7 +94,6 @@ builder.queryFields((t) => ({
   }),
   apiKeys: t.prismaField({
     type: [ApiKey],
-    authScopes: { admin: true },
     description: "The organization's API keys (admins only). Newest first.",
     resolve: (query, _root, _args, ctx) =>
       ctx.deps.prisma.credential.findMany({ ...query, where: keyFilter(ctx.actor), orderBy: { created: 'desc' } }),
@@ -101,7 +108,6 @@ builder.mutationFields((t) => ({
   }),
   createApiKey: t.field({
     type: CreatedApiKey,
-    authScopes: { admin: true },
     args: { input: t.arg({ type: CreateApiKeyInput, required: true }) },
     resolve: (_root, { input }, ctx) => createApiKey(ctx.deps, ctx.actor, input),
   }),
@@ -115,7 +121,6 @@ builder.mutationFields((t) => ({
   }),
   revokeApiKey: t.prismaField({
     type: ApiKey,
-    authScopes: { admin: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
       await revokeCredential(ctx.deps, ctx.actor, 'api', String(id));
@@ -124,7 +129,7 @@ builder.mutationFields((t) => ({
   }),
 }));
 
-const CredentialEvent = builder.objectRef<{ kind: string; action: string; id: string }>('CredentialEvent').implement({
+const CredentialEventRef = builder.objectRef<CredentialEvent>('CredentialEvent').implement({
   description: 'A CLI token or API key of the organization was created or revoked',
   fields: (t) => ({
     kind: t.exposeString('kind', { description: 'token or key' }),
@@ -135,10 +140,9 @@ const CredentialEvent = builder.objectRef<{ kind: string; action: string; id: st
 
 builder.subscriptionField('credentialsChanged', (t) =>
   t.field({
-    type: CredentialEvent,
-    authScopes: { admin: true },
+    type: CredentialEventRef,
     description: "Every creation and revocation of the organization's tokens and keys (admins only)",
-    subscribe: (_root, _args, ctx) => ctx.deps.events.subscribe(credentialTopic(ctx.actor.orgId)) as AsyncIterable<never>,
-    resolve: (event) => event,
+    subscribe: (_root, _args, ctx) => watchCredentials(ctx.deps, ctx.actor),
+    resolve: (event: CredentialEvent) => event,
   }),
 );

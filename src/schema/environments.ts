@@ -1,38 +1,26 @@
-import { filter as filterEvents } from 'graphql-yoga';
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
-import { watchEnvironmentEvents } from '../services/environment-feed';
+import { environmentFilter } from '../services/environment-filter';
+import { watchEnvironment, watchEnvironments } from '../services/environment-watch';
+import { createEnvironment, findEnvironment, keepAlive, stopEnvironment } from '../services/environments';
 import {
-  createEnvironment,
-  environmentFilter,
-  environmentWhere,
-  findEnvironment,
-  keepAlive,
-  stopEnvironment,
-} from '../services/environments';
+  type Export as ExportShape,
+  exportsOf,
+  labelsOf,
+  type Restored as RestoredShape,
+  restoredOf,
+  sharesOf,
+  type WiredShare,
+} from '../services/json-columns';
 import { builder } from './builder';
 
-const EnvironmentState = builder.enumType('EnvironmentState', {
-  values: ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const,
-});
+const STATES = ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const;
+const EnvironmentState = builder.enumType('EnvironmentState', { values: STATES });
 
-interface ExportShape {
-  service: string;
-  listen: string;
-  target: string;
-}
-interface ShareShape {
-  name: string;
-  direction: 'in' | 'out';
-  envPath: string;
-  localPath: string;
-  files: string[];
-}
-interface RestoredShape {
-  key: string;
-  root: string;
-  files: number;
-  created: string;
+function stateOf(env: Environment): (typeof STATES)[number] {
+  const state = STATES.find((s) => s === env.state);
+  if (!state) throw new Error(`environment ${env.id} has an unknown state ${env.state}`);
+  return state;
 }
 
 const Export = builder.objectRef<ExportShape>('Export').implement({
@@ -46,7 +34,7 @@ const Export = builder.objectRef<ExportShape>('Export').implement({
 
 const ShareDirection = builder.enumType('ShareDirection', { values: ['in', 'out'] as const });
 
-const Share = builder.objectRef<ShareShape>('Share').implement({
+const Share = builder.objectRef<WiredShare>('Share').implement({
   fields: (t) => ({
     name: t.exposeString('name'),
     direction: t.field({ type: ShareDirection, resolve: (s) => s.direction }),
@@ -71,15 +59,19 @@ export const EnvironmentRef = builder.prismaObject('Environment', {
     id: t.exposeID('id'),
     name: t.exposeString('name'),
     template: t.exposeString('template'),
-    state: t.field({ type: EnvironmentState, resolve: (e) => e.state as Environment['state'] as never }),
+    state: t.field({ type: EnvironmentState, resolve: (e) => stateOf(e) }),
     node: t.exposeString('node', { nullable: true }),
     sandbox: t.exposeString('sandboxId', { nullable: true }),
     pool: t.exposeString('pool'),
-    labels: t.field({ type: 'JSONObject', resolve: (e) => e.labels as Record<string, string> }),
+    labels: t.field({ type: 'JSONObject', resolve: (e) => labelsOf(e) }),
     project: t.exposeString('project'),
     readyMs: t.exposeInt('readyMs', { nullable: true, description: 'Milliseconds from request to ready' }),
     error: t.exposeString('error', { nullable: true, description: 'Why it failed or ended, when not asked to' }),
     createdBy: t.exposeString('createdBy'),
+    stoppedBy: t.exposeString('stoppedBy', {
+      nullable: true,
+      description: "Who ended it with a DELETE: a person's email or an API key's name. Absent when it ended on its own (see error)",
+    }),
     created: t.expose('created', { type: 'DateTime' }),
     ready: t.expose('ready', { type: 'DateTime', nullable: true }),
     stopped: t.expose('stopped', { type: 'DateTime', nullable: true }),
@@ -87,10 +79,10 @@ export const EnvironmentRef = builder.prismaObject('Environment', {
     idleUntil: t.expose('idleUntil', { type: 'DateTime' }),
     idle: t.string({ description: 'Idle time-out, long form (30m0s)', resolve: (e) => formatDuration(e.idleMs) }),
     hard: t.string({ description: 'Hard time-out, long form (6h0m0s)', resolve: (e) => formatDuration(e.hardMs) }),
-    exports: t.field({ type: [Export], resolve: (e) => e.exports as unknown as ExportShape[] }),
-    shares: t.field({ type: [Share], resolve: (e) => e.shares as unknown as ShareShape[] }),
+    exports: t.field({ type: [Export], resolve: (e) => exportsOf(e) }),
+    shares: t.field({ type: [Share], resolve: (e) => sharesOf(e) }),
     snapshot: t.exposeString('snapshot', { nullable: true }),
-    restored: t.field({ type: Restored, nullable: true, resolve: (e) => (e.restored as unknown as RestoredShape | null) ?? null }),
+    restored: t.field({ type: Restored, nullable: true, resolve: (e) => restoredOf(e) }),
   }),
 });
 
@@ -116,7 +108,7 @@ const EnvironmentFilterInput = builder.inputType('EnvironmentFilter', {
     state: t.string({ description: 'A state, or live / ended' }),
     template: t.string(),
     label: t.stringList({ description: 'key=value, all must match' }),
-    sandbox: t.string(),
+    sandbox: t.string({ description: 'A sandbox id, or the name of a sandbox not removed' }),
     project: t.string(),
   }),
 });
@@ -134,14 +126,11 @@ const CreatedEnvironment = builder.objectRef<{ environment: Environment; sandbox
 });
 
 builder.queryFields((t) => ({
-  environment: t.prismaField({
+  environment: t.field({
     type: EnvironmentRef,
     description: 'An environment by id or by name',
     args: { id: t.arg.string({ required: true }) },
-    resolve: async (query, _root, { id }, ctx) => {
-      const env = await ctx.deps.prisma.environment.findFirst({ ...query, where: environmentWhere(ctx.actor, id) });
-      return env ?? findEnvironment(ctx.deps, ctx.actor, id);
-    },
+    resolve: (_root, { id }, ctx) => findEnvironment(ctx.deps, ctx.actor, id),
   }),
   environments: t.prismaConnection({
     type: 'Environment',
@@ -150,10 +139,10 @@ builder.queryFields((t) => ({
     maxSize: 500,
     description: 'Newest first',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    resolve: (query, _root, { filter }, ctx) =>
+    resolve: async (query, _root, { filter }, ctx) =>
       ctx.deps.prisma.environment.findMany({
         ...query,
-        where: environmentFilter(ctx.actor, filter ?? {}),
+        where: (await environmentFilter(ctx.deps, ctx.actor, filter ?? {})).where,
         orderBy: [{ created: 'desc' }, { id: 'desc' }],
       }),
   }),
@@ -179,47 +168,20 @@ builder.mutationFields((t) => ({
   }),
 }));
 
-function matches(filter: {
-  state?: string | null;
-  template?: string | null;
-  label?: string[] | null;
-  sandbox?: string | null;
-  project?: string | null;
-}) {
-  return (env: Environment) => {
-    const labels = env.labels as Record<string, string>;
-    return (
-      (!filter.state || env.state === filter.state) &&
-      (!filter.template || env.template === filter.template) &&
-      (!filter.sandbox || env.sandboxId === filter.sandbox) &&
-      (!filter.project || env.project === filter.project) &&
-      (filter.label ?? []).every((pair) => {
-        const eq = pair.indexOf('=');
-        return labels[pair.slice(0, eq)] === pair.slice(eq + 1);
-      })
-    );
-  };
-}
-
 builder.subscriptionFields((t) => ({
   environment: t.field({
     type: EnvironmentRef,
-    description: 'Every change of one environment (by id or name), each with the whole environment',
+    description:
+      'One environment (by id or name): as it is now, then every change, each with the whole environment; ends after it stopped or failed',
     args: { id: t.arg.string({ required: true }) },
-    subscribe: async (_root, { id }, ctx) => {
-      const env = await findEnvironment(ctx.deps, ctx.actor, id);
-      return watchEnvironmentEvents(ctx.deps, ctx.actor.orgId, env.id);
-    },
-    resolve: (env) => env,
+    subscribe: (_root, { id }, ctx) => watchEnvironment(ctx.deps, ctx.actor, id),
+    resolve: (env: Environment) => env,
   }),
   environments: t.field({
     type: EnvironmentRef,
-    description: 'Every change of every environment of the organization, optionally filtered',
+    description: 'Every change of every environment of the organization from now on, optionally filtered',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    subscribe: (_root, { filter }, ctx) => {
-      environmentFilter(ctx.actor, filter ?? {});
-      return filterEvents<Environment>(matches(filter ?? {}))(watchEnvironmentEvents(ctx.deps, ctx.actor.orgId));
-    },
-    resolve: (env) => env,
+    subscribe: (_root, { filter }, ctx) => watchEnvironments(ctx.deps, ctx.actor, filter ?? {}),
+    resolve: (env: Environment) => env,
   }),
 }));

@@ -24,7 +24,6 @@ builder.queryField('quotas', (t) => t.field({ type: [Quota], resolve: (_r, _a, c
 builder.mutationField('setQuota', (t) =>
   t.field({
     type: Quota,
-    authScopes: { admin: true },
     args: { template: t.arg.string({ required: true }), input: t.arg({ type: QuotaInput, required: true }) },
     resolve: (_root, { template, input }, ctx) => setQuota(ctx.deps, ctx.actor, template, input),
   }),

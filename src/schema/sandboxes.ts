@@ -29,6 +29,7 @@ export const Sandbox = builder.objectRef<SandboxRecord>('Sandbox').implement({
       description: 'When its agent last joined, read its config or sent a heartbeat',
     }),
     removed: t.expose('removed', { type: 'DateTime', nullable: true }),
+    removedBy: t.exposeString('removedBy', { nullable: true, description: "Who removed it: a person's email or an API key's name" }),
   }),
 });
 
@@ -87,7 +88,6 @@ builder.queryFields((t) => ({
   }),
   sandboxConfig: t.field({
     type: 'JSONObject',
-    skipTypeScopes: true,
     description: "The sandbox's configuration (members, and the sandbox's own credential)",
     args: { id: t.arg.id({ required: true }) },
     resolve: (_root, { id }, ctx) => readSandboxConfig(ctx.deps, ctx.actor, String(id)),
@@ -108,7 +108,7 @@ builder.mutationFields((t) => ({
     resolve: (_root, { key }, ctx) => {
       // yoga keeps the Node request in the context it builds; failures count against its address.
       const req = (ctx as Partial<{ req: IncomingMessage }>).req;
-      return joinSandbox(ctx.deps, { key }, { address: req ? clientAddress(req) : 'unknown', orgId: ctx.actor.orgId });
+      return joinSandbox(ctx.deps, { key }, { address: req ? clientAddress(req) : 'unknown', actor: ctx.actor });
     },
   }),
   removeSandbox: t.field({
@@ -119,7 +119,6 @@ builder.mutationFields((t) => ({
   }),
   sandboxHeartbeat: t.field({
     type: Sandbox,
-    skipTypeScopes: true,
     description: "The sandbox's own agent reports that it is alive (sets lastSeen)",
     args: { id: t.arg.id({ required: true }) },
     resolve: (_root, { id }, ctx) => sandboxHeartbeat(ctx.deps, ctx.actor, String(id)),
@@ -129,7 +128,6 @@ builder.mutationFields((t) => ({
 builder.subscriptionField('sandboxConfig', (t) =>
   t.field({
     type: 'JSONObject',
-    skipTypeScopes: true,
     description: 'The whole configuration now, then again on every change; ends after the sandbox is removed',
     args: { id: t.arg.id({ required: true }) },
     subscribe: (_root, { id }, ctx) => watchSandboxConfig(ctx.deps, ctx.actor, String(id)),

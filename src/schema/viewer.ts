@@ -1,4 +1,5 @@
 import type { Actor } from '../context';
+import { viewer } from '../services/credentials';
 import { builder } from './builder';
 
 const Organization = builder.prismaObject('Organization', {
@@ -22,4 +23,4 @@ const Viewer = builder.objectRef<Actor>('Viewer').implement({
   }),
 });
 
-builder.queryField('viewer', (t) => t.field({ type: Viewer, resolve: (_root, _args, ctx) => ctx.actor }));
+builder.queryField('viewer', (t) => t.field({ type: Viewer, resolve: (_root, _args, ctx) => viewer(ctx.actor) }));

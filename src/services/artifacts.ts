@@ -19,6 +19,7 @@ import type { Artifact, Prisma } from '../generated/prisma/client';
 import type { BackgroundJob } from '../scheduler/background';
 import { BlobNotFoundError } from '../store';
 import { deletePacked, type PackSegment, packStream, TooLargeError, type UnpackResult, unpackStream } from '../store/pack';
+import { requireMember } from './access';
 import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durations';
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
 import { parseLabelPairs, validateProjectName } from './labels';
@@ -157,11 +158,16 @@ export function artifactPrefix(a: Pick<Artifact, 'orgId' | 'project' | 'id'>): s
   return `artifacts/${a.orgId}/${a.project}/${a.id}`;
 }
 
-/** A stored, unexpired artifact of the caller's organization; NotFoundError otherwise. */
-export async function getArtifact(deps: Deps, actor: Pick<Actor, 'orgId'>, id: string): Promise<Artifact> {
-  const found = isId(id, 'art') ? await deps.prisma.artifact.findFirst({ where: { id, ...visible(actor.orgId, deps.clock.now()) } }) : null;
+async function findVisible(deps: Deps, orgId: string, id: string): Promise<Artifact> {
+  const found = isId(id, 'art') ? await deps.prisma.artifact.findFirst({ where: { id, ...visible(orgId, deps.clock.now()) } }) : null;
   if (!found) throw new NotFoundError(`artifact ${id}`);
   return found;
+}
+
+/** A stored, unexpired artifact of the caller's organization; NotFoundError otherwise. */
+export async function getArtifact(deps: Deps, actor: Actor, id: string): Promise<Artifact> {
+  requireMember(actor);
+  return findVisible(deps, actor.orgId, id);
 }
 
 export interface ListInput {
@@ -190,7 +196,8 @@ function decodeCursor(cursor: string): { created: Date; id: string } {
 }
 
 /** A page of the organization's artifacts, newest first (keyset pagination on created, id). */
-export async function listArtifacts(deps: Deps, actor: Pick<Actor, 'orgId'>, input: ListInput) {
+export async function listArtifacts(deps: Deps, actor: Actor, input: ListInput) {
+  requireMember(actor);
   const first = input.first ?? DEFAULT_PAGE;
   if (!Number.isSafeInteger(first) || first < 1 || first > MAX_PAGE) {
     throw new ValidationError(`limit (first): must be between 1 and ${MAX_PAGE}`, 'limit');
@@ -219,6 +226,7 @@ export async function listArtifacts(deps: Deps, actor: Pick<Actor, 'orgId'>, inp
  * and the record are removed before this rejects.
  */
 export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput): Promise<{ artifact: Artifact; link?: ArtifactLink }> {
+  requireMember(actor);
   const checked = checkUpload(deps, input);
   const { version, key } = await currentKey(deps, actor.orgId, checked.project);
   const id = newId('art');
@@ -353,12 +361,14 @@ async function signLink(deps: Deps, artifact: Artifact, lifetimeMs: number): Pro
 }
 
 export async function createArtifactLink(deps: Deps, actor: Actor, id: string, lifetime?: string | null): Promise<ArtifactLink> {
+  requireMember(actor);
   const ms = lifetime === undefined || lifetime === null ? DEFAULT_LINK_LIFETIME_MS : lifetimeMs(lifetime, 'lifetime');
   return signLink(deps, await getArtifact(deps, actor, id), ms);
 }
 
 /** Every link made so far stops working; new ones can be made. */
 export async function revokeArtifactLinks(deps: Deps, actor: Actor, id: string): Promise<Artifact> {
+  requireMember(actor);
   const artifact = await getArtifact(deps, actor, id);
   const { count } = await deps.prisma.artifact.updateMany({ where: { id, status: 'stored' }, data: { linkEpoch: { increment: 1 } } });
   if (count === 0) throw new NotFoundError(`artifact ${id}`);
@@ -384,7 +394,7 @@ export async function resolveLink(deps: Deps, token: string): Promise<Artifact> 
   if (typeof org !== 'string' || typeof epoch !== 'number') {
     throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link', 403);
   }
-  const artifact = await getArtifact(deps, { orgId: org }, sub);
+  const artifact = await findVisible(deps, org, sub);
   if (artifact.linkEpoch !== epoch) throw new GoneError('this link was revoked; ask for a new one', 'link_revoked');
   return artifact;
 }
@@ -399,6 +409,7 @@ async function purge(deps: Deps, a: Pick<Artifact, 'orgId' | 'project' | 'id'>):
 
 /** DELETE: the artifact disappears at once; its objects and row go now, or via the sweeper. */
 export async function deleteArtifact(deps: Deps, actor: Actor, id: string): Promise<string> {
+  requireMember(actor);
   const artifact = await getArtifact(deps, actor, id);
   const { count } = await deps.prisma.artifact.updateMany({
     where: { id, status: 'stored' },

@@ -1,5 +1,8 @@
+import { map } from 'graphql-yoga';
+import { z } from 'zod';
 import type { Actor, Deps } from '../context';
-import type { Prisma } from '../db';
+import { lockFor, type Prisma } from '../db';
+import { requireAdmin, requireMember } from './access';
 import { parseDuration } from './durations';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
 import { newId } from './names';
@@ -40,6 +43,12 @@ function expiryFrom(deps: Deps, expiresIn: string | null | undefined): Date | nu
   return new Date(deps.clock.now().getTime() + ms);
 }
 
+/** GET /v1/me: who the credential acts as (its organization's members only). */
+export function viewer(actor: Actor): Actor {
+  requireMember(actor);
+  return actor;
+}
+
 /** Issues a CLI token inside one transaction; shared by the API, bootstrap and the operator CLI. */
 export async function issueCliToken(
   prisma: Prisma,
@@ -69,7 +78,7 @@ export async function issueCliToken(
  * one for any member of the organization, adding the member when the email is new.
  */
 export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenInput) {
-  if (actor.kind === 'sandbox') throw new ForbiddenError('sandbox credentials cannot create tokens');
+  requireMember(actor);
   const expires = expiryFrom(deps, input.expiresIn);
   const name = credentialName(input.name, 'cli');
   const self = actor.kind === 'person' ? await deps.prisma.person.findUniqueOrThrow({ where: { id: actor.personId } }) : null;
@@ -90,24 +99,39 @@ export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenIn
   return created;
 }
 
-/** POST /v1/keys (admins only). */
+/**
+ * POST /v1/keys (admins only). Things a key creates show its name as `createdBy`, so names of
+ * live keys (not revoked, not expired) are unique in the organization: 409 name_taken. Creations
+ * of one organization take turns on a lock, so two racing creates cannot both take a name.
+ */
 export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput) {
-  if (!actor.admin) throw new ForbiddenError('only admins can create API keys');
+  requireAdmin(actor, 'only admins can create API keys');
   const name = credentialName(input.name, '');
   if (!name) throw new ValidationError('name is required', 'name');
+  const expires = expiryFrom(deps, input.expiresIn);
   const secret = newSecret('bak');
-  const credential = await deps.prisma.credential.create({
-    data: {
-      id: newId('key'),
-      kind: 'api',
-      orgId: actor.orgId,
-      name,
-      admin: input.admin === true,
-      secretHash: hashSecret(secret),
-      prefix: secretPrefix(secret),
-      createdBy: actor.name,
-      expires: expiryFrom(deps, input.expiresIn),
-    },
+  const credential = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:api-key-names:${actor.orgId}`);
+    const now = deps.clock.now();
+    const taken = await tx.credential.count({
+      where: { orgId: actor.orgId, kind: 'api', name, revoked: null, OR: [{ expires: null }, { expires: { gt: now } }] },
+    });
+    if (taken > 0) {
+      throw new ConflictError(`an API key named ${JSON.stringify(name)} already exists; revoke it or choose another name`, 'name_taken');
+    }
+    return tx.credential.create({
+      data: {
+        id: newId('key'),
+        kind: 'api',
+        orgId: actor.orgId,
+        name,
+        admin: input.admin === true,
+        secretHash: hashSecret(secret),
+        prefix: secretPrefix(secret),
+        createdBy: actor.name,
+        expires,
+      },
+    });
   });
   await announce(deps, actor.orgId, 'key', 'created', credential.id);
   return { secret, credential };
@@ -115,17 +139,28 @@ export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput)
 
 export const credentialTopic = (orgId: string) => `org:${orgId}:credentials`;
 
-function announce(deps: Deps, orgId: string, kind: 'token' | 'key', action: 'created' | 'revoked', id: string) {
-  return deps.events.publish(credentialTopic(orgId), { kind, action, id });
+/** Every creation and revocation of the organization's tokens and keys (admins only). */
+export function watchCredentials(deps: Deps, actor: Actor): AsyncIterable<CredentialEvent> {
+  requireAdmin(actor, 'only admins can watch tokens and keys');
+  return map((event) => CredentialEvent.parse(event))(deps.events.subscribe(credentialTopic(actor.orgId)));
+}
+
+const CredentialEvent = z.object({ kind: z.enum(['token', 'key']), action: z.enum(['created', 'revoked']), id: z.string() });
+export type CredentialEvent = z.infer<typeof CredentialEvent>;
+
+function announce(deps: Deps, orgId: string, kind: CredentialEvent['kind'], action: CredentialEvent['action'], id: string) {
+  const event: CredentialEvent = { kind, action, id };
+  return deps.events.publish(credentialTopic(orgId), event);
 }
 
 /** Admins see every token of the organization; others their own. */
 export function tokenFilter(actor: Actor) {
+  requireMember(actor);
   return actor.admin ? { orgId: actor.orgId, kind: 'cli' } : { orgId: actor.orgId, kind: 'cli', personId: actor.personId ?? '-' };
 }
 
 export function keyFilter(actor: Actor) {
-  if (!actor.admin) throw new ForbiddenError('only admins can list API keys');
+  requireAdmin(actor, 'only admins can list or revoke API keys');
   return { orgId: actor.orgId, kind: 'api' };
 }
 

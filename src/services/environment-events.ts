@@ -1,18 +1,13 @@
 import type { Deps } from '../context';
 import { lockFor, type Tx } from '../db';
 import type { Environment } from '../generated/prisma/client';
+import { environmentPayload } from './json-columns';
 
 export const environmentsTopic = (orgId: string) => `org:${orgId}:environments`;
 
 export const LIVE_STATES = ['pending', 'starting', 'ready', 'stopping'] as const;
 export const ENDED_STATES = ['stopped', 'failed'] as const;
 export type EnvironmentState = (typeof LIVE_STATES)[number] | (typeof ENDED_STATES)[number];
-
-/** What an event row keeps of the environment: the record as JSON (no bigint). */
-export function environmentPayload(env: Environment): Record<string, unknown> {
-  const { queueSeq: _queueSeq, ...rest } = env;
-  return JSON.parse(JSON.stringify(rest)) as Record<string, unknown>;
-}
 
 /**
  * Appends the environment's new version to the event log, inside the transition's transaction.
@@ -22,7 +17,7 @@ export function environmentPayload(env: Environment): Record<string, unknown> {
 export async function recordEvent(tx: Tx, env: Environment): Promise<void> {
   await lockFor(tx, `berth:events:${env.orgId}`);
   await tx.environmentEvent.create({
-    data: { orgId: env.orgId, environmentId: env.id, version: env.version, state: env.state, payload: environmentPayload(env) as never },
+    data: { orgId: env.orgId, environmentId: env.id, version: env.version, state: env.state, payload: environmentPayload(env) },
   });
 }
 

@@ -1,12 +1,12 @@
-import { Repeater } from 'graphql-yoga';
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
 import { environmentsTopic } from './environment-events';
+import { environmentFromPayload } from './json-columns';
 
-interface FeedEvent {
+export interface FeedEvent {
   seq: bigint;
   environmentId: string;
-  payload: Environment;
+  environment: Environment;
 }
 
 type Listener = (events: FeedEvent[]) => void;
@@ -61,7 +61,11 @@ class OrgFeed {
         if (rows.length === 0) continue;
         this.last = rows.at(-1)!.seq;
         if (rows.length === 1000) this.again = true;
-        const events = rows as unknown as FeedEvent[];
+        const events = rows.map(({ seq, environmentId, payload }) => ({
+          seq,
+          environmentId,
+          environment: environmentFromPayload(payload),
+        }));
         for (const listener of this.listeners) listener(events);
       } while (this.again);
     })()
@@ -85,20 +89,18 @@ class OrgFeed {
 
 const feeds = new WeakMap<Deps, Map<string, OrgFeed>>();
 
-/** Every environment change in the organization from now on, in commit order, once each. */
-export function watchEnvironmentEvents(deps: Deps, orgId: string, environmentId?: string): AsyncIterable<Environment> {
+/**
+ * Listens to every environment change of the organization committed from now on, in commit
+ * order, once each; resolves once listening (anything committed before is in the database).
+ * Returns the function that stops listening.
+ */
+export function joinEnvironmentFeed(deps: Deps, orgId: string, listener: Listener): Promise<() => void> {
   const orgs = feeds.get(deps) ?? new Map<string, OrgFeed>();
   feeds.set(deps, orgs);
-  return new Repeater<Environment>(async (push, stop) => {
-    let feed = orgs.get(orgId);
-    if (!feed) {
-      feed = new OrgFeed(deps, orgId, () => orgs.delete(orgId));
-      orgs.set(orgId, feed);
-    }
-    const leave = await feed.join((events) => {
-      for (const event of events) if (!environmentId || event.environmentId === environmentId) void push(event.payload);
-    });
-    await stop;
-    leave();
-  });
+  let feed = orgs.get(orgId);
+  if (!feed) {
+    feed = new OrgFeed(deps, orgId, () => orgs.delete(orgId));
+    orgs.set(orgId, feed);
+  }
+  return feed.join(listener);
 }

@@ -1,9 +1,10 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
 import type { Environment, Prisma as P } from '../generated/prisma/client';
+import { requireMember } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
-import { ConflictError, ForbiddenError, NotFoundError, UnavailableError, ValidationError } from './errors';
+import { ConflictError, NotFoundError, UnavailableError, ValidationError } from './errors';
 import { validateLabels, validateProjectName, validateSnapshotKey } from './labels';
 import { generateName, newId } from './names';
 import { admitUnderQuota, quotasFor } from './quotas';
@@ -22,10 +23,6 @@ export interface CreateEnvironmentInput extends WiringInput {
   project?: string | null;
   snapshot?: string | null;
   restore?: string[] | null;
-}
-
-function assertMember(actor: Actor): void {
-  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential cannot manage environments');
 }
 
 /** Picks the lease's time-outs: request, else quota, else template; never past a quota or 24h. */
@@ -55,7 +52,7 @@ function timeouts(
  * then answers 503.
  */
 export async function createEnvironment(deps: Deps, actor: Actor, input: CreateEnvironmentInput) {
-  assertMember(actor);
+  requireMember(actor);
   const template = await findTemplate(deps.prisma, actor.orgId, input.template);
   const labels = validateLabels(input.labels ?? {});
   const project = input.project === undefined || input.project === null ? DEFAULT_PROJECT : validateProjectName(input.project);
@@ -93,9 +90,9 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         idleMs,
         hardMs,
         startMs: template.startMs,
-        exports: wiring.exports as never,
-        shares: wiring.shares as never,
-        sync: wiring.sync as never,
+        exports: wiring.exports,
+        shares: wiring.shares,
+        sync: wiring.sync,
         snapshot,
         restore,
         version: 1,
@@ -111,7 +108,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   deps.background.nudge(ENVIRONMENT_JOB);
   if (!env.sandboxId) return { environment: env, sandboxConfig: null };
   await notifySandboxConfig(deps, env.orgId, env.sandboxId);
-  return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId) };
+  return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId, { keyring: false }) };
 }
 
 async function uniqueName(tx: Tx): Promise<string> {
@@ -121,44 +118,13 @@ async function uniqueName(tx: Tx): Promise<string> {
   }
 }
 
-/** By id (`env_…`) or by name, within the caller's organization. */
-export function environmentWhere(actor: Actor, idOrName: string): P.EnvironmentWhereInput {
-  return { orgId: actor.orgId, ...(idOrName.startsWith('env_') ? { id: idOrName } : { name: idOrName }) };
-}
-
+/** An environment by id (`env_…`) or by name, within the caller's organization. */
 export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
-  const env = await deps.prisma.environment.findFirst({ where: environmentWhere(actor, idOrName) });
+  requireMember(actor);
+  const where = { orgId: actor.orgId, ...(idOrName.startsWith('env_') ? { id: idOrName } : { name: idOrName }) };
+  const env = await deps.prisma.environment.findFirst({ where });
   if (!env) throw new NotFoundError(`environment ${idOrName}`);
   return env;
-}
-
-export interface EnvironmentFilter {
-  state?: string | null;
-  template?: string | null;
-  label?: string[] | null;
-  sandbox?: string | null;
-  project?: string | null;
-}
-
-const STATES = new Set<string>([...LIVE_STATES, ...ENDED_STATES, 'live', 'ended']);
-
-export function environmentFilter(actor: Actor, filter: EnvironmentFilter): P.EnvironmentWhereInput {
-  const where: P.EnvironmentWhereInput = { orgId: actor.orgId };
-  if (filter.state) {
-    if (!STATES.has(filter.state)) throw new ValidationError(`state must be one of ${[...STATES].join(', ')}`, 'state');
-    where.state = filter.state === 'live' ? { in: [...LIVE_STATES] } : filter.state === 'ended' ? { in: [...ENDED_STATES] } : filter.state;
-  }
-  if (filter.template) where.template = filter.template;
-  if (filter.sandbox) where.sandboxId = filter.sandbox;
-  if (filter.project) where.project = filter.project;
-  if (filter.label?.length) {
-    where.AND = filter.label.map((pair) => {
-      const eq = pair.indexOf('=');
-      if (eq <= 0) throw new ValidationError(`label filter "${pair}" must be key=value`, 'label');
-      return { labels: { path: [pair.slice(0, eq)], equals: pair.slice(eq + 1) } };
-    });
-  }
-  return where;
 }
 
 /**
@@ -199,10 +165,10 @@ export async function transition(
 
 /** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
 export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
-  assertMember(actor);
+  requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
   if (env.state === 'stopping' || (ENDED_STATES as readonly string[]).includes(env.state)) return env;
-  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping');
+  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({ stoppedBy: actor.name }));
   deps.background.nudge(ENVIRONMENT_JOB);
   return stopping ?? findEnvironment(deps, actor, env.id);
 }
@@ -220,7 +186,7 @@ function activity(env: Environment, now: Date): Date {
 
 /** POST /v1/environments/{id}/keepalive. */
 export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
-  assertMember(actor);
+  requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
   assertLive(env);
   return deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
@@ -236,7 +202,7 @@ const MAX_COMMAND = 64 * 1024;
 
 /** POST /v1/environments/{id}/execs: logs a command and counts as activity. */
 export async function recordExec(deps: Deps, actor: Actor, idOrName: string, input: ExecInput) {
-  assertMember(actor);
+  requireMember(actor);
   if (input.command.trim() === '') throw new ValidationError('command must not be empty', 'command');
   if (input.command.length > MAX_COMMAND) throw new ValidationError(`command is longer than ${MAX_COMMAND} characters`, 'command');
   if (!Number.isInteger(input.exitCode) || input.exitCode < -2147483648 || input.exitCode > 2147483647) {
@@ -264,6 +230,7 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
 }
 
 export async function listExecs(deps: Deps, actor: Actor, idOrName: string) {
+  requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
   return deps.prisma.exec.findMany({ where: { environmentId: env.id }, orderBy: { id: 'desc' } });
 }

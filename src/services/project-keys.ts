@@ -7,6 +7,7 @@
 // and currentKey starts a new version above the highest one still listed.
 import type { Deps } from '../context';
 import { dataKeyAad, newDataKey, unwrapKey, wrapKey } from '../crypto/data-keys';
+import { lockFor, type Tx } from '../db';
 import { GoneError } from './errors';
 
 export const DEFAULT_PROJECT = 'default';
@@ -27,6 +28,11 @@ export interface ProjectKey {
 }
 
 type Db = Pick<Deps['prisma'], 'projectKey'>;
+
+/** Shreds of a project and the snapshot saves of its environments take turns on this lock. */
+export function lockProject(tx: Tx, orgId: string, project: string): Promise<void> {
+  return lockFor(tx, `berth:shred:${orgId}:${project}`);
+}
 
 function unwrap(deps: Deps, orgId: string, project: string, row: { version: number; wrapped: Uint8Array }): Buffer {
   return unwrapKey(deps.masterKey, Buffer.from(row.wrapped), dataKeyAad(orgId, project, row.version));

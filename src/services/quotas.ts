@@ -1,9 +1,10 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma, type Tx } from '../db';
 import type { Quota } from '../generated/prisma/client';
+import { requireAdmin, requireMember } from './access';
 import { formatDuration, parseDuration } from './durations';
 import { LIVE_STATES } from './environment-events';
-import { ForbiddenError, QuotaExceededError, ValidationError } from './errors';
+import { QuotaExceededError, ValidationError } from './errors';
 import { findTemplate } from './templates';
 import { MAX_HARD_MS } from './templates-file';
 
@@ -41,7 +42,7 @@ function view(quota: Quota, count: number): QuotaView {
 
 /** PUT /v1/quotas/{template} (admins). Omitted durations default to the template's (24h for `*`). */
 export async function setQuota(deps: Deps, actor: Actor, template: string, input: QuotaInput): Promise<QuotaView> {
-  if (!actor.admin) throw new ForbiddenError('only admins can set quotas');
+  requireAdmin(actor, 'only admins can set quotas');
   const spec = template === ALL_TEMPLATES ? undefined : await findTemplate(deps.prisma, actor.orgId, template);
   if (!Number.isInteger(input.maxLeases) || input.maxLeases < 0) {
     throw new ValidationError('maxLeases must be an integer >= 0', 'maxLeases');
@@ -59,6 +60,7 @@ export async function setQuota(deps: Deps, actor: Actor, template: string, input
 }
 
 export async function listQuotas(deps: Deps, actor: Actor): Promise<QuotaView[]> {
+  requireMember(actor);
   const quotas = await deps.prisma.quota.findMany({ where: { orgId: actor.orgId }, orderBy: { template: 'asc' } });
   const counts = await deps.prisma.environment.groupBy({
     by: ['template'],

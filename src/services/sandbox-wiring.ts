@@ -9,6 +9,7 @@ import type { Tx } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
 import { LIVE_STATES } from './environment-events';
 import { ConflictError, NotFoundError, ValidationError } from './errors';
+import { type Export, exportsOf, type SyncSpec, sharesOf, syncOf, type WiredShare } from './json-columns';
 import { isId } from './names';
 import { currentKey } from './project-keys';
 import { DEFAULT_IGNORES, validateInclude, validateRelativePath } from './sync-rules';
@@ -20,31 +21,6 @@ export interface WiringInput {
   files?: unknown;
   include?: unknown;
   noIgnore?: unknown;
-}
-
-export interface Export {
-  service: string;
-  /** Loopback address on the sandbox, `127.0.0.1:<port>`. */
-  listen: string;
-  /** The service's address inside the environment (the template's). */
-  target: string;
-}
-
-export interface WiredShare {
-  name: string;
-  direction: 'in' | 'out';
-  envPath: string;
-  /** Folder on the sandbox, relative to the agent's folder (`.` is the folder itself). */
-  localPath: string;
-  /** Destinations of extra files, relative to the share folder. */
-  files: string[];
-}
-
-export interface SyncSpec {
-  include: string[];
-  noIgnore: boolean;
-  /** Extra files: `<share>/<path in the share>` to a source path relative to the agent's folder. */
-  files: Record<string, string>;
 }
 
 export interface Wiring {
@@ -111,12 +87,13 @@ export async function planWiring(tx: Tx, orgId: string, template: TemplateSpec, 
   // live environments never get the same port.
   const row = await findSandboxRow(tx, orgId, input.sandbox, { lock: true });
   if (!row || row.removed) throw new NotFoundError(`sandbox ${input.sandbox}`);
-  const live = await tx.$queryRaw<{ exports: unknown }[]>`
-    SELECT exports FROM "Environment"
-     WHERE "orgId" = ${orgId} AND state = ANY(${[...LIVE_STATES]}::text[]) AND "sandboxId" = ${row.id}`;
+  const live = await tx.environment.findMany({
+    where: { orgId, state: { in: [...LIVE_STATES] }, sandboxId: row.id },
+    select: { exports: true },
+  });
   const taken = new Set<number>();
-  for (const { exports } of live) {
-    for (const e of Array.isArray(exports) ? (exports as Partial<Export>[]) : []) {
+  for (const env of live) {
+    for (const e of exportsOf(env)) {
       const port = portOf(e.listen);
       if (port !== undefined) taken.add(port);
     }
@@ -197,8 +174,8 @@ function mapFiles(template: TemplateSpec, shares: WiredShare[], given: Record<st
   return files;
 }
 
-function portOf(address: unknown): number | undefined {
-  const m = typeof address === 'string' ? /:(\d{1,5})$/.exec(address) : null;
+function portOf(address: string): number | undefined {
+  const m = /:(\d{1,5})$/.exec(address);
   return m ? Number(m[1]) : undefined;
 }
 
@@ -243,11 +220,15 @@ export interface SandboxConfig {
   /** Grows on every change; an agent applies a config only when it is newer than its own. */
   version: number;
   environments: ConfigEnvironment[];
-  keyring: KeyringEntry[];
+  /** Only in the config the sandbox's own agent reads (see `keyring`). */
+  keyring?: KeyringEntry[];
 }
 
-/** The sandbox's configuration (format: docs/sandboxes.md, "Sandbox configuration"). */
-export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string): Promise<SandboxConfig> {
+/**
+ * The sandbox's configuration (format: docs/sandboxes.md, "Sandbox configuration"). `keyring`:
+ * whether the reader is the sandbox's own agent, the only one that gets the project keys.
+ */
+export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string, opts: { keyring: boolean }): Promise<SandboxConfig> {
   const [sandbox] = await deps.prisma.$queryRaw<{ id: string; name: string; org: string; version: number; removed: Date | null }[]>`
     SELECT s.id, s.name, o.name AS org, s.version, s.removed
       FROM "Sandbox" s JOIN "Organization" o ON o.id = s."orgId"
@@ -256,7 +237,12 @@ export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string
   const head = { id: sandbox.id, name: sandbox.name, org: sandbox.org };
   if (sandbox.removed) {
     // A removed sandbox gets nothing, not even the entries of environments still running.
-    return { sandbox: { ...head, removed: sandbox.removed.toISOString() }, version: sandbox.version, environments: [], keyring: [] };
+    return {
+      sandbox: { ...head, removed: sandbox.removed.toISOString() },
+      version: sandbox.version,
+      environments: [],
+      ...(opts.keyring ? { keyring: [] } : {}),
+    };
   }
   const rows = await deps.prisma.environment.findMany({
     where: { orgId, sandboxId, state: { in: [...LIVE_STATES] } },
@@ -264,11 +250,9 @@ export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string
     orderBy: [{ created: 'asc' }, { id: 'asc' }],
   });
   const environments = rows.map((env): ConfigEnvironment => {
-    const sync = env.sync as Partial<SyncSpec>;
-    const include = sync.include ?? [];
-    const noIgnore = sync.noIgnore === true;
-    const files = Object.entries(sync.files ?? {});
-    const shares = (env.shares as unknown as WiredShare[]).map((share) => ({
+    const { include, noIgnore, files: extra } = syncOf(env);
+    const files = Object.entries(extra);
+    const shares = sharesOf(env).map((share) => ({
       ...share,
       sync: {
         include,
@@ -286,26 +270,24 @@ export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string
       template: env.template,
       project: env.project,
       ...(env.node ? { node: env.node } : {}),
-      imports: env.exports as unknown as Export[],
+      imports: exportsOf(env),
       shares,
     };
   });
-  return {
-    sandbox: head,
-    version: sandbox.version,
-    environments,
-    keyring: await keyring(
+  const config: SandboxConfig = { sandbox: head, version: sandbox.version, environments };
+  if (opts.keyring)
+    config.keyring = await keyring(
       deps,
       orgId,
       environments.map((e) => e.project),
-    ),
-  };
+    );
+  return config;
 }
 
 /**
  * The current data key of each project, so the agent can seal what it syncs. This is the one
- * place a data key leaves the server: only to the sandbox's own credential or a member of its
- * organization, and only for projects of environments wired to the sandbox.
+ * place a data key leaves the server: only to the sandbox's own credential, and only for projects
+ * of environments wired to the sandbox.
  */
 async function keyring(deps: Deps, orgId: string, projects: string[]): Promise<KeyringEntry[]> {
   const entries: KeyringEntry[] = [];

@@ -8,6 +8,7 @@ import { Repeater } from 'graphql-yoga';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
+import { requireMember, requireSandboxAgent, SANDBOX_ONLY_OWN } from './access';
 import { assertNotBlocked, recordFailure } from './auth';
 import { HOUR_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
@@ -31,6 +32,8 @@ export interface SandboxRecord {
   created: Date;
   lastSeen: Date | null;
   removed: Date | null;
+  /** Who removed it: a person's email or an API key's name. */
+  removedBy: string | null;
 }
 
 export interface SandboxEntry {
@@ -45,17 +48,13 @@ export interface RegisterSandboxInput {
   hostname?: string | null;
 }
 
-function assertMember(actor: Actor): void {
-  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential can only read, watch and report on its own sandbox');
-}
-
 /** Sandboxes with their live environment counts, in one query. */
 async function loadEntries(deps: Deps, orgId: string, where: { ref?: string; includeRemoved?: boolean }): Promise<SandboxEntry[]> {
   const { ref } = where;
   const match = ref === undefined ? P.empty : P.sql`AND (s.id = ${ref} OR (s.name = ${ref} AND s.removed IS NULL))`;
   const removed = where.includeRemoved ? P.empty : P.sql`AND s.removed IS NULL`;
   const rows = await deps.prisma.$queryRaw<(SandboxRecord & { environments: number })[]>`
-    SELECT s.id, s."orgId", o.name AS org, s.name, s."createdBy", s.created, s."lastSeen", s.removed,
+    SELECT s.id, s."orgId", o.name AS org, s.name, s."createdBy", s.created, s."lastSeen", s.removed, s."removedBy",
            COALESCE(c.n, 0)::int AS environments
       FROM "Sandbox" s
       JOIN "Organization" o ON o.id = s."orgId"
@@ -75,13 +74,13 @@ async function entry(deps: Deps, orgId: string, ref: string): Promise<SandboxEnt
 
 /** GET /v1/sandboxes: the organization's sandboxes, oldest first; removed ones on request. */
 export async function listSandboxes(deps: Deps, actor: Actor, opts: { removed?: boolean | null } = {}): Promise<SandboxEntry[]> {
-  assertMember(actor);
+  requireMember(actor);
   return loadEntries(deps, actor.orgId, { includeRemoved: opts.removed === true });
 }
 
 /** GET /v1/sandboxes/{id}: by id (removed ones too) or by the name of one not removed. */
 export async function getSandbox(deps: Deps, actor: Actor, ref: string): Promise<SandboxEntry> {
-  assertMember(actor);
+  requireMember(actor);
   return entry(deps, actor.orgId, ref);
 }
 
@@ -122,7 +121,7 @@ function requestedName(input: RegisterSandboxInput): { base: string; explicit: b
  * the first free suffix (`laptop-2`).
  */
 export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterSandboxInput) {
-  assertMember(actor);
+  requireMember(actor);
   const { base, explicit } = requestedName(input);
   const key = newSecret('bjk');
   const now = deps.clock.now();
@@ -144,17 +143,18 @@ export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterS
     await tx.joinKey.create({ data: { hash: hashSecret(key), sandboxId: id, expires: new Date(now.getTime() + JOIN_KEY_TTL_MS) } });
   });
   const { sandbox } = await entry(deps, actor.orgId, id);
-  return { sandbox, config: await sandboxConfig(deps, actor.orgId, id), key };
+  return { sandbox, config: await sandboxConfig(deps, actor.orgId, id, { keyring: false }), key };
 }
 
 /**
  * Spends a join key (POST /v1/sandboxes/join, no other credential): exactly once, within its
  * hour, for a sandbox not removed. The conditional UPDATE is the race guard: of two joins with
  * one key, one updates the row and the other finds it used. An unknown key counts as a failed
- * authentication of `address` (the 429 lock). `orgId`, when the caller is authenticated
- * (GraphQL), limits the key to that organization.
+ * authentication of `address` (the 429 lock). `actor`, when the caller is authenticated
+ * (GraphQL), must be a member and limits the key to its organization.
  */
-export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { address: string; orgId?: string }) {
+export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { address: string; actor?: Actor }) {
+  if (opts.actor) requireMember(opts.actor);
   const key = input.key;
   if (typeof key !== 'string' || key.trim() === '')
     throw new ValidationError('key: the join key from POST /v1/sandboxes is required', 'key');
@@ -162,7 +162,7 @@ export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { 
   await assertNotBlocked(deps, opts.address, now);
   const hash = hashSecret(key.trim());
   const secret = newSecret('bsc');
-  const orgId = opts.orgId ?? null;
+  const orgId = opts.actor?.orgId ?? null;
   const joined = await deps.prisma.$transaction(async (tx) => {
     const [spent] = await tx.$queryRaw<{ id: string; orgId: string; name: string; createdBy: string }[]>`
       UPDATE "JoinKey" k SET used = ${now}
@@ -199,16 +199,18 @@ export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { 
     throw new UnauthorizedError('unknown join key');
   }
   const { sandbox } = await entry(deps, joined.orgId, joined.id);
-  return { sandbox, config: await sandboxConfig(deps, joined.orgId, joined.id), credential: secret };
+  // The answer goes to the agent that just became the sandbox: its config has the keyring.
+  return { sandbox, config: await sandboxConfig(deps, joined.orgId, joined.id, { keyring: true }), credential: secret };
 }
 
-/** The sandbox a caller may see: members any of their organization's; a sandbox credential only its own (others: 403). */
-async function accessible(deps: Deps, actor: Actor, ref: string): Promise<string> {
+/**
+ * The check of the operations a sandbox's agent may call: members reach any sandbox of their
+ * organization, a sandbox credential only its own (others: 403). Answers the sandbox id.
+ */
+export async function requireSandbox(deps: Deps, actor: Actor, ref: string): Promise<string> {
   if (actor.kind === 'sandbox') {
     const own = await deps.prisma.sandbox.findUnique({ where: { id: actor.sandboxId ?? '' }, select: { id: true, name: true } });
-    if (!own || (ref !== own.id && ref !== own.name)) {
-      throw new ForbiddenError('a sandbox credential can only read, watch and report on its own sandbox');
-    }
+    if (!own || (ref !== own.id && ref !== own.name)) throw new ForbiddenError(SANDBOX_ONLY_OWN);
     return own.id;
   }
   const row = await findSandboxRow(deps.prisma, actor.orgId, ref);
@@ -220,17 +222,22 @@ async function touch(deps: Deps, actor: Actor, id: string): Promise<void> {
   if (actor.kind === 'sandbox') await deps.prisma.sandbox.update({ where: { id }, data: { lastSeen: deps.clock.now() } });
 }
 
+/** Project keys go to the sandbox's own agent only; people see the rest of the config. */
+function configFor(deps: Deps, actor: Actor, id: string): Promise<SandboxConfig> {
+  return sandboxConfig(deps, actor.orgId, id, { keyring: actor.kind === 'sandbox' && actor.sandboxId === id });
+}
+
 /** GET /v1/sandboxes/{id}/config: members, and the sandbox's own agent (which counts as seen). */
 export async function readSandboxConfig(deps: Deps, actor: Actor, ref: string): Promise<SandboxConfig> {
-  const id = await accessible(deps, actor, ref);
+  const id = await requireSandbox(deps, actor, ref);
   await touch(deps, actor, id);
-  return sandboxConfig(deps, actor.orgId, id);
+  return configFor(deps, actor, id);
 }
 
 /** POST /v1/sandboxes/{id}/heartbeat: the agent says it is alive (sets lastSeen). */
 export async function sandboxHeartbeat(deps: Deps, actor: Actor, ref: string): Promise<SandboxRecord> {
-  const id = await accessible(deps, actor, ref);
-  if (actor.kind !== 'sandbox') throw new ForbiddenError("only the sandbox's own credential reports that it is alive");
+  const id = await requireSandbox(deps, actor, ref);
+  requireSandboxAgent(actor, "only the sandbox's own credential reports that it is alive");
   await touch(deps, actor, id);
   return (await entry(deps, actor.orgId, id)).sandbox;
 }
@@ -241,7 +248,7 @@ export async function sandboxHeartbeat(deps: Deps, actor: Actor, ref: string): P
  * before the stream starts, so a refusal is an error of the subscribe call itself.
  */
 export async function watchSandboxConfig(deps: Deps, actor: Actor, ref: string): Promise<AsyncIterable<SandboxConfig>> {
-  const id = await accessible(deps, actor, ref);
+  const id = await requireSandbox(deps, actor, ref);
   await touch(deps, actor, id);
   return new Repeater<SandboxConfig>(async (push, stop) => {
     const events = deps.events.subscribe(sandboxConfigTopic(id))[Symbol.asyncIterator]();
@@ -251,7 +258,7 @@ export async function watchSandboxConfig(deps: Deps, actor: Actor, ref: string):
     let last = -1;
     try {
       for (;;) {
-        const config = await sandboxConfig(deps, actor.orgId, id);
+        const config = await configFor(deps, actor, id);
         if (config.version > last) {
           last = config.version;
           await push(config);
@@ -273,13 +280,13 @@ export async function watchSandboxConfig(deps: Deps, actor: Actor, ref: string):
  * leave the (now empty) config. Idempotent: removing again answers the same record.
  */
 export async function removeSandbox(deps: Deps, actor: Actor, ref: string): Promise<SandboxRecord> {
-  assertMember(actor);
+  requireMember(actor);
   const now = deps.clock.now();
   const { id, changed } = await deps.prisma.$transaction(async (tx) => {
     const row = await findSandboxRow(tx, actor.orgId, ref, { lock: true });
     if (!row) throw new NotFoundError(`sandbox ${ref}`);
     if (row.removed) return { id: row.id, changed: false };
-    await tx.sandbox.update({ where: { id: row.id }, data: { removed: now } });
+    await tx.sandbox.update({ where: { id: row.id }, data: { removed: now, removedBy: actor.name } });
     await tx.credential.updateMany({ where: { sandboxId: row.id, kind: 'sandbox', revoked: null }, data: { revoked: now } });
     return { id: row.id, changed: true };
   });

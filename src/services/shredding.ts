@@ -9,14 +9,15 @@
 // artifacts through the artifact sweeper. A crash in between leaves the Shred row unfinished; the
 // shred job finishes it (at the next tick after a restart).
 import type { Actor, Deps } from '../context';
-import { lockFor } from '../db';
 import type { BackgroundJob } from '../scheduler/background';
 import { MANIFEST_NAME } from '../store/pack';
+import { requireAdmin } from './access';
 import { sweepArtifacts } from './artifacts';
 import { MINUTE_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
-import { ForbiddenError, NotFoundError } from './errors';
+import { NotFoundError } from './errors';
 import { validateProjectName } from './labels';
+import { lockProject } from './project-keys';
 import { notifySandboxConfig } from './sandbox-wiring';
 import { purgeSnapshot, snapshotVersionPrefix } from './snapshots';
 
@@ -34,11 +35,11 @@ export interface ShredResult {
  * never had a key, snapshot or artifact is 404 not_found.
  */
 export async function shredProject(deps: Deps, actor: Actor, projectName: string): Promise<ShredResult> {
-  if (!actor.admin) throw new ForbiddenError('shredding a project needs an admin');
+  requireAdmin(actor, 'shredding a project needs an admin');
   const project = validateProjectName(projectName);
   const orgId = actor.orgId;
   const outcome = await deps.prisma.$transaction(async (tx) => {
-    await lockFor(tx, `berth:shred:${orgId}:${project}`);
+    await lockProject(tx, orgId, project);
     const keys = await tx.projectKey.findMany({ where: { orgId, project }, select: { version: true, wrapped: true } });
     const live = keys.filter((k) => k.wrapped.length > 0);
     const snapshots = await tx.snapshot.count({ where: { orgId, project } });

@@ -11,12 +11,15 @@
 //   remote node agent would reach the same two calls over HTTP (docs/snapshots.md).
 import { pipeline, type Readable } from 'node:stream';
 import type { Actor, Deps } from '../context';
+import type { Tx } from '../db';
 import type { Environment, Prisma, Snapshot } from '../generated/prisma/client';
 import { deletePacked, packStream, unpackStream } from '../store/pack';
-import { ForbiddenError, ValidationError } from './errors';
+import { requireMember } from './access';
+import { ValidationError } from './errors';
+import type { Segment } from './json-columns';
 import { validateProjectName, validateSnapshotKey } from './labels';
 import { isId, newId } from './names';
-import { currentKey, DEFAULT_PROJECT, keyByVersion, ProjectKeyGoneError } from './project-keys';
+import { currentKey, DEFAULT_PROJECT, keyByVersion, lockProject, ProjectKeyGoneError } from './project-keys';
 import { ArchiveCounter } from './snapshot-archive';
 
 export function snapshotVersionPrefix(orgId: string, project: string, keyVersion: number): string {
@@ -37,15 +40,27 @@ export async function savedShares(deps: Deps, env: Pick<Environment, 'id' | 'org
 }
 
 /**
+ * Whether the environment's project was shredded since the environment began. Such an
+ * environment may hold files restored from snapshots sealed under the destroyed key, so it must
+ * save nothing: the shred wins.
+ */
+function shreddedSince(db: Pick<Tx, 'shred'>, env: Pick<Environment, 'orgId' | 'project' | 'created'>): Promise<boolean> {
+  return db.shred.count({ where: { orgId: env.orgId, project: env.project, at: { gte: env.created } } }).then((n) => n > 0);
+}
+
+/**
  * Saves one share of an ending environment under its `snapshot` key from the archive stream
  * `source` (snapshot-archive.ts), counting its files and bytes as it passes. Idempotent per
- * (lease, share): a share already saved is kept and `source` is discarded.
+ * (lease, share): a share already saved is kept and `source` is discarded. Saves nothing (null)
+ * when the project was shredded since the environment began, decided in the database under the
+ * lock the shred takes, so a shred on another instance cannot slip in between.
  */
 export async function saveSnapshotShare(deps: Deps, env: Environment, share: string, source: Readable): Promise<Snapshot | null> {
-  if (!env.snapshot) {
+  if (!env.snapshot || (await shreddedSince(deps.prisma, env))) {
     source.destroy();
     return null;
   }
+  const snapshotKey = env.snapshot;
   const earlier = await deps.prisma.snapshot.findMany({ where: { orgId: env.orgId, lease: env.id } });
   const done = earlier.find((s) => s.share === share);
   if (done) {
@@ -60,24 +75,31 @@ export async function saveSnapshotShare(deps: Deps, env: Environment, share: str
   pipeline(source, counter, () => undefined);
   const packed = await packStream({ store: deps.store, prefix, objectId: base.id, key, keyVersion: version, source: counter });
   const stats = counter.stats;
+  const segments: Segment[] = packed.segments.map(({ name, size, objects }) => ({ name, size, objects }));
   try {
-    return await deps.prisma.snapshot.create({
-      data: {
-        ...base,
-        key: env.snapshot,
-        share,
-        root: earlier[0]?.root ?? newId('snr'),
-        segments: packed.segments as never,
-        files: stats.files,
-        bytes: BigInt(stats.bytes),
-        objects: packed.chunks,
-        sealedBytes: BigInt(packed.sealedBytes),
-        lease: env.id,
-        createdBy: env.createdBy,
-        // Every share of one save carries the save's time, so `restored.created` is unambiguous.
-        created: earlier[0]?.created ?? deps.clock.now(),
-      },
+    const saved = await deps.prisma.$transaction(async (tx) => {
+      await lockProject(tx, env.orgId, env.project);
+      if (await shreddedSince(tx, env)) return null;
+      return tx.snapshot.create({
+        data: {
+          ...base,
+          key: snapshotKey,
+          share,
+          root: earlier[0]?.root ?? newId('snr'),
+          segments,
+          files: stats.files,
+          bytes: BigInt(stats.bytes),
+          objects: packed.chunks,
+          sealedBytes: BigInt(packed.sealedBytes),
+          lease: env.id,
+          createdBy: env.createdBy,
+          // Every share of one save carries the save's time, so `restored.created` is unambiguous.
+          created: earlier[0]?.created ?? deps.clock.now(),
+        },
+      });
     });
+    if (!saved) await deletePacked(deps.store, prefix);
+    return saved;
   } catch (err) {
     await deletePacked(deps.store, prefix).catch(() => undefined);
     throw err;
@@ -174,7 +196,7 @@ function decodeCursor(cursor: string): { created: Date; id: string } {
 
 /** A page of one project's snapshots, newest first; `next` is the cursor of the following page. */
 export async function listSnapshots(deps: Deps, actor: Actor, input: ListSnapshotsInput) {
-  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential cannot list snapshots');
+  requireMember(actor);
   const project = input.project ? validateProjectName(input.project) : DEFAULT_PROJECT;
   const first = input.first ?? DEFAULT_PAGE;
   if (!Number.isSafeInteger(first) || first < 1 || first > MAX_PAGE) {

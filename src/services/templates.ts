@@ -1,8 +1,9 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
-import { ForbiddenError, NotFoundError } from './errors';
+import { requireAdmin, requireMember } from './access';
+import { NotFoundError } from './errors';
 import { newId } from './names';
-import { type Catalog, type PoolSpec, type TemplateSpec, validateTemplateSpec } from './templates-file';
+import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
 
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
 const CATALOG = '';
@@ -19,8 +20,8 @@ export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<vo
     for (const spec of catalog.templates) {
       await tx.template.upsert({
         where: { orgId_name: { orgId: CATALOG, name: spec.name } },
-        create: { id: newId('tpl'), orgId: CATALOG, name: spec.name, pool: spec.pool, spec: spec as never },
-        update: { pool: spec.pool, spec: spec as never },
+        create: { id: newId('tpl'), orgId: CATALOG, name: spec.name, pool: spec.pool, spec },
+        update: { pool: spec.pool, spec },
       });
     }
     for (const pool of catalog.pools) {
@@ -43,19 +44,22 @@ export async function findTemplate(prisma: Prisma, orgId: string, name: string):
   const rows = await prisma.template.findMany({ where: { name, orgId: { in: [orgId, CATALOG] } } });
   const row = rows.find((r) => r.orgId === orgId) ?? rows[0];
   if (!row) throw new NotFoundError(`template ${JSON.stringify(name)}`, 'no_template');
-  return row.spec as unknown as TemplateSpec;
+  return templateFromJson(row.spec, row.name);
 }
 
-export async function listTemplates(prisma: Prisma, orgId: string): Promise<TemplateSpec[]> {
-  const rows = await prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
+/** GET /v1/templates: the organization's own templates and the catalog's it did not replace. */
+export async function listTemplates(deps: Deps, actor: Actor): Promise<TemplateSpec[]> {
+  requireMember(actor);
+  const { orgId } = actor;
+  const rows = await deps.prisma.template.findMany({ where: { orgId: { in: [orgId, CATALOG] } }, orderBy: { name: 'asc' } });
   const byName = new Map<string, TemplateSpec>();
-  for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, row.spec as unknown as TemplateSpec);
+  for (const row of rows) if (row.orgId === orgId || !byName.has(row.name)) byName.set(row.name, templateFromJson(row.spec, row.name));
   return [...byName.values()];
 }
 
 /** PUT /v1/templates/{name} (admins): the organization's own version of a template. */
 export async function upsertTemplate(deps: Deps, actor: Actor, name: string, input: unknown): Promise<TemplateSpec> {
-  if (!actor.admin) throw new ForbiddenError('only admins can change templates');
+  requireAdmin(actor, 'only admins can change templates');
   const spec = validateTemplateSpec(
     input,
     name,
@@ -63,8 +67,8 @@ export async function upsertTemplate(deps: Deps, actor: Actor, name: string, inp
   );
   await deps.prisma.template.upsert({
     where: { orgId_name: { orgId: actor.orgId, name } },
-    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec: spec as never },
-    update: { pool: spec.pool, spec: spec as never, updated: deps.clock.now() },
+    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec },
+    update: { pool: spec.pool, spec, updated: deps.clock.now() },
   });
   return spec;
 }

@@ -24,7 +24,6 @@
 import { createHash, hkdfSync } from 'node:crypto';
 import { PassThrough, Readable } from 'node:stream';
 import { encodeChunkAad, openChunk, openRaw, SEAL_OVERHEAD, SealError, sealParts, sealRaw } from '../crypto/seal';
-import { localSha256, workerSha256 } from '../crypto/sha256';
 import { type BlobStore, validateBlobName } from './blob-store';
 
 export const DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024;
@@ -106,12 +105,6 @@ export interface PackOptions {
    * then drain or destroy it.
    */
   keepSourceOpen?: boolean;
-  /**
-   * Compute the SHA-256 on a shared worker thread, in parallel with sealing (src/crypto/sha256.ts).
-   * Default false: on these 2-core machines, with other work running, it measured no faster and
-   * costs ~70 MiB more RSS (a second V8 isolate); it can pay off on an idle multi-core host.
-   */
-  hashInWorker?: boolean;
 }
 
 export interface PackSegment {
@@ -346,8 +339,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   const manifestName = `${prefix}/${MANIFEST_NAME}`;
   const started: string[] = []; // every object name we began writing, for cleanup
   const segments: PackManifest['segments'] = [];
-  const hashInWorker = opts.hashInWorker ?? false;
-  const hash = hashInWorker ? workerSha256() : localSha256();
+  const hash = createHash('sha256');
   let received = 0;
   let chunkIndex = 0;
   let writer: SegmentWriter | undefined;
@@ -372,9 +364,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     const aad = encodeChunkAad({ objectId, segment: segments.length - 1, chunk: chunkIndex, final });
     const parts = sealParts(okey, plain, aad);
     const length = plain.length + SEAL_OVERHEAD;
-    // Hash after sealing: in worker mode this hands `plain` over (it is detached afterwards, do
-    // not touch it again) and the worker hashes it while this thread seals the next chunk.
-    await hash.update(plain);
+    hash.update(plain);
     segment.chunks.push([segment.size, length]);
     segment.size += length;
     writer.size += length;
@@ -388,11 +378,10 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   let sourceDone = false;
   try {
     if (signal?.aborted) throw new PackAbortedError(signal.reason);
-    // Chunk buffers own their memory (allocUnsafeSlow) so the worker hash can take them over.
     let buf: Buffer = Buffer.allocUnsafeSlow(chunkSize);
     let fill = 0;
     let pending: Buffer | undefined; // a full chunk held back until we know whether it is the last
-    let spare: Buffer | undefined; // a sealed chunk's buffer, reused (local hashing only)
+    let spare: Buffer | undefined; // a sealed chunk's buffer, reused
     for (;;) {
       const next = iterator.next();
       next.catch(() => {}); // an abort may leave it pending; never an unhandled rejection
@@ -409,7 +398,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       while (off < piece.length) {
         if (pending) {
           await sealAndWrite(pending, false); // more bytes follow, so it is not the last chunk
-          if (!hashInWorker) spare = pending;
+          spare = pending;
           pending = undefined;
         }
         const n = Math.min(chunkSize - fill, piece.length - off);
@@ -441,7 +430,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       keyVersion,
       chunkSize,
       size: received,
-      sha256: await hash.digest(),
+      sha256: hash.digest('hex'),
       chunks: chunkIndex,
       sealedBytes,
       segments,
@@ -462,7 +451,6 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       if (opts.keepSourceOpen) void iterator.return?.().catch(() => {});
       else source.destroy();
     }
-    hash.dispose();
     await Promise.all([writer?.abort(err), finishing?.writer.abort(err)]);
     await Promise.allSettled(started.map((name) => store.delete(name)));
     throw err;

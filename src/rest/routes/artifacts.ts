@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { execute, type GraphQLSchema } from 'graphql';
-import type { Actor, Context, Deps } from '../../context';
+import type { Context, Deps } from '../../context';
 import { graphql } from '../../generated/gql';
 import {
   type ArtifactRecord,
@@ -13,7 +13,7 @@ import {
   storeArtifact,
   type UploadParams,
 } from '../../services/artifacts';
-import { ForbiddenError, ValidationError } from '../../services/errors';
+import { ValidationError } from '../../services/errors';
 import { fragmentsOf, operationOf } from '../adapter';
 import { sendError, sendJson, stripNulls } from '../http';
 import { type JsonSchema, selectionSchema } from '../json-schema';
@@ -53,10 +53,6 @@ const LINK_SCHEMA: JsonSchema = {
   required: ['url', 'expires'],
   additionalProperties: false,
 };
-
-function requireMember(actor: Actor): void {
-  if (actor.kind === 'sandbox') throw new ForbiddenError('a sandbox credential cannot store or read artifacts');
-}
 
 /** The upload's query parameters: unknown or repeated ones are refused, a typo must not silently fall back to a default. */
 function uploadParams(req: IncomingMessage, query: URLSearchParams): UploadParams {
@@ -196,7 +192,6 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
         if (!res.writableFinished) controller.abort(new Error('the client closed the connection'));
       };
       try {
-        requireMember(ctx!.actor);
         const params = uploadParams(req, query);
         res.once('close', onClose);
         req.setTimeout(UPLOAD_IDLE_MS);
@@ -230,7 +225,6 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
     auth: 'bearer',
     openapi: { responses: DOWNLOAD_RESPONSES },
     async handle(req, res, { ctx, params }) {
-      requireMember(ctx!.actor);
       await sendContent(req, res, ctx!.deps, await getArtifact(ctx!.deps, ctx!.actor, params.id!));
     },
   };

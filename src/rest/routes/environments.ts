@@ -3,7 +3,7 @@ import { PAGE_PARAMS, type Route } from '../route';
 
 graphql(`
   fragment EnvironmentFields on Environment {
-    id name template state node sandbox pool labels project readyMs error createdBy
+    id name template state node sandbox pool labels project readyMs error createdBy stoppedBy
     created ready stopped expires idleUntil idle hard
     exports { service listen target }
     shares { name direction envPath localPath files }
@@ -43,7 +43,7 @@ export const environmentRoutes: Route[] = [
       { name: 'state', in: 'query', type: 'string', description: 'pending, starting, ready, stopping, stopped, failed, or live / ended' },
       { name: 'template', in: 'query', type: 'string' },
       { name: 'label', in: 'query', type: 'string', list: true, description: 'key=value; repeat to require several' },
-      { name: 'sandbox', in: 'query', type: 'string', description: 'sandbox id' },
+      { name: 'sandbox', in: 'query', type: 'string', description: 'a sandbox id, or the name of a sandbox not removed' },
       { name: 'project', in: 'query', type: 'string' },
       ...PAGE_PARAMS,
     ],

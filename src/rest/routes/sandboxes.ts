@@ -6,7 +6,7 @@ import type { Route } from '../route';
 
 graphql(`
   fragment SandboxFields on Sandbox {
-    id org name createdBy created lastSeen removed
+    id org name createdBy created lastSeen removed removedBy
   }
 `);
 
@@ -23,6 +23,7 @@ const SANDBOX_SCHEMA: JsonSchema = {
     created: dateTime,
     lastSeen: dateTime,
     removed: dateTime,
+    removedBy: { type: 'string' },
   },
   required: ['id', 'org', 'name', 'createdBy', 'created'],
   additionalProperties: false,
@@ -37,6 +38,7 @@ function sandboxJson(s: SandboxRecord) {
     created: s.created.toISOString(),
     lastSeen: s.lastSeen?.toISOString(),
     removed: s.removed?.toISOString(),
+    removedBy: s.removedBy,
   };
 }
 

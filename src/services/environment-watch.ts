@@ -1,0 +1,62 @@
+// The environment subscriptions (docs/environments.md, "Watching instead of polling"). Both join
+// the organization's feed before they return, so a subscriber gets everything committed after
+// its subscribe call was answered.
+import type { Actor, Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+import { requireMember } from './access';
+import { Channel } from './channel';
+import { ENDED_STATES } from './environment-events';
+import { joinEnvironmentFeed } from './environment-feed';
+import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
+import { findEnvironment } from './environments';
+
+const isEnded = (env: Environment) => (ENDED_STATES as readonly string[]).includes(env.state);
+
+/**
+ * One environment: as it is now, then every new version; the stream ends after it stopped or
+ * failed. Listening starts before the first read and versions only grow, so nothing committed in
+ * between is lost or sent twice.
+ */
+export async function watchEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<AsyncIterable<Environment>> {
+  requireMember(actor);
+  const { id, orgId } = await findEnvironment(deps, actor, idOrName);
+  let leave: () => void = () => undefined;
+  const channel = new Channel<Environment>(() => leave());
+  let sent = 0;
+  const send = (env: Environment) => {
+    if (env.version <= sent) return;
+    sent = env.version;
+    channel.push(env);
+    if (isEnded(env)) channel.end();
+  };
+  let waiting: Environment[] | undefined = [];
+  leave = await joinEnvironmentFeed(deps, orgId, (events) => {
+    for (const { environmentId, environment } of events) {
+      if (environmentId !== id) continue;
+      if (waiting) waiting.push(environment);
+      else send(environment);
+    }
+  });
+  try {
+    const current = await deps.prisma.environment.findUniqueOrThrow({ where: { id } });
+    send(current);
+    for (const env of waiting) send(env);
+    waiting = undefined;
+  } catch (error) {
+    channel.end();
+    throw error;
+  }
+  return channel;
+}
+
+/** Every change of the organization's environments that match the filter, from now on. */
+export async function watchEnvironments(deps: Deps, actor: Actor, input: EnvironmentFilterInput): Promise<AsyncIterable<Environment>> {
+  requireMember(actor);
+  const filter = await environmentFilter(deps, actor, input);
+  let leave: () => void = () => undefined;
+  const channel = new Channel<Environment>(() => leave());
+  leave = await joinEnvironmentFeed(deps, actor.orgId, (events) => {
+    for (const { environment } of events) if (filter.matches(environment)) channel.push(environment);
+  });
+  return channel;
+}

@@ -1,0 +1,272 @@
+import { print } from 'graphql';
+import { type Client, createClient } from 'graphql-ws';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { graphql } from './gql';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+const WatchOne = graphql(`subscription TestWatchOneEnvironment($id: String!) { environment(id: $id) { id state } }`);
+const WatchAll = graphql(`
+  subscription TestWatchFilteredEnvironments($filter: EnvironmentFilter) { environments(filter: $filter) { id state labels template project sandbox } }
+`);
+const ListEnvironments = graphql(`
+  query TestListFilteredEnvironments($filter: EnvironmentFilter) { environments(filter: $filter, first: 500) { nodes { id state } } }
+`);
+
+interface Seen {
+  id: string;
+  state: string;
+}
+
+interface Watched extends Seen {
+  labels: Record<string, string>;
+  template: string;
+  project: string;
+  sandbox?: string | null;
+}
+
+interface Filter {
+  state?: string;
+  template?: string;
+  label?: string[];
+  sandbox?: string;
+  project?: string;
+}
+
+const LIVE = ['pending', 'starting', 'ready', 'stopping'];
+const ENDED = ['stopped', 'failed'];
+const same = (a: Seen) => (b: Seen) => a.id === b.id && a.state === b.state;
+
+describeBackends('watching environments', (backend) => {
+  let s: TestServer;
+  const url = () => s.url;
+  const admin = client(url, BOOTSTRAP);
+  let ws: Client;
+
+  beforeAll(async () => {
+    s = await startServer(backend);
+    ws = createClient({
+      url: `${url().replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
+  });
+  afterAll(async () => {
+    await ws?.dispose();
+    await s?.stop();
+  });
+
+  /** One run of the scheduler with the clock a second further. */
+  async function step() {
+    s.clock.advance(1000);
+    await s.app.deps.background.tick();
+  }
+
+  async function until(id: string, state: string) {
+    for (let i = 0; i < 50; i++) {
+      const env = await admin.get(`/v1/environments/${id}`);
+      if (env.body.state === state) return env.body;
+      await step();
+    }
+    throw new Error(`environment ${id} never reached ${state}`);
+  }
+
+  /**
+   * Subscribes over server-sent events: the response arrives once the subscription listens, so
+   * nothing committed afterwards can be missed. Collects every delivered environment.
+   */
+  async function watch(filter: Filter) {
+    const controller = new AbortController();
+    const res = await fetch(`${url()}/graphql`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ query: print(WatchAll), variables: { filter } }),
+      signal: controller.signal,
+    });
+    expect(res.status).toBe(200);
+    const seen: Watched[] = [];
+    let wake: () => void = () => undefined;
+    const reading = (async () => {
+      const reader = res.body!.getReader();
+      let text = '';
+      for (;;) {
+        const { value, done } = await reader.read().catch(() => ({ value: undefined, done: true }));
+        if (done) return;
+        text += new TextDecoder().decode(value);
+        let end = text.indexOf('\n\n');
+        while (end >= 0) {
+          const data = text
+            .slice(0, end)
+            .split('\n')
+            .find((line) => line.startsWith('data:'));
+          text = text.slice(end + 2);
+          end = text.indexOf('\n\n');
+          const payload = data ? JSON.parse(data.slice(5)) : undefined;
+          if (payload?.data?.environments) seen.push(payload.data.environments);
+          wake();
+        }
+      }
+    })();
+    return {
+      seen,
+      /** Waits until every one of `expected` was delivered. */
+      async received(expected: Seen[]) {
+        while (!expected.every((e) => seen.some(same(e)))) await new Promise<void>((r) => (wake = r));
+      },
+      /** What it delivered of these environments, as (id, state). */
+      of(ids: string[]): Seen[] {
+        return seen.filter((e) => ids.includes(e.id)).map(({ id, state }) => ({ id, state }));
+      },
+      async close() {
+        controller.abort();
+        await reading;
+      },
+    };
+  }
+
+  it('delivers live and ended environments to subscriptions filtered by state', async () => {
+    const live = await watch({ state: 'live' });
+    const ended = await watch({ state: 'ended' });
+    const env = (await admin.post('/v1/environments', { template: 'default', labels: { case: `states-${backend}` } })).body.environment;
+    await until(env.id, 'ready');
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(env.id, 'stopped');
+    const states = ['pending', 'starting', 'ready', 'stopping'].map((state) => ({ id: env.id, state }));
+    await live.received(states);
+    await ended.received([{ id: env.id, state: 'stopped' }]);
+    expect(live.of([env.id])).toEqual(states);
+    expect(ended.of([env.id])).toEqual([{ id: env.id, state: 'stopped' }]);
+    await live.close();
+    await ended.close();
+  });
+
+  it('gives every filter value the same meaning in the list and in the subscription', async () => {
+    const box = (await admin.post('/v1/sandboxes', { name: `watch-box-${backend}` })).body.sandbox;
+    const run = `run=agree-${backend}`;
+    const filters: Filter[] = [
+      { label: [run] },
+      { label: [run], state: 'live' },
+      { label: [run], state: 'ended' },
+      { label: [run], state: 'ready' },
+      { label: [run], state: 'stopping' },
+      { label: [run], template: 'node' },
+      { label: [run, 'team=a'] },
+      { label: [run], sandbox: box.name },
+      { label: [run], sandbox: box.id },
+      { label: [run], sandbox: 'no-such-box' },
+      { label: [run], project: 'p1' },
+      { label: [run], project: 'p1', state: 'live', sandbox: box.name },
+    ];
+    // What each filter means, written out for this test: the list and the subscription must both agree with it.
+    const meant = (f: Filter, e: Watched) =>
+      (f.label ?? []).every((pair) => e.labels[pair.split('=')[0]!] === pair.split('=')[1]) &&
+      (!f.state || (f.state === 'live' ? LIVE : f.state === 'ended' ? ENDED : [f.state]).includes(e.state)) &&
+      (!f.template || e.template === f.template) &&
+      (!f.project || e.project === f.project) &&
+      (!f.sandbox || ([box.id, box.name].includes(f.sandbox) && e.sandbox === box.id));
+    const everything = await watch({});
+    const watchers = await Promise.all(filters.map((filter) => watch(filter)));
+    const labels = (team: string) => Object.fromEntries([run.split('='), ['team', team]]);
+    const a = (await admin.post('/v1/environments', { template: 'default', labels: labels('a'), sandbox: box.name, project: 'p1' })).body
+      .environment;
+    const b = (await admin.post('/v1/environments', { template: 'node', labels: labels('b') })).body.environment;
+    await until(b.id, 'ready');
+    await until(a.id, 'ready');
+    await admin.del(`/v1/environments/${a.id}`);
+    await until(a.id, 'stopped');
+    await everything.received([
+      { id: a.id, state: 'stopped' },
+      { id: b.id, state: 'ready' },
+    ]);
+    const all = everything.seen.filter((e) => [a.id, b.id].includes(e.id));
+    expect(all).toHaveLength(5 + 3);
+    const final = [a.id, b.id].map((id) => all.filter((e) => e.id === id).at(-1)!);
+    for (const [i, filter] of filters.entries()) {
+      const expected = all.filter((e) => meant(filter, e)).map(({ id, state }) => ({ id, state }));
+      await watchers[i]!.received(expected);
+      expect(watchers[i]!.of([a.id, b.id]), JSON.stringify(filter)).toEqual(expected);
+      const listed = (await admin.gql(ListEnvironments, { filter })).body.data!.environments.nodes.map((e) => e.id);
+      const wanted = final.filter((e) => meant(filter, e)).map((e) => e.id);
+      expect([...listed].sort(), JSON.stringify(filter)).toEqual([...wanted].sort());
+      await watchers[i]!.close();
+    }
+    await everything.close();
+    // The filters did tell the two apart.
+    expect(watchers[7]!.of([a.id, b.id]).map((e) => e.id)).toContain(a.id);
+    expect(watchers[7]!.of([b.id])).toEqual([]);
+    expect(watchers[9]!.of([a.id, b.id])).toEqual([]);
+  });
+
+  it('lists by sandbox id or name, like everywhere else; an unknown sandbox matches nothing', async () => {
+    const box = (await admin.post('/v1/sandboxes', { name: `list-box-${backend}` })).body.sandbox;
+    const env = (await admin.post('/v1/environments', { template: 'default', sandbox: box.name })).body.environment;
+    for (const ref of [box.id, box.name]) {
+      const listed = await admin.get(`/v1/environments?sandbox=${ref}`);
+      expect(listed.status).toBe(200);
+      expect(listed.body.environments.map((e: { id: string }) => e.id)).toEqual([env.id]);
+      const gql = await admin.gql(ListEnvironments, { filter: { sandbox: ref } });
+      expect(gql.body.data?.environments.nodes.map((e) => e.id)).toEqual([env.id]);
+    }
+    expect((await admin.get('/v1/environments?sandbox=no-such-box')).body.environments).toEqual([]);
+    expect((await admin.get('/v1/environments?sandbox=sb_aaaaaaaaaaaaaaaaaaaa')).body.environments).toEqual([]);
+    await admin.del(`/v1/environments/${env.id}`);
+  });
+
+  /** Subscribes to one environment over graphql-ws; resolves with what it sent once it completes. */
+  function watchOne(id: string, onFirst?: () => void): Promise<Seen[]> {
+    return new Promise((resolve, reject) => {
+      const seen: Seen[] = [];
+      ws.subscribe<{ environment: Seen }>(
+        { query: print(WatchOne), variables: { id } },
+        {
+          next: (value) => {
+            if (value.errors) return reject(new Error(JSON.stringify(value.errors)));
+            seen.push({ id: value.data!.environment.id, state: value.data!.environment.state });
+            if (seen.length === 1) onFirst?.();
+          },
+          error: reject,
+          complete: () => resolve(seen),
+        },
+      );
+    });
+  }
+
+  it('sends one environment as it is now, then every change, and completes after it stopped', async () => {
+    const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+    await until(env.id, 'ready');
+    let first!: () => void;
+    const subscribed = new Promise<void>((r) => (first = r));
+    const done = watchOne(env.name, first);
+    await subscribed; // the current state arrived without any change
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(env.id, 'stopped');
+    expect(await done).toEqual(['ready', 'stopping', 'stopped'].map((state) => ({ id: env.id, state })));
+    // An environment that already ended: its last state, then the end of the stream.
+    expect(await watchOne(env.id)).toEqual([{ id: env.id, state: 'stopped' }]);
+  });
+
+  it('loses and doubles nothing while changes race the first read', async () => {
+    for (let round = 0; round < 3; round++) {
+      const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+      const done = watchOne(env.id);
+      // The environment moves through every state while the subscription starts.
+      await until(env.id, 'ready');
+      await admin.del(`/v1/environments/${env.id}`);
+      await until(env.id, 'stopped');
+      const seen = (await done).map((e) => e.state);
+      const order = ['pending', 'starting', 'ready', 'stopping', 'stopped'];
+      expect(seen.at(-1)).toBe('stopped');
+      expect(seen).toEqual(order.slice(order.indexOf(seen[0]!)));
+    }
+  });
+
+  it("refuses to watch an unknown environment or another organization's", async () => {
+    const error = await watchOne('env_doesnotexist').catch((e: Error) => e.message);
+    expect(error).toContain('not_found');
+    const { createOrganization } = await import('../src/services/organizations');
+    const other = await createOrganization(s.app.deps.prisma, `watch-other-${backend}`, 'x@watch.test');
+    const theirs = (await client(url, other.secret).post('/v1/environments', { template: 'default' })).body.environment;
+    expect(await watchOne(theirs.id).catch((e: Error) => e.message)).toContain('not_found');
+  });
+});
