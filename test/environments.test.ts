@@ -68,7 +68,7 @@ describeBackends('environments', (backend) => {
       [{ template: 'default', project: 'Not A Project' }, 'project'],
       [{ template: 'default', snapshot: 'has space' }, 'snapshot'],
       [{ template: 'default', shares: { src: 'x' } }, 'sandbox'],
-      [{ template: 'default', labels: 'x' }, 'JSONObject'],
+      [{ template: 'default', labels: 'x' }, 'labels: must be an object'],
     ];
     for (const [body, mention] of bad) {
       const res = await admin.post('/v1/environments', body);

@@ -10,7 +10,9 @@ import {
   keepAlive,
   stopEnvironment,
 } from '../services/environments';
+import { pageOf, pageQuery } from '../services/paging';
 import { builder } from './builder';
+import { connectionOf } from './paging';
 
 const EnvironmentState = builder.enumType('EnvironmentState', {
   values: ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const,
@@ -143,19 +145,19 @@ builder.queryFields((t) => ({
       return env ?? findEnvironment(ctx.deps, ctx.actor, id);
     },
   }),
-  environments: t.prismaConnection({
-    type: 'Environment',
-    cursor: 'id',
-    defaultSize: 50,
-    maxSize: 500,
-    description: 'Newest first',
+  environments: t.connection({
+    type: EnvironmentRef,
+    description: 'Newest first; pages of 1-500 (default 50)',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    resolve: (query, _root, { filter }, ctx) =>
-      ctx.deps.prisma.environment.findMany({
-        ...query,
-        where: environmentFilter(ctx.actor, filter ?? {}),
-        orderBy: [{ created: 'desc' }, { id: 'desc' }],
-      }),
+    resolve: async (_root, args, ctx) => {
+      const page = pageQuery(args, 'env');
+      const rows = await ctx.deps.prisma.environment.findMany({
+        where: { AND: [environmentFilter(ctx.actor, args.filter ?? {}), page.where] },
+        orderBy: page.orderBy,
+        take: page.take,
+      });
+      return connectionOf(pageOf(rows, page.size), args);
+    },
   }),
 }));
 
