@@ -62,7 +62,7 @@ export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps
       },
       onSubscribe: async (ctx, _id, payload) => {
         const badVariables = variablesError(payload.variables);
-        if (badVariables) return [badVariables];
+        if (badVariables) return [toClientError(badVariables, log)];
         const enveloped = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
