@@ -72,7 +72,9 @@ describeBackends('GraphQL edge', (backend) => {
     await ws.dispose();
   });
 
-  it('answers 406 and 415 with an error body', async () => {
+  it('answers 406, 413 and 415 with an error body', async () => {
+    const huge = await admin.post('/graphql', { query: '{ viewer { name } }', variables: { x: 'x'.repeat(2 * 1024 * 1024) } });
+    expect(huge).toMatchObject({ status: 413, body: { error: expect.any(String), code: 'too_large' } });
     const notAcceptable = await fetch(`${s.url}/graphql`, {
       method: 'POST',
       headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json', accept: 'image/png' },

@@ -7,6 +7,7 @@ import { createYoga, type YogaServerInstance } from 'graphql-yoga';
 import type { Actor, Context, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
+import { MAX_JSON_BODY_BYTES } from '../http/text';
 import { schema } from '../schema';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
@@ -36,6 +37,7 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
     landingPage: false,
     // One CORS policy for REST and GraphQL, applied by the server (src/http/cors.ts).
     cors: false,
+    maxRequestBodySize: MAX_JSON_BODY_BYTES,
     // Unexpected errors are logged once, by toClientError; domain errors are answers, not faults.
     logging: false,
     maskedErrors: {

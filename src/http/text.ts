@@ -4,6 +4,9 @@
 // field named, instead of failing a statement. Nesting is bounded too, so no walk over a client's
 // value (this one, coercion, validation) can exhaust the stack.
 
+/** Largest JSON body, REST or GraphQL. */
+export const MAX_JSON_BODY_BYTES = 1024 * 1024;
+
 /** Deepest nesting of arrays and objects accepted in a JSON body or in GraphQL variables. */
 export const MAX_JSON_DEPTH = 64;
 

@@ -1,8 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import { findTextIssue } from '../http/text';
+import { findTextIssue, MAX_JSON_BODY_BYTES } from '../http/text';
 import { BadRequestError, DomainError, PayloadTooLargeError, ValidationError } from '../services/errors';
-
-export const JSON_BODY_LIMIT = 1024 * 1024;
 
 /** A JSON body that stops arriving for this long is answered 408 (requests as a whole have no time limit, for uploads). */
 export const BODY_IDLE_MS = 30_000;
@@ -57,8 +55,8 @@ function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
  */
 export async function readJsonBody(req: IncomingMessage): Promise<Record<string, unknown>> {
   const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > JSON_BODY_LIMIT) throw new PayloadTooLargeError(`JSON bodies are limited to ${JSON_BODY_LIMIT} bytes`);
-  const bytes = await readBytes(req, JSON_BODY_LIMIT);
+  if (declared > MAX_JSON_BODY_BYTES) throw new PayloadTooLargeError(`JSON bodies are limited to ${MAX_JSON_BODY_BYTES} bytes`);
+  const bytes = await readBytes(req, MAX_JSON_BODY_BYTES);
   if (bytes.every((b) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09)) return {};
   const [type = '', ...params] = (req.headers['content-type'] ?? '').split(';').map((p) => p.trim().toLowerCase());
   if (type !== 'application/json' && !type.endsWith('+json')) {
