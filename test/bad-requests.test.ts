@@ -171,7 +171,12 @@ describeBackends('bad-request corpus', (backend) => {
     const admin = client(() => s.url, BOOTSTRAP);
     const doc = (await admin.get('/v1/openapi.json')).body;
     const cases = corpus(doc);
-    expect(cases.length).toBeGreaterThan(1000);
+    // Every operation of the document is walked; a few thousand requests at most (CI has 2 cores).
+    const operations = Object.entries(doc.paths as Record<string, object>).flatMap(([path, methods]) =>
+      Object.keys(methods).map((m) => `${m.toUpperCase()} ${path}`),
+    );
+    const walked = new Set(cases.map((c) => c.label.split(' ').slice(0, 2).join(' ')));
+    expect([...walked].sort()).toEqual(operations.sort());
     expect(cases.length).toBeLessThan(4000);
 
     const problems: string[] = [];
