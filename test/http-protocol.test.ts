@@ -28,6 +28,22 @@ describeBackends('HTTP protocol errors, health', (backend) => {
     }
   });
 
+  it('answers refused WebSocket upgrades with an error body', async () => {
+    const upgrade = (path: string, extra = '') =>
+      rawRequest(
+        s.url,
+        `GET ${path} HTTP/1.1\r\nHost: ${host()}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+          `Sec-WebSocket-Version: 13\r\n${extra}\r\n`,
+      );
+    const key = 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
+    expect(await upgrade('/nowhere', key)).toMatchObject({ status: 404, json: { ...errorBody, code: 'not_found' } });
+    expect(await upgrade('/graphql')).toMatchObject({ status: 400, json: { ...errorBody, code: 'bad_request' } });
+    expect(await upgrade('/graphql', `${key}Origin: https://evil.example\r\n`)).toMatchObject({
+      status: 403,
+      json: { ...errorBody, code: 'forbidden' },
+    });
+  });
+
   it('answers a lying Content-Length without hanging or failing', async () => {
     const auth = `Authorization: Bearer ${BOOTSTRAP}\r\nContent-Type: application/json`;
     const shorter = await rawRequest(

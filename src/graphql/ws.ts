@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { DocumentNode, ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { WebSocketServer } from 'ws';
@@ -6,6 +7,7 @@ import type { Actor, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import type { CorsPolicy } from '../http/cors';
+import { endWithError } from '../http/protocol-errors';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError } from '../services/errors';
@@ -36,8 +38,26 @@ function closeReason(message: string): string {
  * `connectionParams.authorization`, checked once when the socket connects.
  */
 export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps: Deps, cors: CorsPolicy, log: Log) {
-  // Browsers do not apply CORS to WebSocket: the same origin policy is enforced at the upgrade.
-  const wss = new WebSocketServer({ server, path: '/graphql', verifyClient: ({ req }: { req: IncomingMessage }) => cors.allows(req) });
+  const wss = new WebSocketServer({ noServer: true });
+  // Refused upgrades answer `{error, code}` like every other request.
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
+    // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
+    if (!cors.allows(req)) {
+      return endWithError(
+        socket,
+        403,
+        'forbidden',
+        `origin ${req.headers.origin} may not open a WebSocket here; CORS_ORIGINS lists the origins that may`,
+      );
+    }
+    wss.handleUpgrade(req, socket, head, (client) => wss.emit('connection', client, req));
+  });
+  wss.on('wsClientError', (err: Error, socket: Duplex) => {
+    const method = /method/i.test(err.message);
+    endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
+  });
   const graphqlWs = useServer<Record<string, unknown>, SocketExtra>(
     {
       execute: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).execute(args),

@@ -1,5 +1,6 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
+import { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { boundMessage } from './respond';
 
 // Requests Node's HTTP parser refuses (headers over 16 KiB, a bad or duplicated Content-Length,
@@ -7,9 +8,18 @@ import { boundMessage } from './respond';
 // Content-Length said) never reach a handler: Node answers them itself, with an empty body. Here
 // they get the `{error, code}` body every other error has.
 
-const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
 /** How long a connection we are done with may linger while the client reads the answer. */
 const LINGER_MS = 5_000;
+
+/** Answers on the raw socket (no ServerResponse exists: a refused request, a WebSocket upgrade) and closes it. */
+export function endWithError(socket: Duplex, status: number, code: string, error: string): void {
+  const body = JSON.stringify({ error: boundMessage(error), code });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+  if (socket instanceof Socket) socket.setTimeout(LINGER_MS, () => socket.destroy());
+}
 
 function answerFor(err: NodeJS.ErrnoException & { reason?: string }): { status: number; code: string; error: string } {
   switch (err.code) {
@@ -53,11 +63,6 @@ export function answerProtocolErrors(server: Server): void {
       return;
     }
     const { status, code, error } = answerFor(err);
-    const body = JSON.stringify({ error: boundMessage(error), code });
-    socket.end(
-      `HTTP/1.1 ${status} ${STATUS_TEXT[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
-    socket.setTimeout(LINGER_MS, () => socket.destroy());
+    endWithError(socket, status, code, error);
   });
 }
