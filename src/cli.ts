@@ -1,26 +1,32 @@
-// Operator commands: `npm run berth -- org create <name> --admin <email>`.
-// Works against the configured database whether or not a server is running on it.
+// Operator commands:
+//   npm run berth -- org create <name> --admin <email>
+//   npm run berth -- token create --org <name> --admin [--email <admin's email>]
+// They work against the configured database whether or not a server is running on it.
 import { parseArgs } from 'node:util';
 import { loadConfig } from './config';
-import { openDatabase } from './db';
-import { callOperatorSocket, type OrgCreated } from './operator';
+import { openDatabase, type Prisma } from './db';
+import { callOperatorSocket, type IssuedToken } from './operator';
 import { DomainError } from './services/errors';
-import { createOrganization } from './services/organizations';
+import { createOrganization, issueAdminToken } from './services/organizations';
 
-const USAGE = 'usage: npm run berth -- org create <name> --admin <email>';
+const USAGE = [
+  'usage: npm run berth -- org create <name> --admin <email>',
+  '       npm run berth -- token create --org <name> --admin [--email <email>]',
+].join('\n');
 
 class CommandError extends Error {}
 
-async function createOrg(name: string, admin: string): Promise<OrgCreated> {
+/** Runs a command through the server on DATA_DIR when one runs there (PGlite has one owner), else on the database itself. */
+async function run(path: string, body: Record<string, unknown>, local: (prisma: Prisma) => Promise<IssuedToken>): Promise<IssuedToken> {
   const config = loadConfig();
   if (!config.databaseUrl) {
-    const reply = await callOperatorSocket(config.dataDir, '/orgs', { name, admin });
+    const reply = await callOperatorSocket(config.dataDir, path, body);
     if (reply && reply.status !== 201) throw new CommandError((reply.body as { error: string }).error);
-    if (reply) return reply.body as OrgCreated;
+    if (reply) return reply.body as IssuedToken;
   }
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
-    return await createOrganization(db.prisma, name, admin);
+    return await local(db.prisma);
   } catch (error) {
     if (error instanceof DomainError) throw new CommandError(error.message);
     throw error;
@@ -29,23 +35,43 @@ async function createOrg(name: string, admin: string): Promise<OrgCreated> {
   }
 }
 
-async function main(argv: string[]): Promise<number> {
+async function orgCreate(argv: string[]): Promise<boolean> {
   const { positionals, values } = parseArgs({ args: argv, allowPositionals: true, options: { admin: { type: 'string' } } });
-  const [group, verb, name] = positionals;
-  if (group !== 'org' || verb !== 'create' || !name || !values.admin || positionals.length !== 3) {
-    console.error(USAGE);
-    return 2;
-  }
+  const [, , name] = positionals;
+  const admin = values.admin;
+  if (!name || !admin || positionals.length !== 3) return false;
+  const { org, person, secret } = await run('/orgs', { name, admin }, (p) => createOrganization(p, name, admin));
+  console.log(`created organization ${org.name} (${org.id}) with admin ${person.email}`);
+  console.log(`admin token (shown once): ${secret}`);
+  return true;
+}
+
+async function tokenCreate(argv: string[]): Promise<boolean> {
+  const { positionals, values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { org: { type: 'string' }, admin: { type: 'boolean' }, email: { type: 'string' } },
+  });
+  const { org, admin, email } = values;
+  if (!org || !admin || positionals.length !== 2) return false;
+  const issued = await run('/tokens', { org, email }, (p) => issueAdminToken(p, org, email));
+  console.log(`issued a CLI token for ${issued.person.email}, admin of ${issued.org.name}`);
+  console.log(`token (shown once): ${issued.secret}`);
+  return true;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [group, verb] = argv;
+  const command = group === 'org' && verb === 'create' ? orgCreate : group === 'token' && verb === 'create' ? tokenCreate : undefined;
   try {
-    const { org, person, secret } = await createOrg(name, values.admin);
-    console.log(`created organization ${org.name} (${org.id}) with admin ${person.email}`);
-    console.log(`admin token (shown once): ${secret}`);
-    return 0;
+    if (command && (await command(argv))) return 0;
   } catch (error) {
     if (!(error instanceof CommandError)) throw error;
     console.error(`berth: ${error.message}`);
     return 1;
   }
+  console.error(USAGE);
+  return 2;
 }
 
 try {

@@ -15,6 +15,10 @@ export interface Config {
   bootstrapToken?: string;
   templatesFile: string;
   authFailureLimit: number;
+  /** How many proxies in front of Berth append to X-Forwarded-For (0: use the TCP peer). */
+  trustProxy: number;
+  /** Origins other than Berth's own that browsers may call it from (CORS). */
+  corsOrigins: string[];
   /** GraphiQL and detailed error messages. */
   dev: boolean;
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
@@ -38,6 +42,27 @@ function positive(n: number, name: string): number {
   return n;
 }
 
+/** CORS_ORIGINS: comma-separated origins such as https://console.example.com (scheme, host and port only). */
+function origins(value: string | undefined): string[] {
+  if (value === undefined) return [];
+  return value
+    .split(',')
+    .map((o) => o.trim())
+    .filter(Boolean)
+    .map((o) => {
+      let origin: string | undefined;
+      try {
+        origin = new URL(o).origin;
+      } catch {
+        origin = undefined;
+      }
+      if (!origin || origin === 'null' || origin !== o.replace(/\/$/, '')) {
+        throw new Error(`CORS_ORIGINS: "${o}" is not an origin such as https://console.example.com (scheme, host and port only)`);
+      }
+      return origin;
+    });
+}
+
 /** HMAC key of signed links: shorter than 32 bytes would be weaker than the HS256 it feeds. */
 function linkSecret(value: string | undefined): string | undefined {
   if (value !== undefined && Buffer.byteLength(value) < 32) throw new Error('LINK_SECRET must be at least 32 bytes');
@@ -59,6 +84,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bootstrapToken: opt('BOOTSTRAP_TOKEN'),
     templatesFile: resolve(opt('TEMPLATES_FILE') ?? new URL('../templates.json', import.meta.url).pathname),
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
+    trustProxy: intFrom(env, 'TRUST_PROXY', 0),
+    corsOrigins: origins(opt('CORS_ORIGINS')),
     dev: env.NODE_ENV !== 'production',
     publicUrl: opt('PUBLIC_URL'),
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),

@@ -33,7 +33,10 @@ export interface Actor {
   name: string;
 }
 
+/** What a resolver or REST handler gets: the same from every edge (REST, GraphQL over HTTP and WebSocket). */
 export interface Context {
   deps: Deps;
   actor: Actor;
+  /** The client's address (TRUST_PROXY decides whether X-Forwarded-For names it); the 429 lock counts by it. */
+  clientAddress: string;
 }

@@ -1,8 +1,21 @@
 import { loadConfig } from './config';
-import { startApp } from './server';
+import { type App, startApp } from './server';
 
-const config = loadConfig();
-const app = await startApp({ config });
+/** A start that cannot go on says why in one line, no stack trace, and exits non-zero. */
+function fail(error: unknown): never {
+  const message = error instanceof Error ? error.message : String(error);
+  console.error(`berth: cannot start: ${message.replace(/\s*\n\s*/g, ' ')}`);
+  process.exit(1);
+}
+
+let app: App;
+try {
+  const config = loadConfig();
+  app = await startApp({ config });
+} catch (error) {
+  fail(error);
+}
+const { config } = app.deps;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
 console.log(`Berth listening on ${app.url}  (database: ${where})`);
 console.log(`  GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
@@ -10,7 +23,9 @@ if (app.generatedToken) {
   console.log(`  First start: an admin token for the default organization was created; it is shown only now:`);
   console.log(`    export BERTH_TOKEN=${app.generatedToken}`);
 } else {
-  console.log('  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or a token from `npm run berth -- org create`).');
+  console.log(
+    '  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or `npm run berth -- token create --org default --admin`).',
+  );
 }
 console.log(`  Try: curl -H "Authorization: Bearer $BERTH_TOKEN" ${app.url}/v1/me`);
 

@@ -3,7 +3,7 @@ import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import type { Prisma } from './db';
 import { DomainError } from './services/errors';
-import { createOrganization } from './services/organizations';
+import { createOrganization, issueAdminToken } from './services/organizations';
 
 /**
  * The embedded PGlite belongs to one process. While a server runs on a DATA_DIR, operator
@@ -14,16 +14,23 @@ export function operatorSocketPath(dataDir: string): string {
   return join(dataDir, 'berth.sock');
 }
 
-export interface OrgCreated {
+/** What both operator commands answer: the organization, the admin and the new token's secret. */
+export interface IssuedToken {
   org: { id: string; name: string };
   person: { email: string };
   secret: string;
 }
 
+type Command = (body: Record<string, unknown>) => Promise<IssuedToken>;
+
 export async function startOperatorSocket(prisma: Prisma, dataDir: string): Promise<Server | undefined> {
   const path = operatorSocketPath(dataDir);
   if (path.length >= 100) return undefined;
   await rm(path, { force: true });
+  const commands: Record<string, Command> = {
+    '/orgs': (body) => createOrganization(prisma, String(body.name), String(body.admin)),
+    '/tokens': (body) => issueAdminToken(prisma, String(body.org), body.email === undefined ? undefined : String(body.email)),
+  };
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
@@ -31,13 +38,14 @@ export async function startOperatorSocket(prisma: Prisma, dataDir: string): Prom
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(body));
     };
-    if (req.method !== 'POST' || req.url !== '/orgs') return reply(404, { error: 'unknown operator command' });
+    const command = req.method === 'POST' ? commands[req.url ?? ''] : undefined;
+    if (!command) return reply(404, { error: 'unknown operator command', code: 'not_found' });
     try {
-      const { name, admin } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { name: string; admin: string };
-      const { org, person, secret } = await createOrganization(prisma, name, admin);
-      reply(201, { org: { id: org.id, name: org.name }, person: { email: person.email }, secret });
+      const { org, person, secret } = await command(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>);
+      reply(201, { org: { id: org.id, name: org.name }, person: { email: person.email }, secret } satisfies IssuedToken);
     } catch (error) {
-      reply(error instanceof DomainError ? error.status : 500, { error: error instanceof Error ? error.message : String(error) });
+      if (error instanceof DomainError) reply(400, { error: error.message, code: error.code });
+      else reply(500, { error: error instanceof Error ? error.message : String(error), code: 'internal' });
     }
   });
   await new Promise<void>((resolve, reject) => {

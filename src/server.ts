@@ -1,32 +1,23 @@
+// Serves Deps (src/deps.ts) on one node:http server: REST /v1, GraphQL over HTTP and WebSocket on
+// /graphql, liveness and readiness; the rules every request passes first (CORS, protocol errors)
+// live in src/http/.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { costLimitPlugin } from '@escape.tech/graphql-armor-cost-limit';
-import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
-import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import type { DocumentNode, ExecutionArgs, GraphQLError } from 'graphql';
-import { useServer } from 'graphql-ws/use/ws';
-import { createYoga } from 'graphql-yoga';
-import { WebSocketServer } from 'ws';
-import { type Clock, systemClock } from './clock';
+import type { Clock } from './clock';
 import type { Config } from './config';
-import type { Actor, Context, Deps } from './context';
-import { loadMasterKey } from './crypto/master-key';
-import { openDatabase } from './db';
-import { createEvents } from './events';
-import { callOperatorSocket, startOperatorSocket } from './operator';
+import type { Deps } from './context';
+import { buildDeps, closeDeps, type Log } from './deps';
+import { serveGraphQLWebSocket } from './graphql/ws';
+import { createGraphQLHandler } from './graphql/yoga';
+import { corsPolicy } from './http/cors';
+import { sendLiveness, sendReadiness } from './http/health';
+import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
+import { sendError } from './http/respond';
+import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
-import { clientAddress, sendError } from './rest/http';
 import { buildRoutes } from './rest/routes';
-import { startBackground } from './scheduler/background';
-import { backgroundJobs } from './scheduler/jobs';
 import { schema } from './schema';
-import { toClientError } from './schema/errors';
-import { authenticate } from './services/auth';
-import { DomainError } from './services/errors';
 import { ensureDefaultOrganization } from './services/organizations';
-import { applyCatalog } from './services/templates';
-import { loadCatalog } from './services/templates-file';
-import { createBlobStore } from './store';
 
 export interface App {
   deps: Deps;
@@ -41,68 +32,56 @@ export interface App {
 export interface AppOptions {
   config: Config;
   clock?: Clock;
-  log?: (message: string, err?: unknown) => void;
+  log?: Log;
 }
 
-/** yoga's enveloped execute/subscribe, carried to graphql-ws through rootValue. */
-interface EnvelopedRoot {
-  execute(args: ExecutionArgs): never;
-  subscribe(args: ExecutionArgs): never;
-}
+const defaultLog: Log = (message, err) => console.error(message, err ?? '');
 
-/** Builds and starts one Berth instance: database, schema, GraphQL (HTTP + WebSocket) and REST. */
+/** Builds one Berth instance's dependencies and serves them. */
 export async function startApp(opts: AppOptions): Promise<App> {
-  const { config } = opts;
-  const log = opts.log ?? ((message: string, err?: unknown) => console.error(message, err ?? ''));
-  if (!config.databaseUrl && (await callOperatorSocket(config.dataDir, '/ping', {}))) {
-    throw new Error(`another Berth is already serving ${config.dataDir}`);
+  const log = opts.log ?? defaultLog;
+  const deps = await buildDeps({ config: opts.config, clock: opts.clock, log });
+  try {
+    return await serve(deps, log);
+  } catch (err) {
+    await closeDeps(deps);
+    throw err;
   }
-  // A bad catalog fails the start with a message naming the field, before anything else opens.
-  const catalog = await loadCatalog(config.templatesFile);
-  const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
-  const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema });
-  const store = await createBlobStore({
-    dataDir: config.dataDir,
-    azureConnectionString: config.azureConnectionString,
-    azureContainer: config.azureContainer,
-  });
-  const masterKey = await loadMasterKey({ masterKeyB64: config.masterKey, dataDir: config.dataDir });
-  const deps = { config, db, prisma: db.prisma, clock: opts.clock ?? systemClock, events, store, masterKey, catalog } as Deps;
-  await applyCatalog(db.prisma, catalog);
-  deps.background = startBackground(deps, backgroundJobs, log);
-  const { generatedToken } = await ensureDefaultOrganization(db.prisma, config.bootstrapToken);
+}
 
-  const yoga = createYoga<{ req?: IncomingMessage; actor?: Actor }, Context>({
-    schema,
-    graphqlEndpoint: '/graphql',
-    graphiql: config.dev ? { headers: '{"Authorization": "Bearer <token>"}' } : false,
-    landingPage: false,
-    // Unexpected errors are logged once, by toClientError; domain errors are answers, not faults.
-    logging: false,
-    maskedErrors: { maskError: (error) => toClientError(error, log) },
-    plugins: [
-      useCSRFPrevention({ requestHeaders: ['x-graphql-yoga-csrf', 'authorization'] }),
-      maxDepthPlugin({ n: 12 }),
-      costLimitPlugin({ maxCost: 20_000 }),
-    ],
-    context: async ({ request, req, actor }) => {
-      if (actor) return { deps, actor };
-      try {
-        const address = req ? clientAddress(req) : 'unknown';
-        return { deps, actor: await authenticate(deps, request.headers.get('authorization'), address) };
-      } catch (error) {
-        throw toClientError(error);
-      }
-    },
-  });
+/** Why listening failed, in words an operator can act on. */
+function listenError(err: NodeJS.ErrnoException, config: Config): Error {
+  const where = `port ${config.port} on ${config.host}`;
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return new Error(`${where} is already in use; stop what uses it or set PORT (0: any free port)`);
+    case 'EACCES':
+      return new Error(`not allowed to listen on ${where}; choose a port above 1023 with PORT`);
+    case 'EADDRNOTAVAIL':
+      return new Error(`HOST ${config.host} is not an address of this machine`);
+    default:
+      return new Error(`cannot listen on ${where}: ${err.message}`);
+  }
+}
 
+/** Serves `deps` on HTTP (REST and GraphQL) and WebSocket, then starts the background jobs. */
+export async function serve(deps: Deps, log: Log): Promise<App> {
+  const { config } = deps;
+  const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
+  const graphql = createGraphQLHandler(deps, log);
   const rest = createRestHandler(deps, schema, buildRoutes(schema));
+  let stopping = false;
+
   const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    trackRequest(req, res);
     try {
-      if (await rest.handle(req, res)) return;
+      if (cors.preflight(req, res)) return;
+      for (const [name, value] of Object.entries(cors.headers(req))) res.setHeader(name, value);
       const path = (req.url ?? '/').split('?')[0];
-      if (path === '/graphql') return void (await yoga.handle(req, res, { req }));
-      if (path === '/healthz') return sendError(res, 200, 'ok');
+      if (path === '/healthz') return sendLiveness(res);
+      if (path === '/readyz') return await sendReadiness(res, deps, stopping);
+      if (await rest.handle(req, res)) return;
+      if (path === '/graphql') return void (await graphql.handle(req, res, { req }));
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
       log('request failed', error);
@@ -111,74 +90,41 @@ export async function startApp(opts: AppOptions): Promise<App> {
     }
   });
   // No limit on a whole request's duration: a 2 GiB artifact upload takes minutes on a slow link.
-  // Headers still have headersTimeout, and an upload that stops sending is cut by its idle timeout.
+  // Headers still have headersTimeout; bodies have idle timeouts of their own.
   server.requestTimeout = 0;
-
-  const wss = new WebSocketServer({ server, path: '/graphql' });
-  // WebSocket requests get the same plugins, context and auth as HTTP through yoga's envelop.
-  const wsServer = useServer<Record<string, unknown>, { actor?: Actor }>(
-    {
-      execute: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).execute(args),
-      subscribe: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).subscribe(args),
-      onConnect: async (ctx) => {
-        const params = ctx.connectionParams ?? {};
-        const header = (params.authorization ?? params.Authorization) as string | undefined;
-        try {
-          ctx.extra.actor = await authenticate(deps, header, clientAddress(ctx.extra.request));
-          return true;
-        } catch (error) {
-          const status = error instanceof DomainError ? error.status : 500;
-          ctx.extra.socket.close(status === 429 ? 4429 : 4401, error instanceof Error ? error.message : 'unauthorized');
-          return false;
-        }
-      },
-      onSubscribe: async (ctx, _id, payload) => {
-        const {
-          schema: s,
-          execute,
-          subscribe,
-          contextFactory,
-          parse,
-          validate,
-        } = yoga.getEnveloped({
-          ...ctx,
-          req: ctx.extra.request,
-          socket: ctx.extra.socket,
-          params: payload,
-          actor: ctx.extra.actor,
-        });
-        let document: DocumentNode;
-        try {
-          document = parse(payload.query);
-        } catch (error) {
-          return [toClientError(error)];
-        }
-        const errors = validate(s, document) as readonly GraphQLError[];
-        if (errors.length) return errors.map((e) => toClientError(e));
-        return {
-          schema: s,
-          operationName: payload.operationName,
-          document,
-          variableValues: payload.variables,
-          contextValue: await contextFactory(),
-          rootValue: { execute, subscribe },
-        };
-      },
-    },
-    wss,
-  );
-
+  answerProtocolErrors(server);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    server.once('error', (err: NodeJS.ErrnoException) => reject(listenError(err, config)));
     server.listen(config.port, config.host, () => resolve());
   });
+  // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log);
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
   // Signed links point here unless PUBLIC_URL says otherwise (PORT=0 is known only now).
   config.publicUrl ??= url;
 
-  const operator = config.databaseUrl ? undefined : await startOperatorSocket(db.prisma, config.dataDir);
+  const closeServer = async () => {
+    await ws.close();
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+  };
+  let operator: Server | undefined;
+  let generatedToken: string | undefined;
+  try {
+    operator = config.databaseUrl ? undefined : await startOperatorSocket(deps.prisma, config.dataDir);
+    // The first start's admin token is made only once the port is bound: a start that fails
+    // before that (a taken port) makes none, so the next start is still the first and shows one.
+    ({ generatedToken } = await ensureDefaultOrganization(deps.prisma, config.bootstrapToken));
+  } catch (err) {
+    await new Promise<void>((resolve) => (operator ? operator.close(() => resolve()) : resolve()));
+    await closeServer();
+    throw err;
+  }
+  deps.background.start(deps);
 
   let stopped = false;
   return {
@@ -189,17 +135,10 @@ export async function startApp(opts: AppOptions): Promise<App> {
     async stop() {
       if (stopped) return;
       stopped = true;
-      await wsServer.dispose();
-      for (const client of wss.clients) client.terminate();
-      wss.close();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
-      await deps.background.stop();
+      stopping = true;
+      await closeServer();
       await new Promise<void>((resolve) => (operator ? operator.close(() => resolve()) : resolve()));
-      await events.close();
-      await db.close();
+      await closeDeps(deps);
     },
   };
 }

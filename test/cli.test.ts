@@ -56,3 +56,58 @@ describe('operator command: org create', () => {
     }
   });
 });
+
+describe('operator command: token create', () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startServer();
+  });
+  afterAll(() => s?.stop());
+
+  const tokenOf = (stdout: string) => /token \(shown once\): (\S+)/.exec(stdout)?.[1];
+
+  it("issues a token for an organization's admin while the server runs on the same data", async () => {
+    const { stdout } = await berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'default', '--admin');
+    const token = tokenOf(stdout);
+    expect(token).toMatch(/^bct_/);
+    const me = await client(() => s.url, token).get('/v1/me');
+    expect(me.body).toMatchObject({ kind: 'person', name: 'admin@berth.local', admin: true, organization: { name: 'default' } });
+    const listed = await client(() => s.url, token).get('/v1/tokens');
+    expect(listed.body.tokens.find((t: { prefix: string }) => token!.startsWith(t.prefix))).toMatchObject({
+      createdBy: 'berth token create',
+    });
+  });
+
+  it('issues one for a named admin, refuses members and unknown organizations', async () => {
+    await berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'beta', '--admin', 'lead@beta.test');
+    const { stdout } = await berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'beta', '--admin', '--email', 'lead@beta.test');
+    expect((await client(() => s.url, tokenOf(stdout)).get('/v1/me')).body.name).toBe('lead@beta.test');
+    await expect(berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'nope', '--admin')).rejects.toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('nope'),
+    });
+    await expect(
+      berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'beta', '--admin', '--email', 'who@beta.test'),
+    ).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('who@beta.test') });
+    await expect(berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'beta')).rejects.toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('usage'),
+    });
+  });
+
+  it('works with no server running', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'berth-cli-'));
+    try {
+      await berth({ DATA_DIR: dir }, 'org', 'create', 'solo', '--admin', 'me@solo.test');
+      const { stdout } = await berth({ DATA_DIR: dir }, 'token', 'create', '--org', 'solo', '--admin');
+      const server = await startServer('pglite', { DATA_DIR: dir });
+      try {
+        expect((await client(() => server.url, tokenOf(stdout)).get('/v1/me')).body.name).toBe('me@solo.test');
+      } finally {
+        await server.stop();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

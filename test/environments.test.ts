@@ -70,7 +70,7 @@ describeBackends('environments', (backend) => {
       [{ template: 'default', project: 'Not A Project' }, 'project'],
       [{ template: 'default', snapshot: 'has space' }, 'snapshot'],
       [{ template: 'default', shares: { src: 'x' } }, 'sandbox'],
-      [{ template: 'default', labels: 'x' }, 'JSONObject'],
+      [{ template: 'default', labels: 'x' }, 'labels: must be an object'],
     ];
     for (const [body, mention] of bad) {
       const res = await admin.post('/v1/environments', body);
@@ -114,7 +114,7 @@ describeBackends('environments', (backend) => {
     const ended = await until(byKey.id, 'stopped');
     expect(ended.stoppedBy).toBe(`reaper-${backend}`);
     const gql = await admin.gql(EnvironmentQuery, { id: byKey.id });
-    expect(gql.body.data?.environment.stoppedBy).toBe(`reaper-${backend}`);
+    expect(gql.body.data?.environment?.stoppedBy).toBe(`reaper-${backend}`);
 
     const timedOut = (await admin.post('/v1/environments', { template: 'default', idle: '1m', hard: '2m' })).body.environment;
     await until(timedOut.id, 'ready');

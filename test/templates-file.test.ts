@@ -251,7 +251,7 @@ describe('parseCatalog errors name the field path', () => {
     const err = errorOf(json);
     if (typeof expected === 'string') expect(err.message).toBe(expected);
     else expect(err.message).toMatch(expected);
-    expect(err.status).toBe(422);
+    expect(err.code).toBe('invalid');
   });
 
   it('refuses a catalog that is not an object', () => {

@@ -32,6 +32,39 @@ export interface DatabaseOptions {
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /**
+ * A pg Pool whose `query()` keeps the connection after a failed statement. pg-pool's own `query()`
+ * releases the client *with the error*, which destroys the connection, though a statement error
+ * (an ErrorResponse followed by ReadyForQuery) leaves the session healthy. On PostgreSQL that only
+ * costs a reconnect; on the embedded PGlite (one session behind one socket) the replacement
+ * connection races the old one's close, the socket server refuses it, and every query queued
+ * beside the bad one fails with `write EPIPE`. Connections that are really broken are still
+ * dropped: pg-pool removes a released client that is no longer queryable.
+ * Prisma's adapter sends every query outside a transaction through `pool.query()`.
+ */
+export class StatementSafePool extends pg.Pool {
+  // biome-ignore lint/suspicious/noExplicitAny: the override must accept every overload of pg's query().
+  override query(...args: any[]): any {
+    const callback = typeof args.at(-1) === 'function' ? (args.pop() as (err: unknown, res?: unknown) => void) : undefined;
+    const result = this.connect().then(async (client) => {
+      // A connection error is also emitted as 'error' on the client; unheard, it would crash the process.
+      const onError = () => undefined;
+      client.on('error', onError);
+      try {
+        return await client.query(...(args as [string]));
+      } finally {
+        client.off('error', onError);
+        client.release();
+      }
+    });
+    if (!callback) return result;
+    result.then(
+      (res) => callback(undefined, res),
+      (err) => callback(err),
+    );
+  }
+}
+
+/**
  * Opens the configured database and applies pending migrations. Without a URL it embeds PGlite
  * under DATA_DIR and serves it on a loopback socket, so the same pg driver and Prisma adapter run
  * in both modes. PGlite is a single session, hence a pool of exactly one connection.
@@ -44,7 +77,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   let socket: PGLiteSocketServer | undefined;
   let pool: pg.Pool;
   if (opts.databaseUrl) {
-    pool = new pg.Pool({
+    pool = new StatementSafePool({
       connectionString: opts.databaseUrl,
       max: opts.poolSize ?? 10,
       options: opts.schema ? `-c search_path=${opts.schema}` : undefined,
@@ -60,8 +93,8 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     await rm(path, { force: true });
     await socket.start();
     pool = unix
-      ? new pg.Pool({ host: opts.dataDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 })
-      : new pg.Pool({ connectionString: `postgres://postgres@${socket.getServerConn()}/postgres`, max: 1 });
+      ? new StatementSafePool({ host: opts.dataDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 })
+      : new StatementSafePool({ connectionString: `postgres://postgres@${socket.getServerConn()}/postgres`, max: 1 });
   }
   const close = async () => {
     await pool.end().catch(() => undefined);

@@ -131,3 +131,19 @@ async function applyLocked(client: MigrationClient, migrations: Migration[]): Pr
   }
   return done;
 }
+
+/**
+ * Migrations of the folder that the database has not finished applying (readiness: another
+ * instance may be applying them, or one failed). Any session will do; it takes no lock.
+ */
+export async function pendingMigrations(
+  client: MigrationClient,
+  dir: string | URL = new URL('../../prisma/migrations', import.meta.url),
+): Promise<string[]> {
+  const migrations = await readMigrations(typeof dir === 'string' ? dir : fileURLToPath(dir));
+  const { rows } = (await client.query(
+    'SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL',
+  )) as { rows: { migration_name: string }[] };
+  const done = new Set(rows.map((r) => r.migration_name));
+  return migrations.map((m) => m.name).filter((name) => !done.has(name));
+}

@@ -3,23 +3,32 @@ import {
   type DocumentNode,
   execute,
   type FragmentDefinitionNode,
-  type GraphQLError,
+  GraphQLError,
+  type GraphQLInputType,
   type GraphQLSchema,
   Kind,
   type OperationDefinitionNode,
+  typeFromAST,
   validate,
 } from 'graphql';
 import type { Context, Deps } from '../context';
+import { clientAddress } from '../http/client-address';
+import { sendError, sendJson } from '../http/respond';
+import { textProblem } from '../http/text';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
-import { DomainError, STATUS_BY_CODE } from '../services/errors';
-import { clientAddress, readJsonBody, sendError, sendJson, stripNulls } from './http';
+import { BadRequestError, ValidationError } from '../services/errors';
+import { checkBody } from './body';
+import { readJsonBody, stripNulls } from './http';
 import { isStreamRoute, type OperationRoute, type Param, type Route } from './route';
+import { statusOf } from './status';
 
 interface CompiledRoute {
   route: Route;
   pattern: RegExp;
   pathParams: string[];
+  /** The GraphQL input type the JSON body is checked against (operation routes with a body). */
+  bodyType?: GraphQLInputType;
 }
 
 export interface RestHandler {
@@ -59,16 +68,52 @@ function coerceParam(param: Param, raw: string[]): unknown {
     if (param.type === 'boolean') {
       if (value === 'true' || value === '') return true;
       if (value === 'false') return false;
-      throw new DomainError(`query parameter ${param.name} must be true or false`, 'invalid', 422);
+      throw new ValidationError(`${param.name}: must be true or false`, param.name);
     }
-    if (!/^-?\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
-      throw new DomainError(`query parameter ${param.name} must be an integer`, 'invalid', 422);
+    if (!/^-?\d{1,16}$/.test(value) || !Number.isSafeInteger(Number(value))) {
+      throw new ValidationError(`${param.name}: must be an integer`, param.name);
     }
     return Number(value);
   };
-  if (param.list) return raw.map(one);
-  if (raw.length > 1) throw new DomainError(`query parameter ${param.name} is given more than once`, 'invalid', 422);
-  return one(raw[0]!);
+  return param.list ? raw.map(one) : one(raw[0]!);
+}
+
+/**
+ * The query string, by one policy for every route: only the route's parameters, each once unless
+ * it is repeatable, every value storable. A typo must not silently fall back to a default.
+ */
+function checkQuery(route: Route, query: URLSearchParams): void {
+  const params = (route.params ?? []).filter((p) => p.in === 'query');
+  for (const key of new Set(query.keys())) {
+    const param = params.find((p) => p.name === key);
+    if (!param) {
+      const known = params.length ? `known: ${params.map((p) => p.name).join(', ')}` : 'this route takes none';
+      throw new ValidationError(`unknown query parameter ${JSON.stringify(key.slice(0, 100))}; ${known}`, key);
+    }
+    const values = query.getAll(key);
+    if (!param.list && values.length > 1) throw new ValidationError(`${key}: given more than once`, key);
+    for (const value of values) {
+      const problem = textProblem(value);
+      if (problem) throw new ValidationError(`${key}: ${problem}`, key);
+    }
+  }
+}
+
+/** Path parameters, percent-decoded; every value storable. */
+function pathParams(names: string[], match: RegExpExecArray): Record<string, string> {
+  const params: Record<string, string> = {};
+  names.forEach((name, i) => {
+    let value: string;
+    try {
+      value = decodeURIComponent(match[i + 1]!);
+    } catch {
+      throw new BadRequestError(`${name}: malformed percent-encoding in the path (or not UTF-8)`);
+    }
+    const problem = textProblem(value);
+    if (problem) throw new ValidationError(`${name}: ${problem}`, name);
+    params[name] = value;
+  });
+  return params;
 }
 
 /** Maps the operation's data to the REST body the route promises. */
@@ -86,29 +131,49 @@ function shapeResult(route: OperationRoute, data: Record<string, unknown>): unkn
   }
 }
 
-function errorStatus(err: GraphQLError): number {
-  const http = err.extensions.http as { status?: number } | undefined;
-  return http?.status ?? STATUS_BY_CODE[String(err.extensions.code)] ?? 500;
+/**
+ * A route may give a GraphQL variable a REST name (`limit` for `first`): an error about the
+ * variable is told in the parameter's name, so REST clients read their own words.
+ */
+function inRestWords(error: GraphQLError, route: Route): GraphQLError {
+  const field = error.extensions.field;
+  const param = (route.params ?? []).find((p) => p.variable !== undefined && p.variable === field);
+  if (!param || !error.message.startsWith(`${param.variable}:`)) return error;
+  return new GraphQLError(`${param.name}${error.message.slice(param.variable!.length)}`, {
+    extensions: { ...error.extensions, field: param.name },
+  });
 }
 
-function sendClientError(res: ServerResponse, error: unknown): void {
-  const err = toClientError(error);
-  const http = err.extensions.http as { headers?: Record<string, string> } | undefined;
-  sendError(res, errorStatus(err), err.message, String(err.extensions.code ?? 'internal'), http?.headers ?? {});
+/** The REST answer to an error: `{error, code}`, with the status of its code (src/rest/status.ts). */
+function sendClientError(res: ServerResponse, error: unknown, route?: Route): void {
+  const converted = toClientError(error);
+  const err = route ? inRestWords(converted, route) : converted;
+  const code = String(err.extensions.code ?? 'internal');
+  const retryAfter = err.extensions.retryAfter;
+  sendError(res, statusOf(code), err.message, code, typeof retryAfter === 'number' ? { 'retry-after': String(retryAfter) } : {});
 }
 
 /**
  * The REST edge: every /v1 route is one GraphQL operation, parsed and validated once here at
  * start, then executed directly on the schema per request (no GraphQL-over-HTTP layer between).
+ * Before anything runs, the request is checked by the rules every route shares: known query
+ * parameters only, storable strings in the path, the query and the body, and a body of the
+ * route's input type (src/rest/body.ts).
  */
 export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Route[]): RestHandler {
   const compiled: CompiledRoute[] = routes.map((route) => {
+    let bodyType: GraphQLInputType | undefined;
     if (!isStreamRoute(route)) {
       const errors = validate(schema, route.document);
       if (errors.length) throw new Error(`route ${route.method} ${route.path}: ${errors.map((e) => e.message).join('; ')}`);
-      operationOf(route.document);
+      const op = operationOf(route.document);
+      if (route.body) {
+        const def = op.variableDefinitions?.find((v) => v.variable.name.value === route.body!.variable);
+        bodyType = def && (typeFromAST(schema, def.type as never) as GraphQLInputType | undefined);
+        if (!bodyType) throw new Error(`route ${route.method} ${route.path}: no variable $${route.body.variable}`);
+      }
     }
-    return { route, ...compilePath(route.path) };
+    return { route, bodyType, ...compilePath(route.path) };
   });
 
   async function run(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
@@ -121,18 +186,15 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
       const allow = [...new Set(matches.map((x) => x.c.route.method))].join(', ');
       return sendError(res, 405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, 'method_not_allowed', { allow });
     }
-    const { route } = hit.c;
-    let params: Record<string, string>;
-    try {
-      params = Object.fromEntries(hit.c.pathParams.map((name, i) => [name, decodeURIComponent(hit.m[i + 1]!)]));
-    } catch {
-      return sendError(res, 400, 'malformed percent-encoding in the path', 'bad_request');
-    }
+    const { route, bodyType } = hit.c;
+    const params = pathParams(hit.c.pathParams, hit.m);
+    checkQuery(route, url.searchParams);
+    const address = clientAddress(req, deps.config.trustProxy);
     const needsAuth = !isStreamRoute(route) || route.auth === 'bearer';
     const ctx: Context | undefined = needsAuth
-      ? { deps, actor: await authenticate(deps, req.headers.authorization, clientAddress(req)) }
+      ? { deps, clientAddress: address, actor: await authenticate(deps, req.headers.authorization, address) }
       : undefined;
-    if (isStreamRoute(route)) return route.handle(req, res, { ctx, deps, params, query: url.searchParams });
+    if (isStreamRoute(route)) return route.handle(req, res, { ctx, deps, params, query: url.searchParams, clientAddress: address });
 
     const variables: Record<string, unknown> = {};
     for (const name of hit.c.pathParams) variables[name] = params[name];
@@ -143,12 +205,15 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     }
     if (route.body) {
       const body = await readJsonBody(req);
-      if (Object.keys(body).length || route.body.required) variables[route.body.variable] = body;
+      if (Object.keys(body).length || route.body.required) {
+        checkBody(body, bodyType!);
+        variables[route.body.variable] = body;
+      }
     } else {
       req.resume();
     }
     const result = await execute({ schema, document: route.document, variableValues: variables, contextValue: ctx });
-    if (result.errors?.length) return sendClientError(res, result.errors[0]);
+    if (result.errors?.length) return sendClientError(res, result.errors[0], route);
     sendJson(res, route.status, stripNulls(shapeResult(route, result.data as Record<string, unknown>)));
   }
 
@@ -160,7 +225,11 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
         await run(req, res, url);
       } catch (error) {
         if (res.headersSent) res.destroy(error as Error);
-        else sendClientError(res, error);
+        else {
+          // Answered before the whole body was read: close rather than read the rest.
+          if (!req.complete) res.setHeader('connection', 'close');
+          sendClientError(res, error);
+        }
       }
       return true;
     },

@@ -1,34 +1,79 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { BadRequestError, PayloadTooLargeError } from '../services/errors';
+import type { IncomingMessage } from 'node:http';
+import { findTextIssue, MAX_JSON_BODY_BYTES } from '../http/text';
+import { BadRequestError, DomainError, PayloadTooLargeError, ValidationError } from '../services/errors';
 
-export const JSON_BODY_LIMIT = 1024 * 1024;
+/** A JSON body that stops arriving for this long is answered 408 (requests as a whole have no time limit, for uploads). */
+export const BODY_IDLE_MS = 30_000;
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), ...headers });
-  res.end(text);
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** The body's bytes, at most `limit`; a body that ends early or stalls is a client error, not ours. */
+function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const fail = (error: Error) => {
+      cleanup();
+      req.pause();
+      reject(error);
+    };
+    const timer = setTimeout(
+      () => fail(new DomainError(`the request body stopped arriving for ${BODY_IDLE_MS / 1000}s`, 'request_timeout')),
+      BODY_IDLE_MS,
+    );
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) return fail(new PayloadTooLargeError(`JSON bodies are limited to ${limit} bytes`));
+      chunks.push(chunk);
+      timer.refresh();
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(Buffer.concat(chunks));
+    };
+    const onAborted = () => fail(new BadRequestError('the request body ended before its Content-Length'));
+    const cleanup = () => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onAborted);
+      req.off('close', onClose);
+    };
+    const onClose = () => {
+      if (!req.complete) onAborted();
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onAborted);
+    req.on('close', onClose);
+  });
 }
 
-export function sendError(res: ServerResponse, status: number, error: string, code?: string, headers: Record<string, string> = {}): void {
-  sendJson(res, status, code ? { error, code } : { error }, headers);
-}
-
-/** Reads a JSON object body: right content type, at most 1 MiB, well-formed, an object. Empty is `{}`. */
+/**
+ * Reads a JSON object body: right content type, at most 1 MiB, valid UTF-8, well-formed, an
+ * object, every string storable (src/http/text.ts). Empty is `{}`.
+ */
 export async function readJsonBody(req: IncomingMessage): Promise<Record<string, unknown>> {
   const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > JSON_BODY_LIMIT) throw new PayloadTooLargeError(`JSON bodies are limited to ${JSON_BODY_LIMIT} bytes`);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > JSON_BODY_LIMIT) throw new PayloadTooLargeError(`JSON bodies are limited to ${JSON_BODY_LIMIT} bytes`);
-    chunks.push(chunk);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
-  if (text.trim() === '') return {};
-  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (declared > MAX_JSON_BODY_BYTES) throw new PayloadTooLargeError(`JSON bodies are limited to ${MAX_JSON_BODY_BYTES} bytes`);
+  const bytes = await readBytes(req, MAX_JSON_BODY_BYTES);
+  if (bytes.every((b) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09)) return {};
+  const [type = '', ...params] = (req.headers['content-type'] ?? '').split(';').map((p) => p.trim().toLowerCase());
   if (type !== 'application/json' && !type.endsWith('+json')) {
     throw new BadRequestError(`expected Content-Type application/json, got "${type || 'none'}"`, 'bad_content_type');
+  }
+  const charset = params
+    .find((p) => p.startsWith('charset='))
+    ?.slice('charset='.length)
+    .replace(/"/g, '');
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    throw new BadRequestError(`JSON bodies are UTF-8, not ${charset}`, 'bad_content_type');
+  }
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new BadRequestError('the body is not valid UTF-8', 'invalid_json');
   }
   let value: unknown;
   try {
@@ -39,6 +84,8 @@ export async function readJsonBody(req: IncomingMessage): Promise<Record<string,
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new BadRequestError('the JSON body must be an object', 'invalid_json');
   }
+  const issue = findTextIssue(value, '');
+  if (issue) throw new ValidationError(`${issue.field || 'body'}: ${issue.problem}`, issue.field || 'body');
   return value as Record<string, unknown>;
 }
 
@@ -56,8 +103,4 @@ export function stripNulls(value: unknown): unknown {
 function isPlainObject(value: object): boolean {
   const proto = Object.getPrototypeOf(value);
   return proto === null || proto === Object.prototype;
-}
-
-export function clientAddress(req: IncomingMessage): string {
-  return req.socket.remoteAddress ?? 'unknown';
 }

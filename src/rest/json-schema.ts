@@ -81,7 +81,8 @@ export function inputSchema(type: GraphQLInputType): JsonSchema {
     properties[name] = { ...inputSchema(field.type), ...(field.description ? { description: field.description } : {}) };
     if (isNonNullType(field.type)) required.push(name);
   }
-  return { type: 'object', properties, required };
+  // Unknown fields are refused (src/rest/body.ts).
+  return { type: 'object', properties, required, additionalProperties: false };
 }
 
 export function namedTypeName(type: GraphQLInputType): string {

@@ -51,13 +51,13 @@ export interface OperationRoute extends RouteBase {
 
 /** A route that streams bytes (artifact bodies) and calls services itself. */
 export interface StreamRoute extends RouteBase {
-  /** Null when the route authenticates its own way (signed links). */
+  /** 'none' when the route authenticates its own way (signed links, join keys). */
   auth: 'bearer' | 'none';
   /** `ctx` is set when `auth` is 'bearer'; `deps` always (routes that authenticate their own way need it). */
   handle(
     req: IncomingMessage,
     res: ServerResponse,
-    args: { ctx?: Context; deps: Deps; params: Record<string, string>; query: URLSearchParams },
+    args: { ctx?: Context; deps: Deps; params: Record<string, string>; query: URLSearchParams; clientAddress: string },
   ): Promise<void>;
   openapi: {
     requestBody?: JsonSchema & { contentType: string };

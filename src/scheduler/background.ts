@@ -12,6 +12,8 @@ export interface BackgroundJob {
 }
 
 export interface Background {
+  /** Starts the timers: each job looks once right away, then every interval. */
+  start(deps: Deps): void;
   /** Runs every job once, now (tests move a clock, then tick). */
   tick(): Promise<void>;
   /** Runs one job soon (after `delayMs`), e.g. after a change that makes work due. */
@@ -19,7 +21,12 @@ export interface Background {
   stop(): Promise<void>;
 }
 
-export function startBackground(deps: Deps, jobs: BackgroundJob[], log: (msg: string, err?: unknown) => void): Background {
+/**
+ * The jobs, not yet running: Deps holds the Background and the jobs need Deps, so the composition
+ * root builds this first and starts it once Deps is whole.
+ */
+export function createBackground(jobs: BackgroundJob[], log: (msg: string, err?: unknown) => void): Background {
+  let deps: Deps | undefined;
   let stopped = false;
   const timers = new Set<NodeJS.Timeout>();
   const running = new Map<string, Promise<void>>();
@@ -27,7 +34,7 @@ export function startBackground(deps: Deps, jobs: BackgroundJob[], log: (msg: st
   const runJob = (job: BackgroundJob): Promise<void> => {
     const previous = running.get(job.name) ?? Promise.resolve();
     const run = previous.then(() =>
-      stopped
+      stopped || !deps
         ? undefined
         : job.run(deps).catch((err) => {
             if (!stopped) log(`background job ${job.name} failed`, err);
@@ -51,11 +58,15 @@ export function startBackground(deps: Deps, jobs: BackgroundJob[], log: (msg: st
   };
 
   const every = (job: BackgroundJob, delayMs = job.intervalMs) => later(delayMs, () => void runJob(job).then(() => every(job)));
-  // Each job looks once right at start: work that fell due while no instance ran (an
-  // interrupted shred, a time-out) is done now, not an interval later.
-  for (const job of jobs) every(job, 0);
 
   return {
+    start(built) {
+      if (deps) return;
+      deps = built;
+      // Each job looks once right at start: work that fell due while no instance ran (an
+      // interrupted shred, a time-out) is done now, not an interval later.
+      for (const job of jobs) every(job, 0);
+    },
     async tick() {
       for (const job of jobs) await runJob(job);
     },

@@ -6,9 +6,9 @@ import {
   listArtifacts,
   revokeArtifactLinks,
 } from '../services/artifacts';
-import { ValidationError } from '../services/errors';
 import { labelsOf, type Segment, segmentsOf } from '../services/json-columns';
 import { builder } from './builder';
+import { connectionOf } from './paging';
 
 // Uploads are REST only (POST /v1/artifacts takes the raw bytes); GraphQL reads, links and deletes.
 
@@ -73,28 +73,7 @@ builder.queryFields((t) => ({
       name: t.arg.string({ description: 'Only artifacts with exactly this name' }),
       label: t.arg.stringList({ description: 'key=value; only artifacts carrying every one of them' }),
     },
-    resolve: async (_root, args, ctx) => {
-      if (args.last !== undefined && args.last !== null) throw new ValidationError('last: only forward pagination (first, after)', 'last');
-      if (args.before !== undefined && args.before !== null)
-        throw new ValidationError('before: only forward pagination (first, after)', 'before');
-      const page = await listArtifacts(ctx.deps, ctx.actor, {
-        project: args.project,
-        name: args.name,
-        labels: args.label,
-        first: args.first,
-        after: args.after,
-      });
-      const edges = page.items.map((node) => ({ node, cursor: page.cursorOf(node) }));
-      return {
-        edges,
-        pageInfo: {
-          hasNextPage: page.hasNextPage,
-          hasPreviousPage: Boolean(args.after),
-          startCursor: edges[0]?.cursor ?? null,
-          endCursor: edges.at(-1)?.cursor ?? null,
-        },
-      };
-    },
+    resolve: async (_root, args, ctx) => connectionOf(await listArtifacts(ctx.deps, ctx.actor, { ...args, labels: args.label }), args),
   }),
 }));
 

@@ -12,7 +12,9 @@ import {
   sharesOf,
   type WiredShare,
 } from '../services/json-columns';
+import { pageOf, pageQuery } from '../services/paging';
 import { builder } from './builder';
+import { connectionOf } from './paging';
 
 const STATES = ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const;
 const EnvironmentState = builder.enumType('EnvironmentState', { values: STATES });
@@ -132,19 +134,19 @@ builder.queryFields((t) => ({
     args: { id: t.arg.string({ required: true }) },
     resolve: (_root, { id }, ctx) => findEnvironment(ctx.deps, ctx.actor, id),
   }),
-  environments: t.prismaConnection({
-    type: 'Environment',
-    cursor: 'id',
-    defaultSize: 50,
-    maxSize: 500,
-    description: 'Newest first',
+  environments: t.connection({
+    type: EnvironmentRef,
+    description: 'Newest first; pages of 1-500 (default 50)',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    resolve: async (query, _root, { filter }, ctx) =>
-      ctx.deps.prisma.environment.findMany({
-        ...query,
-        where: (await environmentFilter(ctx.deps, ctx.actor, filter ?? {})).where,
-        orderBy: [{ created: 'desc' }, { id: 'desc' }],
-      }),
+    resolve: async (_root, args, ctx) => {
+      const page = pageQuery(args, 'env');
+      const rows = await ctx.deps.prisma.environment.findMany({
+        where: { AND: [(await environmentFilter(ctx.deps, ctx.actor, args.filter ?? {})).where, page.where] },
+        orderBy: page.orderBy,
+        take: page.take,
+      });
+      return connectionOf(pageOf(rows, page.size), args);
+    },
   }),
 }));
 

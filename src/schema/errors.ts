@@ -1,29 +1,34 @@
 import { GraphQLError } from 'graphql';
-import { DomainError, RateLimitedError, STATUS_BY_CODE } from '../services/errors';
+import { boundMessage } from '../http/respond';
+import { DomainError, RateLimitedError } from '../services/errors';
+
+/** Codes Berth gives are lower-case words (`not_found`); others (graphql-js, yoga, plugins) are not its own. */
+const BERTH_CODE = /^[a-z][a-z_]*$/;
 
 /**
- * The one translation of a thrown error into what clients see, shared by yoga (GraphQL) and the
- * REST adapter: domain errors keep their message and `extensions.code`; anything unexpected is
- * logged and shown as a generic internal error.
+ * The one translation of a thrown error into what clients see, shared by GraphQL and the REST
+ * adapter: domain errors keep their message and `extensions.code` (plus `field`, `retryAfter`);
+ * errors of the request itself (parse, validation, variables) get code `invalid` unless they
+ * carry one of Berth's; anything unexpected is logged and shown as a generic internal error.
+ * Messages are bounded (a client's 5 MB value never comes back whole). No HTTP status here: each
+ * transport decides its own (src/graphql/request-errors.ts, src/rest/status.ts).
  */
 export function toClientError(error: unknown, log: (msg: string, err: unknown) => void = console.error): GraphQLError {
   const gqlError = error instanceof GraphQLError ? error : undefined;
   const original = gqlError ? gqlError.originalError : error;
+  const at = { nodes: gqlError?.nodes, source: gqlError?.source, positions: gqlError?.positions, path: gqlError?.path };
   if (original instanceof DomainError) {
-    const extensions: Record<string, unknown> = { code: original.code, http: { status: original.status } };
-    if (original instanceof RateLimitedError) {
-      extensions.http = { status: 429, headers: { 'Retry-After': String(original.retryAfterSeconds) } };
-      extensions.retryAfter = original.retryAfterSeconds;
-    }
+    const extensions: Record<string, unknown> = { code: original.code };
+    if (original instanceof RateLimitedError) extensions.retryAfter = original.retryAfterSeconds;
     if ('field' in original && original.field) extensions.field = original.field;
-    return new GraphQLError(original.message, { nodes: gqlError?.nodes, path: gqlError?.path, extensions });
+    return new GraphQLError(boundMessage(original.message), { ...at, extensions });
   }
   if (gqlError && (!original || !gqlError.path)) {
     // Parse, validation and variable-coercion errors (no path: nothing ran): the request was wrong.
     const code =
-      typeof gqlError.extensions.code === 'string' && gqlError.extensions.code in STATUS_BY_CODE ? gqlError.extensions.code : 'invalid';
-    return new GraphQLError(gqlError.message, { nodes: gqlError.nodes, path: gqlError.path, extensions: { ...gqlError.extensions, code } });
+      typeof gqlError.extensions.code === 'string' && BERTH_CODE.test(gqlError.extensions.code) ? gqlError.extensions.code : 'invalid';
+    return new GraphQLError(boundMessage(gqlError.message), { ...at, extensions: { ...gqlError.extensions, code } });
   }
   log('unexpected error', original ?? error);
-  return new GraphQLError('internal error', { nodes: gqlError?.nodes, path: gqlError?.path, extensions: { code: 'internal' } });
+  return new GraphQLError('internal error', { ...at, extensions: { code: 'internal' } });
 }

@@ -1,4 +1,5 @@
 import { builder } from './builder';
+import { withNullableRoots } from './nullable-roots';
 import './viewer';
 import './credentials';
 import './artifacts';
@@ -9,4 +10,4 @@ import './quotas';
 import './sandboxes';
 import './snapshots';
 
-export const schema = builder.toSchema();
+export const schema = withNullableRoots(builder.toSchema());

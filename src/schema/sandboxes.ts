@@ -1,5 +1,3 @@
-import type { IncomingMessage } from 'node:http';
-import { clientAddress } from '../rest/http';
 import type { SandboxConfig } from '../services/sandbox-wiring';
 import {
   getSandbox,
@@ -105,11 +103,8 @@ builder.mutationFields((t) => ({
     description:
       "Spends a join key of a sandbox of the caller's organization. Agents without a credential use POST /v1/sandboxes/join instead.",
     args: { key: t.arg.string({ required: true }) },
-    resolve: (_root, { key }, ctx) => {
-      // yoga keeps the Node request in the context it builds; failures count against its address.
-      const req = (ctx as Partial<{ req: IncomingMessage }>).req;
-      return joinSandbox(ctx.deps, { key }, { address: req ? clientAddress(req) : 'unknown', actor: ctx.actor });
-    },
+    // Failures count against the caller's address, as every failed credential does.
+    resolve: (_root, { key }, ctx) => joinSandbox(ctx.deps, { key }, { address: ctx.clientAddress, actor: ctx.actor }),
   }),
   removeSandbox: t.field({
     type: Sandbox,

@@ -22,8 +22,9 @@ import { deletePacked, type PackSegment, packStream, TooLargeError, type UnpackR
 import { requireMember } from './access';
 import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durations';
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
-import { parseLabelPairs, validateProjectName } from './labels';
+import { parseLabelPairs, validateDisplayName, validateProjectName } from './labels';
 import { isId, newId } from './names';
+import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion } from './project-keys';
 
 export const MAX_RETENTION_MS = 30 * DAY_MS;
@@ -68,21 +69,20 @@ export interface UploadInput extends UploadParams {
 /** Stored bytes failed authentication or are missing: never served, reported as such. */
 export class IntegrityError extends DomainError {
   constructor(id: string, options?: { cause?: unknown }) {
-    super(`artifact ${id} failed its integrity check; its stored objects are damaged or missing`, 'integrity', 500);
+    super(`artifact ${id} failed its integrity check; its stored objects are damaged or missing`, 'integrity');
     if (options?.cause) this.cause = options.cause;
   }
 }
 
 export class UnsupportedMediaTypeError extends DomainError {
   constructor(message: string) {
-    super(message, 'unsupported_media_type', 415);
+    super(message, 'unsupported_media_type');
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Validation
 
-const NAME_FORBIDDEN = /[\p{C}]/u;
 // type "/" subtype, then parameters without control characters (the value is echoed as a header).
 const MEDIA_TYPE = /^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}(?:\s*;[\x20-\x7e]*)?$/;
 const FORM_TYPES = ['multipart/form-data', 'application/x-www-form-urlencoded'];
@@ -91,8 +91,7 @@ function validateArtifactName(value: string): string {
   const length = [...value].length;
   if (length === 0 || value.trim() === '') throw new ValidationError('name: must not be empty', 'name');
   if (length > MAX_NAME_LENGTH) throw new ValidationError(`name: at most ${MAX_NAME_LENGTH} characters (got ${length})`, 'name');
-  if (NAME_FORBIDDEN.test(value)) throw new ValidationError('name: must not contain control or format characters', 'name');
-  return value;
+  return validateDisplayName(value, 'name');
 }
 
 function validateContentType(value: string | undefined): string {
@@ -170,51 +169,27 @@ export async function getArtifact(deps: Deps, actor: Actor, id: string): Promise
   return findVisible(deps, actor.orgId, id);
 }
 
-export interface ListInput {
+export interface ListInput extends PageArgs {
   project?: string | null;
   name?: string | null;
   labels?: readonly string[] | null;
-  first?: number | null;
-  after?: string | null;
 }
 
-export const DEFAULT_PAGE = 50;
-export const MAX_PAGE = 500;
-
-function encodeCursor(a: Pick<Artifact, 'created' | 'id'>): string {
-  return Buffer.from(JSON.stringify([a.created.getTime(), a.id])).toString('base64url');
-}
-
-function decodeCursor(cursor: string): { created: Date; id: string } {
-  try {
-    const [ms, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [unknown, unknown];
-    if (Number.isSafeInteger(ms) && typeof id === 'string' && isId(id, 'art')) return { created: new Date(ms as number), id };
-  } catch {
-    // fall through
-  }
-  throw new ValidationError('cursor: not a cursor of this list (use the `next` value of the previous page)', 'cursor');
-}
-
-/** A page of the organization's artifacts, newest first (keyset pagination on created, id). */
-export async function listArtifacts(deps: Deps, actor: Actor, input: ListInput) {
+/** A page of the organization's artifacts, newest first (src/services/paging.ts). */
+export async function listArtifacts(deps: Deps, actor: Actor, input: ListInput): Promise<Page<Artifact>> {
   requireMember(actor);
-  const first = input.first ?? DEFAULT_PAGE;
-  if (!Number.isSafeInteger(first) || first < 1 || first > MAX_PAGE) {
-    throw new ValidationError(`limit (first): must be between 1 and ${MAX_PAGE}`, 'limit');
-  }
+  const page = pageQuery(input, 'art');
   const where: Prisma.ArtifactWhereInput = visible(actor.orgId, deps.clock.now());
   if (input.project) where.project = validateProjectName(input.project);
   if (input.name) where.name = input.name;
   const labels = parseLabelPairs(input.labels ?? [], 'label');
   const and: Prisma.ArtifactWhereInput[] = Object.entries(labels).map(([key, value]) => ({ labels: { path: [key], equals: value } }));
-  if (input.after) {
-    const c = decodeCursor(input.after);
-    and.push({ OR: [{ created: { lt: c.created } }, { created: c.created, id: { lt: c.id } }] });
-  }
-  if (and.length) where.AND = and;
-  const rows = await deps.prisma.artifact.findMany({ where, orderBy: [{ created: 'desc' }, { id: 'desc' }], take: first + 1 });
-  const items = rows.slice(0, first);
-  return { items, hasNextPage: rows.length > first, cursorOf: encodeCursor };
+  const rows = await deps.prisma.artifact.findMany({
+    where: { ...where, AND: [...and, page.where] },
+    orderBy: page.orderBy,
+    take: page.take,
+  });
+  return pageOf(rows, page.size);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -388,11 +363,11 @@ export async function resolveLink(deps: Deps, token: string): Promise<Artifact> 
   } catch (err) {
     // Signature first, claims after: an expired link was genuinely issued here.
     if (err instanceof jose.JWTExpired) throw new GoneError('this link has expired; ask for a new one', 'link_expired');
-    throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link', 403);
+    throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link');
   }
   const { org, epoch, sub } = payload as { org?: unknown; epoch?: unknown; sub: string };
   if (typeof org !== 'string' || typeof epoch !== 'number') {
-    throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link', 403);
+    throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link');
   }
   const artifact = await findVisible(deps, org, sub);
   if (artifact.linkEpoch !== epoch) throw new GoneError('this link was revoked; ask for a new one', 'link_revoked');

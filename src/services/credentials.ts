@@ -5,6 +5,7 @@ import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
 import { parseDuration } from './durations';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
+import { displayNameProblem, validateDisplayName } from './labels';
 import { newId } from './names';
 import { hashSecret, newSecret, secretPrefix } from './secrets';
 
@@ -26,14 +27,15 @@ export interface NewKeyInput {
 
 export function normalizeEmail(email: string): string {
   const value = email.trim().toLowerCase();
-  if (!EMAIL.test(value)) throw new ValidationError(`email "${email}" is not an email address`, 'email');
+  if (!EMAIL.test(value) || displayNameProblem(value))
+    throw new ValidationError(`email: ${JSON.stringify(email.slice(0, 100))} is not an email address`, 'email');
   return value;
 }
 
 function credentialName(name: string | null | undefined, fallback: string): string {
   const value = (name ?? '').trim() || fallback;
-  if (value.length > NAME_MAX) throw new ValidationError(`name is longer than ${NAME_MAX} characters`, 'name');
-  return value;
+  if (value.length > NAME_MAX) throw new ValidationError(`name: longer than ${NAME_MAX} characters`, 'name');
+  return validateDisplayName(value, 'name');
 }
 
 function expiryFrom(deps: Deps, expiresIn: string | null | undefined): Date | null {

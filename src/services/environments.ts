@@ -5,7 +5,7 @@ import { requireMember } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
 import { ConflictError, NotFoundError, UnavailableError, ValidationError } from './errors';
-import { validateLabels, validateProjectName, validateSnapshotKey } from './labels';
+import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from './labels';
 import { generateName, newId } from './names';
 import { admitUnderQuota, quotasFor } from './quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
@@ -57,7 +57,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   const labels = validateLabels(input.labels ?? {});
   const project = input.project === undefined || input.project === null ? DEFAULT_PROJECT : validateProjectName(input.project);
   const snapshot = input.snapshot === undefined || input.snapshot === null ? null : validateSnapshotKey(input.snapshot);
-  const restore = (input.restore ?? (snapshot ? [snapshot] : [])).map((key, i) => validateSnapshotKey(key, `restore[${i}]`));
+  const restore = validateRestoreKeys(input.restore ?? (snapshot ? [snapshot] : []));
   const quotas = await quotasFor(deps.prisma, actor.orgId, template.name);
   const { idleMs, hardMs } = timeouts(input, template, quotas);
   const pool = poolOf(deps, template.pool);

@@ -14,6 +14,12 @@
 // so a name is always a safe single path segment (never `.`/`..`, never `*`, no `/`) and can sit in
 // a URL path unescaped.
 //
+// Display names (token and API key names, artifact names, member emails): free text, but no
+// control characters (ANSI escapes start with one), no format characters (bidi overrides can make
+// `evil\u202Egnp.exe` read `evilexe.png`) other than the zero-width (non-)joiners that emoji and
+// some scripts need, no line or paragraph separators, no private-use, unassigned or lone
+// surrogate code points. Whatever shows a name (a terminal, a console) can show it as it is.
+//
 // Snapshot keys: 1-200 characters (code points) of printable text: no white space, no control,
 // format, private-use, unassigned or lone-surrogate characters. Anything else, including `/`, `:`,
 // `.`, `-`, `_` and non-ASCII letters, is allowed, so keys like `main/linux:x64` or
@@ -135,7 +141,26 @@ export function validateProjectName(value: unknown, field = 'project'): string {
   return validateName(value, field);
 }
 
+const DISPLAY_FORBIDDEN = /[\p{Cc}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]|(?![\u200C\u200D])\p{Cf}/u;
+
+/** Why `value` cannot be a display name, or null when it can. */
+export function displayNameProblem(value: string): string | null {
+  const bad = DISPLAY_FORBIDDEN.exec(value);
+  if (!bad) return null;
+  const cp = bad[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
+  return `contains U+${cp}; names may not contain control, format (such as bidi overrides) or separator characters`;
+}
+
+/** Checks a display name's characters and returns it; the message names `field`. */
+export function validateDisplayName(value: string, field: string): string {
+  const problem = displayNameProblem(value);
+  if (problem) throw new ValidationError(`${field}: ${problem}`, field);
+  return value;
+}
+
 export const MAX_SNAPSHOT_KEY_LENGTH = 200;
+/** Snapshot keys one environment may restore from (tried in order). */
+export const MAX_RESTORE_KEYS = 32;
 // \p{C}: control, format, surrogate, private-use and unassigned; \p{Z}: every kind of space;
 // \s adds the ASCII white space that Unicode files under Cc.
 const SNAPSHOT_KEY_FORBIDDEN = /[\p{C}\p{Z}\s]/u;
@@ -154,6 +179,14 @@ export function validateSnapshotKey(value: unknown, field = 'snapshot'): string 
     throw new ValidationError(`${field}: ${show(value)} contains U+${cp} at ${bad.index}; keys are printable text without spaces`, field);
   }
   return value;
+}
+
+/** Checks the `restore` list of an environment: at most MAX_RESTORE_KEYS snapshot keys. */
+export function validateRestoreKeys(keys: readonly unknown[], field = 'restore'): string[] {
+  if (keys.length > MAX_RESTORE_KEYS) {
+    throw new ValidationError(`${field}: at most ${MAX_RESTORE_KEYS} keys (got ${keys.length})`, field);
+  }
+  return keys.map((key, i) => validateSnapshotKey(key, `${field}[${i}]`));
 }
 
 function sortedObject(entries: [string, string][]): Record<string, string> {

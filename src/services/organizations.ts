@@ -1,6 +1,6 @@
 import type { Prisma } from '../db';
 import { issueCliToken, normalizeEmail } from './credentials';
-import { ConflictError, ValidationError } from './errors';
+import { ConflictError, NotFoundError, ValidationError } from './errors';
 import { newId } from './names';
 import { hashSecret } from './secrets';
 
@@ -16,6 +16,26 @@ export async function createOrganization(prisma: Prisma, name: string, adminEmai
     const org = await tx.organization.create({ data: { id: newId('org'), name } });
     const person = await tx.person.create({ data: { id: newId('usr'), orgId: org.id, email, admin: true } });
     const { secret } = await issueCliToken(tx as Prisma, person, { name: 'first admin', createdBy: 'berth org create', expires: null });
+    return { org, person, secret };
+  });
+}
+
+/**
+ * The operator's way back in (`berth token create --org <name> --admin [--email <admin>]`): a new
+ * CLI token for an organization's admin, the one named by email or else its first admin. For when
+ * the first start's token was lost, or every admin token was revoked.
+ */
+export async function issueAdminToken(prisma: Prisma, orgName: string, adminEmail?: string) {
+  return prisma.$transaction(async (tx) => {
+    const org = await tx.organization.findUnique({ where: { name: orgName } });
+    if (!org) throw new NotFoundError(`organization "${orgName}"`);
+    const email = adminEmail === undefined ? undefined : normalizeEmail(adminEmail);
+    const person = email
+      ? await tx.person.findUnique({ where: { orgId_email: { orgId: org.id, email } } })
+      : await tx.person.findFirst({ where: { orgId: org.id, admin: true }, orderBy: [{ created: 'asc' }, { id: 'asc' }] });
+    if (!person) throw new NotFoundError(email ? `member ${email} of organization "${orgName}"` : `an admin of organization "${orgName}"`);
+    if (!person.admin) throw new ValidationError(`${person.email} is not an admin of organization "${orgName}"`, 'email');
+    const { secret } = await issueCliToken(tx as Prisma, person, { name: 'operator', createdBy: 'berth token create', expires: null });
     return { org, person, secret };
   });
 }

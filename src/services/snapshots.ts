@@ -15,10 +15,10 @@ import type { Tx } from '../db';
 import type { Environment, Prisma, Snapshot } from '../generated/prisma/client';
 import { deletePacked, packStream, unpackStream } from '../store/pack';
 import { requireMember } from './access';
-import { ValidationError } from './errors';
 import type { Segment } from './json-columns';
 import { validateProjectName, validateSnapshotKey } from './labels';
-import { isId, newId } from './names';
+import { newId } from './names';
+import { type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion, lockProject, ProjectKeyGoneError } from './project-keys';
 import { ArchiveCounter } from './snapshot-archive';
 
@@ -170,47 +170,21 @@ export async function recordRestored(deps: Deps, envId: string, plan: RestorePla
 // ---------------------------------------------------------------------------------------------
 // Listing and deleting
 
-export interface ListSnapshotsInput {
+export interface ListSnapshotsInput extends PageArgs {
   project?: string | null;
   prefix?: string | null;
-  first?: number | null;
-  after?: string | null;
 }
 
-export const DEFAULT_PAGE = 50;
-export const MAX_PAGE = 500;
-
-function encodeCursor(s: Pick<Snapshot, 'created' | 'id'>): string {
-  return Buffer.from(JSON.stringify([s.created.getTime(), s.id])).toString('base64url');
-}
-
-function decodeCursor(cursor: string): { created: Date; id: string } {
-  try {
-    const [ms, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [unknown, unknown];
-    if (Number.isSafeInteger(ms) && typeof id === 'string' && isId(id, 'snap')) return { created: new Date(ms as number), id };
-  } catch {
-    // fall through
-  }
-  throw new ValidationError('cursor: not a cursor of this list (use the `next` value of the previous page)', 'cursor');
-}
-
-/** A page of one project's snapshots, newest first; `next` is the cursor of the following page. */
+/** A page of one project's snapshots, newest first (src/services/paging.ts); `next` is the cursor of the following page. */
 export async function listSnapshots(deps: Deps, actor: Actor, input: ListSnapshotsInput) {
   requireMember(actor);
   const project = input.project ? validateProjectName(input.project) : DEFAULT_PROJECT;
-  const first = input.first ?? DEFAULT_PAGE;
-  if (!Number.isSafeInteger(first) || first < 1 || first > MAX_PAGE) {
-    throw new ValidationError(`limit: must be between 1 and ${MAX_PAGE}`, 'limit');
-  }
+  const page = pageQuery(input, 'snap');
   const where: Prisma.SnapshotWhereInput = { orgId: actor.orgId, project };
   if (input.prefix) where.key = { startsWith: validateSnapshotKey(input.prefix, 'prefix') };
-  if (input.after) {
-    const c = decodeCursor(input.after);
-    where.OR = [{ created: { lt: c.created } }, { created: c.created, id: { lt: c.id } }];
-  }
-  const rows = await deps.prisma.snapshot.findMany({ where, orderBy: [{ created: 'desc' }, { id: 'desc' }], take: first + 1 });
-  const snapshots = rows.slice(0, first);
-  return { project, snapshots, next: rows.length > first ? encodeCursor(snapshots.at(-1)!) : null };
+  const rows = await deps.prisma.snapshot.findMany({ where: { ...where, ...page.where }, orderBy: page.orderBy, take: page.take });
+  const { items, next } = pageOf(rows, page.size);
+  return { project, snapshots: items, next };
 }
 
 /** Deletes a snapshot's objects (manifest first), then its row. */

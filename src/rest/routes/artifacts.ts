@@ -4,6 +4,7 @@ import { pipeline } from 'node:stream/promises';
 import { execute, type GraphQLSchema } from 'graphql';
 import type { Context, Deps } from '../../context';
 import { graphql } from '../../generated/gql';
+import { sendError, sendJson } from '../../http/respond';
 import {
   type ArtifactRecord,
   asIntegrityError,
@@ -13,9 +14,8 @@ import {
   storeArtifact,
   type UploadParams,
 } from '../../services/artifacts';
-import { ValidationError } from '../../services/errors';
 import { fragmentsOf, operationOf } from '../adapter';
-import { sendError, sendJson, stripNulls } from '../http';
+import { stripNulls } from '../http';
 import { type JsonSchema, selectionSchema } from '../json-schema';
 import { contentDisposition, etagMatches, parseRange } from '../range';
 import { PAGE_PARAMS, type Param, type Route, type StreamRoute } from '../route';
@@ -54,13 +54,8 @@ const LINK_SCHEMA: JsonSchema = {
   additionalProperties: false,
 };
 
-/** The upload's query parameters: unknown or repeated ones are refused, a typo must not silently fall back to a default. */
+/** The upload's query parameters (the adapter already refused unknown and repeated ones). */
 function uploadParams(req: IncomingMessage, query: URLSearchParams): UploadParams {
-  const known = UPLOAD_PARAMS.map((p) => p.name);
-  for (const key of new Set(query.keys())) {
-    if (!known.includes(key)) throw new ValidationError(`unknown query parameter ${JSON.stringify(key)}; known: ${known.join(', ')}`, key);
-    if (key !== 'label' && query.getAll(key).length > 1) throw new ValidationError(`query parameter ${key} is given more than once`, key);
-  }
   const one = (name: string) => query.get(name) ?? undefined;
   const declared = req.headers['content-length'];
   return {

@@ -1,5 +1,5 @@
 import type { GraphQLSchema } from 'graphql';
-import { sendJson } from '../http';
+import { sendJson } from '../../http/respond';
 import { buildOpenApi } from '../openapi';
 import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';

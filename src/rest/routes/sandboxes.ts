@@ -1,6 +1,7 @@
 import { graphql } from '../../generated/gql';
+import { sendJson } from '../../http/respond';
 import { joinSandbox, type SandboxRecord } from '../../services/sandboxes';
-import { clientAddress, readJsonBody, sendJson, stripNulls } from '../http';
+import { readJsonBody, stripNulls } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
 
@@ -87,9 +88,9 @@ export const sandboxRoutes: Route[] = [
         },
       },
     },
-    handle: async (req, res, { deps }) => {
+    handle: async (req, res, { deps, clientAddress }) => {
       const body = await readJsonBody(req);
-      const joined = await joinSandbox(deps, { key: body.key }, { address: clientAddress(req) });
+      const joined = await joinSandbox(deps, { key: body.key }, { address: clientAddress });
       sendJson(res, 201, stripNulls({ sandbox: sandboxJson(joined.sandbox), config: joined.config, credential: joined.credential }));
     },
   },

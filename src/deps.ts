@@ -1,0 +1,63 @@
+// The composition root: builds everything services need (Deps) from the configuration, fully
+// typed, and closes it again. Serving Deps over HTTP is src/server.ts's job.
+import { type Clock, systemClock } from './clock';
+import type { Config } from './config';
+import type { Deps } from './context';
+import { loadMasterKey } from './crypto/master-key';
+import { openDatabase } from './db';
+import { createEvents } from './events';
+import { callOperatorSocket } from './operator';
+import { createBackground } from './scheduler/background';
+import { backgroundJobs } from './scheduler/jobs';
+import { applyCatalog } from './services/templates';
+import { loadCatalog } from './services/templates-file';
+import { createBlobStore } from './store';
+
+export type Log = (message: string, err?: unknown) => void;
+
+export interface BuildOptions {
+  config: Config;
+  clock?: Clock;
+  log: Log;
+}
+
+/**
+ * Opens the database (applying migrations), events, blob store and master key, and loads the
+ * template catalog. The background jobs are built but not started: the server starts them once
+ * it serves. On failure, whatever was opened is closed again.
+ */
+export async function buildDeps({ config, clock = systemClock, log }: BuildOptions): Promise<Deps> {
+  if (!config.databaseUrl && (await callOperatorSocket(config.dataDir, '/ping', {}))) {
+    throw new Error(`another Berth is already serving ${config.dataDir}`);
+  }
+  // A bad catalog fails the start with a message naming the field, before anything else opens.
+  const catalog = await loadCatalog(config.templatesFile);
+  const masterKey = await loadMasterKey({ masterKeyB64: config.masterKey, dataDir: config.dataDir });
+  const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
+  try {
+    const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema });
+    try {
+      const store = await createBlobStore({
+        dataDir: config.dataDir,
+        azureConnectionString: config.azureConnectionString,
+        azureContainer: config.azureContainer,
+      });
+      await applyCatalog(db.prisma, catalog);
+      const background = createBackground(backgroundJobs, log);
+      return { config, db, prisma: db.prisma, clock, events, store, masterKey, catalog, background };
+    } catch (err) {
+      await events.close();
+      throw err;
+    }
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
+}
+
+/** Stops the background jobs, then closes events and the database. */
+export async function closeDeps(deps: Deps): Promise<void> {
+  await deps.background.stop();
+  await deps.events.close();
+  await deps.db.close();
+}

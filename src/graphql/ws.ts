@@ -1,0 +1,121 @@
+import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { DocumentNode, ExecutionArgs, GraphQLError } from 'graphql';
+import { useServer } from 'graphql-ws/use/ws';
+import { WebSocketServer } from 'ws';
+import type { Actor, Deps } from '../context';
+import type { Log } from '../deps';
+import { clientAddress } from '../http/client-address';
+import type { CorsPolicy } from '../http/cors';
+import { endWithError } from '../http/protocol-errors';
+import { toClientError } from '../schema/errors';
+import { authenticate } from '../services/auth';
+import { DomainError } from '../services/errors';
+import { variablesError } from './input';
+import type { GraphQLHandler } from './yoga';
+
+/** yoga's enveloped execute/subscribe, carried to graphql-ws through rootValue. */
+interface EnvelopedRoot {
+  execute(args: ExecutionArgs): never;
+  subscribe(args: ExecutionArgs): never;
+}
+
+type SocketExtra = {
+  actor?: Actor;
+  clientAddress?: string;
+};
+
+/** A WebSocket close reason is at most 123 bytes. */
+function closeReason(message: string): string {
+  let reason = message;
+  while (Buffer.byteLength(reason) > 123) reason = reason.slice(0, -2);
+  return reason;
+}
+
+/**
+ * graphql-ws on /graphql. Every operation goes through yoga's envelop (the same parse limits,
+ * input checks, depth and cost limits and context as HTTP); credentials come from
+ * `connectionParams.authorization`, checked once when the socket connects.
+ */
+export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps: Deps, cors: CorsPolicy, log: Log) {
+  const wss = new WebSocketServer({ noServer: true });
+  // Refused upgrades answer `{error, code}` like every other request.
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
+    // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
+    if (!cors.allows(req)) {
+      return endWithError(
+        socket,
+        403,
+        'forbidden',
+        `origin ${req.headers.origin} may not open a WebSocket here; CORS_ORIGINS lists the origins that may`,
+      );
+    }
+    wss.handleUpgrade(req, socket, head, (client) => wss.emit('connection', client, req));
+  });
+  wss.on('wsClientError', (err: Error, socket: Duplex) => {
+    const method = /method/i.test(err.message);
+    endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
+  });
+  const graphqlWs = useServer<Record<string, unknown>, SocketExtra>(
+    {
+      execute: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).execute(args),
+      subscribe: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).subscribe(args),
+      onConnect: async (ctx) => {
+        const params = ctx.connectionParams ?? {};
+        const header = (params.authorization ?? params.Authorization) as string | undefined;
+        const address = clientAddress(ctx.extra.request, deps.config.trustProxy);
+        try {
+          ctx.extra.actor = await authenticate(deps, header, address);
+          ctx.extra.clientAddress = address;
+          return true;
+        } catch (error) {
+          if (!(error instanceof DomainError)) {
+            log('WebSocket authentication failed', error);
+            ctx.extra.socket.close(1011, 'internal error');
+          } else {
+            ctx.extra.socket.close(error.code === 'rate_limited' ? 4429 : 4401, closeReason(error.message));
+          }
+          return false;
+        }
+      },
+      onSubscribe: async (ctx, _id, payload) => {
+        const badVariables = variablesError(payload.variables);
+        if (badVariables) return [toClientError(badVariables, log)];
+        const enveloped = yoga.getEnveloped({
+          ...ctx,
+          req: ctx.extra.request,
+          socket: ctx.extra.socket,
+          params: payload,
+          actor: ctx.extra.actor,
+          clientAddress: ctx.extra.clientAddress,
+        });
+        let document: DocumentNode;
+        try {
+          document = enveloped.parse(payload.query);
+        } catch (error) {
+          return [toClientError(error, log)];
+        }
+        const errors = enveloped.validate(enveloped.schema, document) as readonly GraphQLError[];
+        if (errors.length) return errors.map((e) => toClientError(e, log));
+        return {
+          schema: enveloped.schema,
+          operationName: payload.operationName,
+          document,
+          variableValues: payload.variables,
+          contextValue: await enveloped.contextFactory(),
+          rootValue: { execute: enveloped.execute, subscribe: enveloped.subscribe },
+        };
+      },
+    },
+    wss,
+  );
+  return {
+    async close() {
+      await graphqlWs.dispose();
+      for (const client of wss.clients) client.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}

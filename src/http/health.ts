@@ -1,0 +1,17 @@
+import type { ServerResponse } from 'node:http';
+import type { Deps } from '../context';
+import { readiness } from '../services/health';
+import { sendError, sendJson } from './respond';
+
+/** GET /healthz: the process is alive and answering. It checks nothing else, so a slow database never gets it restarted. */
+export function sendLiveness(res: ServerResponse): void {
+  sendJson(res, 200, { status: 'ok' });
+}
+
+/** GET /readyz: 200 when this instance can serve requests; 503 with the reason otherwise (also while stopping). */
+export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: boolean): Promise<void> {
+  if (stopping) return sendError(res, 503, 'not ready: this instance is stopping', 'not_ready');
+  const state = await readiness(deps);
+  if (!state.ready) return sendError(res, 503, `not ready: ${state.reason}`, 'not_ready');
+  sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok' } });
+}

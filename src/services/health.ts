@@ -1,0 +1,30 @@
+import type { Deps } from '../context';
+import { pendingMigrations } from '../db/migrate';
+
+/** A readiness check that takes longer than this counts as failed (a load balancer is waiting). */
+export const CHECK_TIMEOUT_MS = 3_000;
+
+function within<T>(promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${CHECK_TIMEOUT_MS / 1000}s`)), CHECK_TIMEOUT_MS);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Whether this instance can serve: the database answers and every migration of this version is applied; else why not. */
+export async function readiness(deps: Deps): Promise<{ ready: true } | { ready: false; reason: string }> {
+  try {
+    await within(deps.db.pool.query('SELECT 1'), 'the database');
+  } catch (err) {
+    return { ready: false, reason: `the database is unreachable (${(err as Error).message})` };
+  }
+  let pending: string[];
+  try {
+    pending = await within(pendingMigrations(deps.db.pool), 'the migration history');
+  } catch (err) {
+    return { ready: false, reason: `cannot read the migration history (${(err as Error).message})` };
+  }
+  if (pending.length) return { ready: false, reason: `migrations not applied: ${pending.join(', ')}` };
+  return { ready: true };
+}

@@ -1,0 +1,93 @@
+import { createClient } from 'graphql-ws';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+// GraphQL over HTTP: request errors (parse, validation, variables, credentials) are 4xx; errors
+// while executing are 200 with `errors` beside the other fields' data.
+describeBackends('GraphQL edge', (backend) => {
+  let s: TestServer;
+  const admin = client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    s = await startServer(backend);
+  });
+  afterAll(() => s?.stop());
+
+  it('answers a not-found beside other fields with 200, their data and the error', async () => {
+    const res = await admin.post('/graphql', { query: '{ viewer { name } environment(id: "nope") { id } }' });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ viewer: { name: 'admin@berth.local' }, environment: null });
+    expect(res.body.errors).toEqual([
+      expect.objectContaining({ path: ['environment'], extensions: { code: 'not_found' }, message: expect.stringContaining('nope') }),
+    ]);
+    // REST keeps its statuses.
+    expect(await admin.get('/v1/environments/nope')).toMatchObject({ status: 404, body: { code: 'not_found' } });
+  });
+
+  it('answers request errors with 4xx', async () => {
+    expect((await admin.post('/graphql', { query: '{ viewer { nope } }' })).status).toBe(400);
+    expect((await admin.post('/graphql', { query: '{ viewer ' })).status).toBe(400);
+    const anonymous = await client(() => s.url).post('/graphql', { query: '{ viewer { name } }' });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.body.errors[0].extensions.code).toBe('unauthorized');
+  });
+
+  it('refuses documents nested thousands of levels deep while parsing, without overflowing', async () => {
+    const deep = (n: number) => `{ ${'a { '.repeat(n)}b${' }'.repeat(n)} }`;
+    for (const query of [deep(5000), deep(100_000)]) {
+      const res = await admin.post('/graphql', { query });
+      expect(res.status).toBe(400);
+      expect(res.body.errors[0]).toMatchObject({ extensions: { code: 'invalid' }, message: expect.stringMatching(/nest/i) });
+    }
+    const literal = `mutation { putTemplate(name: "x", spec: ${'{a: '.repeat(3000)}1${'}'.repeat(3000)}) { name } }`;
+    const res = await admin.post('/graphql', { query: literal });
+    expect(res.status).toBe(400);
+    expect(res.body.errors[0].message).toMatch(/nest/i);
+    const list = `{ environments(filter: {label: ${'['.repeat(3000)}"a"${']'.repeat(3000)}}) { nodes { id } } }`;
+    expect((await admin.post('/graphql', { query: list })).status).toBe(400);
+  });
+
+  it('refuses documents with too many tokens while parsing', async () => {
+    const query = `{ ${Array.from({ length: 30_000 }, (_, i) => `a${i}: __typename`).join(' ')} }`;
+    const res = await admin.post('/graphql', { query });
+    expect(res.status).toBe(400);
+    expect(res.body.errors[0].message).toMatch(/tokens/);
+  });
+
+  it('refuses deep documents over graphql-ws the same way', async () => {
+    const ws = createClient({
+      url: `${s.url.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
+    const errors = await new Promise<{ message: string }[]>((resolve) => {
+      ws.subscribe(
+        { query: `subscription { ${'a { '.repeat(20_000)}b${' }'.repeat(20_000)} }` },
+        { next: () => resolve([]), error: (e) => resolve(e as { message: string }[]), complete: () => undefined },
+      );
+    });
+    expect(errors[0]!.message).toMatch(/nest/i);
+    await ws.dispose();
+  });
+
+  it('answers 406, 413 and 415 with an error body', async () => {
+    const huge = await admin.post('/graphql', { query: '{ viewer { name } }', variables: { x: 'x'.repeat(2 * 1024 * 1024) } });
+    expect(huge).toMatchObject({ status: 413, body: { error: expect.any(String), code: 'too_large' } });
+    const notAcceptable = await fetch(`${s.url}/graphql`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json', accept: 'image/png' },
+      body: JSON.stringify({ query: '{ viewer { name } }' }),
+    });
+    expect(notAcceptable.status).toBe(406);
+    expect(await notAcceptable.json()).toMatchObject({ error: expect.any(String), code: 'not_acceptable' });
+    const unsupported = await fetch(`${s.url}/graphql`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'text/plain' },
+      body: '{ viewer { name } }',
+    });
+    expect(unsupported.status).toBe(415);
+    expect(await unsupported.json()).toMatchObject({ error: expect.any(String), code: 'unsupported_media_type' });
+  });
+});
