@@ -1,5 +1,5 @@
-// Generates the Prisma client, Pothos' Prisma types and the typed GraphQL documents.
-// Runs at `npm install`. Prisma's CLI insists on a schema-engine binary it cannot download
+// Generates the Prisma client, Pothos' Prisma types and the typed GraphQL documents, then builds
+// the web console into console/dist (served at `/`). Runs at `npm install`. Prisma's CLI insists on a schema-engine binary it cannot download
 // here; `generate` never runs it, so any existing file satisfies the check (see DESIGN.md).
 import { spawnSync } from 'node:child_process';
 
@@ -13,3 +13,4 @@ function run(cmd, args) {
 
 run('npx', ['--no-install', 'prisma', 'generate']);
 run('npx', ['--no-install', 'graphql-codegen', '--config', 'codegen.ts', '--silent']);
+run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn']);
