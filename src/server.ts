@@ -9,6 +9,7 @@ import { createYoga } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
 import { type Clock, systemClock } from './clock';
 import type { Config } from './config';
+import { createConsoleHandler } from './console';
 import type { Actor, Context, Deps } from './context';
 import { loadMasterKey } from './crypto/master-key';
 import { openDatabase } from './db';
@@ -97,12 +98,14 @@ export async function startApp(opts: AppOptions): Promise<App> {
   });
 
   const rest = createRestHandler(deps, schema, buildRoutes(schema));
+  const web = createConsoleHandler();
   const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
     try {
       if (await rest.handle(req, res)) return;
       const path = (req.url ?? '/').split('?')[0];
       if (path === '/graphql') return void (await yoga.handle(req, res, { req }));
       if (path === '/healthz') return sendError(res, 200, 'ok');
+      if (await web.handle(req, res)) return;
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
       log('request failed', error);
