@@ -6,11 +6,12 @@ import { spawnSync } from 'node:child_process';
 const env = { ...process.env, PRISMA_HIDE_UPDATE_MESSAGE: '1' };
 env.PRISMA_SCHEMA_ENGINE_BINARY ??= process.execPath;
 
-function run(cmd, args) {
-  const result = spawnSync(cmd, args, { stdio: 'inherit', env });
+function run(cmd, args, extraEnv = {}) {
+  const result = spawnSync(cmd, args, { stdio: 'inherit', env: { ...env, ...extraEnv } });
   if (result.status !== 0) process.exit(result.status ?? 1);
 }
 
 run('npx', ['--no-install', 'prisma', 'generate']);
 run('npx', ['--no-install', 'graphql-codegen', '--config', 'codegen.ts', '--silent']);
-run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn']);
+// A NODE_ENV other than production (a shell's, a test runner's) would build React's development bundle.
+run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], { NODE_ENV: 'production' });

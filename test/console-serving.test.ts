@@ -54,6 +54,8 @@ describe('the web console, as served', () => {
     expect(plain.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
     expect(plain.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
     const body = Buffer.from(await plain.arrayBuffer());
+    // React's production build (a NODE_ENV left at test or development would build the other one).
+    expect(body.toString()).not.toContain('Each child in a list should have a unique');
     // fetch() would decode a compressed body itself; node:http shows the bytes as sent.
     const gzipped = await rawGet(s.url, script, { 'accept-encoding': 'gzip' });
     expect(gzipped.headers['content-encoding']).toBe('gzip');

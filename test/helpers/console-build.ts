@@ -24,5 +24,10 @@ export default function setup(): void {
   const built = statSync(join(root, 'console/dist/index.html'), { throwIfNoEntry: false })?.mtimeMs ?? 0;
   if (Math.max(...sources.map((s) => newest(join(root, s)))) <= built) return;
   console.log('console sources changed since the last build: building the console (npm run build:console)');
-  execFileSync('npm', ['run', '--silent', 'build:console'], { cwd: root, stdio: 'inherit' });
+  // vitest sets NODE_ENV=test, which would build React's development bundle.
+  execFileSync('npm', ['run', '--silent', 'build:console'], {
+    cwd: root,
+    stdio: 'inherit',
+    env: { ...process.env, NODE_ENV: 'production' },
+  });
 }
