@@ -64,7 +64,10 @@ export function securityHeaders(host: string | undefined): Record<string, string
 }
 
 export interface ConsoleHandler {
-  /** Answers GET/HEAD for the console's files and client routes; false when the request is not the console's. */
+  /**
+   * Answers GET/HEAD for the console's files and client routes; false for anything else (the
+   * server then answers its JSON 404, as for any unknown path).
+   */
   handle(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
 }
 
@@ -151,14 +154,10 @@ export function createConsoleHandler(dir: string = CONSOLE_DIR): ConsoleHandler 
       try {
         path = decodeURIComponent(raw);
       } catch {
-        sendText(req, res, 400, 'malformed path\n');
-        return true;
+        return false;
       }
       const file = normalize(join(root, path));
-      if (path.includes('\0') || !file.startsWith(root)) {
-        sendText(req, res, 404, 'not found\n');
-        return true;
-      }
+      if (path.includes('\0') || !file.startsWith(root)) return false;
       const asset = path.startsWith('/assets/');
       const stats = path.endsWith('/') ? undefined : await fileStats(file);
       if (stats) {
@@ -168,10 +167,7 @@ export function createConsoleHandler(dir: string = CONSOLE_DIR): ConsoleHandler 
       // A missing hashed file is an old page asking for an old build: a 404, not the app.
       // Anything else a browser navigates to is a client route, answered by index.html.
       const navigation = path === '/' || String(req.headers.accept ?? '').includes('text/html');
-      if (asset || !navigation) {
-        sendText(req, res, 404, 'not found\n');
-        return true;
-      }
+      if (asset || !navigation) return false;
       const index = join(root, 'index.html');
       const indexStats = await fileStats(index);
       if (!indexStats) sendText(req, res, 503, NOT_BUILT);

@@ -74,15 +74,18 @@ describe('the web console, as served', () => {
     expect(route.headers.get('cache-control')).toBe('no-cache');
     expect(await route.text()).toContain(script);
 
+    // What is neither a file nor a page gets the server's JSON 404, like any unknown path.
     const missing = await fetch(`${s.url}/assets/index-gone.js`, { headers: HTML });
     expect(missing.status).toBe(404);
-    expect(missing.headers.get('cache-control')).toBe('no-store');
-    expect((await fetch(`${s.url}/no-such-file.png`, { headers: { accept: 'image/*' } })).status).toBe(404);
+    expect(await missing.json()).toMatchObject({ code: 'not_found' });
+    const image = await fetch(`${s.url}/no-such-file.png`, { headers: { accept: 'image/*' } });
+    expect(image.status).toBe(404);
+    expect(await image.json()).toMatchObject({ code: 'not_found' });
     // Paths that climb out of the console's folder (sent as is: fetch would resolve them).
     for (const path of ['/%2e%2e/package.json', '/assets/..%2f..%2fpackage.json', '/..%2f..%2fsrc/console.ts']) {
       const res = await rawGet(s.url, path, HTML);
       expect(res.status, path).toBe(404);
-      expect(res.body.toString()).toBe('not found\n');
+      expect(JSON.parse(res.body.toString())).toMatchObject({ code: 'not_found' });
     }
 
     // The API keeps its own answers beside the console.
@@ -131,6 +134,7 @@ describe('the web console when it is not built', () => {
     expect(await res.text()).toContain('npm install');
     expect((await fetch(`${base}/environments`, { headers: HTML })).status).toBe(503);
     expect(await (await fetch(`${base}/v1/me`)).text()).toBe('not the console');
+    expect(await (await fetch(`${base}/assets/x.js`)).text()).toBe('not the console');
   });
 });
 
