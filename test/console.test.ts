@@ -210,7 +210,9 @@ describeBackends('web console: an admin', (backend) => {
     expect(await link.inputValue()).toContain('/v1/links/');
     await screenshot(page, 'artifact');
     await page.getByRole('button', { name: 'Delete', exact: true }).click();
-    await page.getByRole('button', { name: 'Delete for good' }).click();
+    // The confirmation has the focus: Enter answers it.
+    await page.getByRole('button', { name: 'Delete for good' }).waitFor();
+    await page.keyboard.press('Enter');
     await page.getByRole('heading', { level: 1, name: 'Artifacts' }).waitFor();
     await page.getByText('No artifacts yet').waitFor();
   });

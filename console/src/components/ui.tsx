@@ -300,6 +300,11 @@ export function ConfirmAction({
   onConfirm(): Promise<unknown>;
 }) {
   const [asking, setAsking] = useState(false);
+  const confirmButton = useRef<HTMLButtonElement>(null);
+  // The button pressed is gone: the focus goes to the question's answer, not to the page's start.
+  useEffect(() => {
+    if (asking) confirmButton.current?.focus();
+  }, [asking]);
   if (!asking) {
     return (
       <button type="button" className="danger" onClick={() => setAsking(true)}>
@@ -311,6 +316,7 @@ export function ConfirmAction({
     <>
       <span>{question}</span>
       <button
+        ref={confirmButton}
         type="button"
         className="danger"
         disabled={busy}
