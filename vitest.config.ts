@@ -11,6 +11,8 @@ export default defineConfig({
   },
   test: {
     include: ['test/**/*.test.ts'],
+    // Builds the console again when its sources are newer than console/dist.
+    globalSetup: ['test/helpers/console-build.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Two cores: each suite starts its own server and database; two at a time keeps them responsive.

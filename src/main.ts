@@ -18,7 +18,7 @@ try {
 const { config } = app.deps;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
 console.log(`Berth listening on ${app.url}  (database: ${where})`);
-console.log(`  GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
+console.log(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
 if (app.generatedToken) {
   console.log(`  First start: an admin token for the default organization was created; it is shown only now:`);
   console.log(`    export BERTH_TOKEN=${app.generatedToken}`);

@@ -5,6 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { Clock } from './clock';
 import type { Config } from './config';
+import { createConsoleHandler } from './console';
 import type { Deps } from './context';
 import { buildDeps, closeDeps, type Log } from './deps';
 import { serveGraphQLWebSocket } from './graphql/ws';
@@ -70,6 +71,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
   const graphql = createGraphQLHandler(deps, log);
   const rest = createRestHandler(deps, schema, buildRoutes(schema));
+  const web = createConsoleHandler();
   let stopping = false;
 
   const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
@@ -82,6 +84,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       if (path === '/readyz') return await sendReadiness(res, deps, stopping);
       if (await rest.handle(req, res)) return;
       if (path === '/graphql') return void (await graphql.handle(req, res, { req }));
+      if (await web.handle(req, res)) return;
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
       log('request failed', error);

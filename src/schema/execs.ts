@@ -1,4 +1,4 @@
-import { listExecs, recordExec } from '../services/environments';
+import { listExecs, recordExec, watchExecs } from '../services/environments';
 import { builder } from './builder';
 
 const Exec = builder.prismaObject('Exec', {
@@ -36,5 +36,18 @@ builder.mutationField('recordExec', (t) =>
     type: Exec,
     args: { environment: t.arg.string({ required: true }), input: t.arg({ type: ExecInput, required: true }) },
     resolve: (_root, { environment, input }, ctx) => recordExec(ctx.deps, ctx.actor, environment, input),
+  }),
+);
+
+builder.subscriptionField('execs', (t) =>
+  t.field({
+    type: Exec,
+    description: 'Every command recorded for the environment from now on, as it is recorded',
+    args: {
+      environment: t.arg.string({ required: true }),
+      after: t.arg.int({ description: 'The newest id the caller has: the commands recorded since come first' }),
+    },
+    subscribe: (_root, { environment, after }, ctx) => watchExecs(ctx.deps, ctx.actor, environment, after),
+    resolve: (exec) => exec,
   }),
 );

@@ -1,6 +1,6 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
-import type { Environment, Prisma as P } from '../generated/prisma/client';
+import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
 import { requireMember } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
@@ -226,6 +226,7 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
     }),
     deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } }),
   ]);
+  await deps.events.publish(execsTopic(env.id), { id: exec.id });
   return exec;
 }
 
@@ -233,4 +234,39 @@ export async function listExecs(deps: Deps, actor: Actor, idOrName: string) {
   requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
   return deps.prisma.exec.findMany({ where: { environmentId: env.id }, orderBy: { id: 'desc' } });
+}
+
+const execsTopic = (environmentId: string) => `env:${environmentId}:execs`;
+
+/**
+ * Every command recorded for the environment from now on (on any instance). With `after` (the
+ * newest id the caller has), first the ones recorded since, so none falls between a caller's
+ * list and its subscription.
+ */
+export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, after?: number | null): Promise<AsyncIterable<Exec>> {
+  requireMember(actor);
+  const env = await findEnvironment(deps, actor, idOrName);
+  const recorded = deps.events.subscribe(execsTopic(env.id))[Symbol.asyncIterator]();
+  // Listening starts with the first next(), before the catch-up read.
+  const first = recorded.next();
+  return (async function* () {
+    try {
+      const replayed = new Set<number>();
+      if (after !== undefined && after !== null) {
+        const missed = await deps.prisma.exec.findMany({ where: { environmentId: env.id, id: { gt: after } }, orderBy: { id: 'asc' } });
+        for (const exec of missed) {
+          replayed.add(exec.id);
+          yield exec;
+        }
+      }
+      for (let next = await first; !next.done; next = await recorded.next()) {
+        const id = next.value.id as number;
+        if (replayed.has(id)) continue;
+        const exec = await deps.prisma.exec.findUnique({ where: { id } });
+        if (exec) yield exec;
+      }
+    } finally {
+      await recorded.return?.();
+    }
+  })();
 }

@@ -125,3 +125,14 @@ export function client(base: () => string, token?: string) {
       }),
   };
 }
+
+/** Runs the server's background jobs until the environment (by id or name) reaches `state`. */
+export async function untilState(s: TestServer, token: string, id: string, state: string): Promise<Record<string, any>> {
+  const api = client(() => s.url, token);
+  for (let i = 0; i < 50; i++) {
+    const env = await api.get(`/v1/environments/${id}`);
+    if (env.body.state === state) return env.body;
+    await s.app.deps.background.tick();
+  }
+  throw new Error(`environment ${id} never reached ${state}`);
+}

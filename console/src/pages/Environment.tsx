@@ -1,0 +1,235 @@
+import { useState } from 'react';
+import { useMutation, useQuery } from 'urql';
+import { Link } from 'wouter';
+import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
+import { millis, when } from '../format';
+import { graphql } from '../generated/gql';
+import type { EnvironmentPageFieldsFragment, ExecRowFragment } from '../generated/gql/graphql';
+import { useEvents } from '../live';
+
+graphql(`
+  fragment EnvironmentPageFields on Environment {
+    id name template state node sandbox pool labels project readyMs error createdBy
+    created ready stopped expires idleUntil idle hard snapshot
+    exports { service listen target }
+    shares { name direction envPath localPath files }
+    restored { key root files created }
+  }
+`);
+
+graphql(`
+  fragment ExecRow on Exec { id time actor command exitCode durationMs }
+`);
+
+const EnvironmentDetail = graphql(`
+  query EnvironmentDetail($id: String!) {
+    environment(id: $id) { ...EnvironmentPageFields }
+    execs(environment: $id) { ...ExecRow }
+  }
+`);
+
+const EnvironmentUpdates = graphql(`
+  subscription EnvironmentUpdates($id: String!) {
+    environment(id: $id) { ...EnvironmentPageFields }
+  }
+`);
+
+const ExecUpdates = graphql(`
+  subscription ExecUpdates($id: String!, $after: Int) {
+    execs(environment: $id, after: $after) { ...ExecRow }
+  }
+`);
+
+const StopEnvironment = graphql(`
+  mutation StopEnvironment($id: String!) {
+    stopEnvironment(id: $id) { ...EnvironmentPageFields }
+  }
+`);
+
+const KeepAlive = graphql(`
+  mutation KeepEnvironmentAlive($id: String!) {
+    keepEnvironmentAlive(id: $id) { ...EnvironmentPageFields }
+  }
+`);
+
+const LIVE = ['pending', 'starting', 'ready'];
+
+export function EnvironmentPage({ id }: { id: string }) {
+  return <EnvironmentView key={id} id={id} />;
+}
+
+function EnvironmentView({ id }: { id: string }) {
+  const [detail, refetch] = useQuery({ query: EnvironmentDetail, variables: { id }, requestPolicy: 'cache-and-network' });
+  const [latest, setLatest] = useState<EnvironmentPageFieldsFragment>();
+  const [newExecs, setNewExecs] = useState<ExecRowFragment[]>([]);
+  const [stopped, stop] = useMutation(StopEnvironment);
+  const [kept, keepAlive] = useMutation(KeepAlive);
+  const [notice, setNotice] = useState<string>();
+  const resync = () => {
+    setLatest(undefined);
+    refetch({ requestPolicy: 'network-only' });
+  };
+  const envError = useEvents(EnvironmentUpdates, { id }, (data) => setLatest(data.environment), { resync });
+  // From the newest command the list has: none falls between the list and the subscription.
+  const after = detail.data ? Math.max(0, ...detail.data.execs.map((x) => x.id)) : undefined;
+  const execError = useEvents(
+    ExecUpdates,
+    { id, after },
+    (data) => setNewExecs((list) => (list.some((x) => x.id === data.execs.id) ? list : [data.execs, ...list])),
+    { pause: after === undefined },
+  );
+
+  const onStop = async () => {
+    const result = await stop({ id });
+    if (result.data) setLatest(result.data.stopEnvironment);
+    setNotice(result.error ? undefined : 'Asked to stop: it ends once its node has released it.');
+  };
+  const onKeepAlive = async () => {
+    const result = await keepAlive({ id });
+    if (result.data) {
+      setLatest(result.data.keepEnvironmentAlive);
+      setNotice(`Kept alive: the idle time-out is now ${when(result.data.keepEnvironmentAlive.idleUntil)}.`);
+    }
+  };
+
+  const env = latest ?? detail.data?.environment;
+  const live = env ? LIVE.includes(env.state) : false;
+  const actionError = stopped.error ?? kept.error;
+  return (
+    <Page
+      title={env ? `Environment ${env.name}` : 'Environment'}
+      actions={
+        env ? (
+          <>
+            <button type="button" onClick={onKeepAlive} disabled={!live || kept.fetching}>
+              Keep alive
+            </button>
+            <button type="button" className="danger" onClick={onStop} disabled={!live || stopped.fetching}>
+              Stop
+            </button>
+          </>
+        ) : null
+      }
+    >
+      <p>
+        <Link href="/environments">Back to the environments</Link>
+      </p>
+      <QueryState what={`environment ${id}`} result={detail} retry={() => refetch({ requestPolicy: 'network-only' })}>
+        {(data) => {
+          const e = env ?? data.environment;
+          const seen = new Set(newExecs.map((x) => x.id));
+          const execs = [...newExecs, ...data.execs.filter((x) => !seen.has(x.id))];
+          return (
+            <>
+              {actionError ? <Failure error={actionError} /> : null}
+              <p role="status" className="muted">
+                {notice}
+              </p>
+              <LiveNotice error={envError ?? execError} />
+              {e.error ? (
+                <div className="failure" role="note" aria-label="Error">
+                  <strong>Error:</strong> {e.error}
+                </div>
+              ) : null}
+              <Fields
+                items={[
+                  ['State', <StateBadge key="s" state={e.state} />],
+                  ['Id', <code key="i">{e.id}</code>],
+                  ['Name', e.name],
+                  ['Template', e.template],
+                  ['Pool', e.pool],
+                  ['Node', e.node],
+                  [
+                    'Sandbox',
+                    e.sandbox ? (
+                      <Link key="sb" href={`/sandboxes/${e.sandbox}`}>
+                        {e.sandbox}
+                      </Link>
+                    ) : null,
+                  ],
+                  ['Project', e.project],
+                  ['Labels', <Labels key="l" labels={e.labels} />],
+                  ['Created by', e.createdBy],
+                  ['Created', when(e.created)],
+                  ['Ready', when(e.ready)],
+                  ['Ready in', millis(e.readyMs)],
+                  ['Stopped', when(e.stopped)],
+                  ['Idle', e.idle],
+                  ['Idle until', when(e.idleUntil)],
+                  ['Hard', e.hard],
+                  ['Expires', when(e.expires)],
+                  ['Snapshot', e.snapshot],
+                  [
+                    'Restored',
+                    e.restored
+                      ? `${e.restored.key} (${e.restored.files} files, saved ${when(e.restored.created)}, root ${e.restored.root})`
+                      : null,
+                  ],
+                ]}
+              />
+              <Section title="Exports">
+                {e.exports.length ? (
+                  <Table label="Exports" head={['Service', 'On the sandbox', 'In the environment']}>
+                    {e.exports.map((x) => (
+                      <tr key={x.service}>
+                        <th scope="row">{x.service}</th>
+                        <td>
+                          <code>{x.listen}</code>
+                        </td>
+                        <td>
+                          <code>{x.target}</code>
+                        </td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No services exported{e.sandbox ? '' : ': it is not wired to a sandbox'}.</Empty>
+                )}
+              </Section>
+              <Section title="Shares">
+                {e.shares.length ? (
+                  <Table label="Shares" head={['Name', 'Direction', 'In the environment', 'On the sandbox', 'Extra files']}>
+                    {e.shares.map((s) => (
+                      <tr key={s.name}>
+                        <th scope="row">{s.name}</th>
+                        <td>{s.direction}</td>
+                        <td>
+                          <code>{s.envPath}</code>
+                        </td>
+                        <td>
+                          <code>{s.localPath}</code>
+                        </td>
+                        <td>{s.files.length ? s.files.join(', ') : '–'}</td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No shares.</Empty>
+                )}
+              </Section>
+              <Section title="Commands">
+                {execs.length ? (
+                  <Table label="Commands" head={['Time', 'Command', 'Exit code', 'Duration', 'By']}>
+                    {execs.map((x) => (
+                      <tr key={x.id}>
+                        <td>{when(x.time)}</td>
+                        <td>
+                          <code>{x.command}</code>
+                        </td>
+                        <td>{x.exitCode}</td>
+                        <td>{millis(x.durationMs)}</td>
+                        <td>{x.actor}</td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No commands recorded yet; they appear here as they run.</Empty>
+                )}
+              </Section>
+            </>
+          );
+        }}
+      </QueryState>
+    </Page>
+  );
+}
