@@ -2,8 +2,12 @@
  * Berth under test, in a process of its own (so its CPU and RSS are its own), with the bare
  * baselines beside it reading the same database:
  *  - bare: node:http + pg, no authentication, `SELECT * FROM "Environment" WHERE id = $1` as JSON;
- *  - bare + auth: the same plus one more indexed query, Berth's own credential lookup (the very
- *    statement of src/services/auth.ts), refusing unknown, revoked and expired credentials.
+ *  - bare + auth: the same plus one more indexed query for the credential (its secret's hash is
+ *    unique), refusing unknown, revoked and expired credentials;
+ *  - bare + Berth's auth statement: the same with the very statement of src/services/auth.ts
+ *    (the credential joined with its person, its sandbox and the address's failure counter),
+ *    sent as Prisma's `$queryRaw` sends it (an unnamed statement, planned on every execution) and
+ *    as a named statement (prepared once per connection; PostgreSQL then reuses its plan).
  * On the embedded PGlite they share Berth's pool of one connection (PGlite is one session); on
  * PostgreSQL they get a pool like Berth's (10 connections, same schema).
  * Answers `usage`, `profileStart`/`profileStop`, `sql` (on Berth's own pool) and `stop`.
@@ -28,10 +32,14 @@ export interface BerthUrls {
   url: string;
   bareUrl: string;
   bareAuthUrl: string;
+  bareBerthAuthUrl: string;
+  bareBerthAuthNamedUrl: string;
   pid: number;
 }
 
-const CREDENTIAL_SQL = `
+const CREDENTIAL_SQL = 'SELECT id, "orgId", revoked, expires FROM "Credential" WHERE "secretHash" = $1';
+
+const BERTH_CREDENTIAL_SQL = `
   SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
          p.email, p.admin, s.removed AS "sandboxRemoved",
          (SELECT f."blockedUntil" FROM "AuthFailure" f WHERE f.address = $1) AS "blockedUntil"
@@ -89,21 +97,41 @@ serve({
       const { rows } = await pool.query('SELECT * FROM "Environment" WHERE id = $1', [idOf(req)]);
       send(res, rows.length ? 200 : 404, rows[0] ?? { error: 'not found', code: 'not_found' });
     });
-    const bareAuth = await listen(async (req, res) => {
-      const secret = /^Bearer[ ]+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
-      const hash = createHash('sha256')
-        .update(secret ?? '')
-        .digest('hex');
-      const cred = (await pool.query(CREDENTIAL_SQL, [req.socket.remoteAddress ?? 'unknown', hash])).rows[0];
-      const now = new Date();
-      if (!secret || !cred || cred.revoked || (cred.expires && cred.expires <= now) || cred.sandboxRemoved) {
-        return send(res, 401, { error: 'unauthorized', code: 'unauthorized' });
-      }
-      const { rows } = await pool.query('SELECT * FROM "Environment" WHERE id = $1 AND "orgId" = $2', [idOf(req), cred.orgId]);
-      send(res, rows.length ? 200 : 404, rows[0] ?? { error: 'not found', code: 'not_found' });
-    });
-    baselines.push(bare, bareAuth);
-    return { url: app.url, bareUrl: urlOf(bare), bareAuthUrl: urlOf(bareAuth), pid: process.pid };
+    const authenticated = (statement: 'simple' | 'berth' | 'berth-named') =>
+      listen(async (req, res) => {
+        const secret = /^Bearer[ ]+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+        const hash = createHash('sha256')
+          .update(secret ?? '')
+          .digest('hex');
+        const address = req.socket.remoteAddress ?? 'unknown';
+        const cred = (
+          statement === 'simple'
+            ? await pool.query(CREDENTIAL_SQL, [hash])
+            : await pool.query({
+                text: BERTH_CREDENTIAL_SQL,
+                values: [address, hash],
+                name: statement === 'berth-named' ? 'bench-credential' : undefined,
+              })
+        ).rows[0];
+        const now = new Date();
+        if (!secret || !cred || cred.revoked || (cred.expires && cred.expires <= now) || cred.sandboxRemoved) {
+          return send(res, 401, { error: 'unauthorized', code: 'unauthorized' });
+        }
+        const { rows } = await pool.query('SELECT * FROM "Environment" WHERE id = $1 AND "orgId" = $2', [idOf(req), cred.orgId]);
+        send(res, rows.length ? 200 : 404, rows[0] ?? { error: 'not found', code: 'not_found' });
+      });
+    const bareAuth = await authenticated('simple');
+    const bareBerthAuth = await authenticated('berth');
+    const bareBerthAuthNamed = await authenticated('berth-named');
+    baselines.push(bare, bareAuth, bareBerthAuth, bareBerthAuthNamed);
+    return {
+      url: app.url,
+      bareUrl: urlOf(bare),
+      bareAuthUrl: urlOf(bareAuth),
+      bareBerthAuthUrl: urlOf(bareBerthAuth),
+      bareBerthAuthNamedUrl: urlOf(bareBerthAuthNamed),
+      pid: process.pid,
+    };
   },
   async sql(p: { text: string; params?: unknown[] }) {
     if (!app) throw new Error('Berth is not started');

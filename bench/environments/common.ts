@@ -143,6 +143,11 @@ export function forkChild(script: URL, args: string[] = [], nodeFlags: string[] 
 
 type Handler = (params: any) => unknown;
 
+/** To the parent, unless it is gone (then this process is about to end anyway). */
+function toParent(msg: unknown): void {
+  if (process.connected) process.send!(msg, undefined, undefined, () => undefined);
+}
+
 /** Child side: answers the parent's requests with these handlers; ends when the parent goes. */
 export function serve(handlers: Record<string, Handler>): void {
   process.on('disconnect', () => process.exit(0));
@@ -152,15 +157,15 @@ export function serve(handlers: Record<string, Handler>): void {
     try {
       if (!handler) throw new Error(`no handler for ${msg.method}`);
       const result = await handler(msg.params);
-      process.send!({ rpc: msg.rpc, result: result ?? null } satisfies Answer);
+      toParent({ rpc: msg.rpc, result: result ?? null } satisfies Answer);
     } catch (error) {
-      process.send!({ rpc: msg.rpc, error: error instanceof Error ? (error.stack ?? error.message) : String(error) } satisfies Answer);
+      toParent({ rpc: msg.rpc, error: error instanceof Error ? (error.stack ?? error.message) : String(error) } satisfies Answer);
     }
   });
 }
 
 export function push(event: string, data: Record<string, unknown> = {}): void {
-  process.send!({ event, ...data });
+  toParent({ event, ...data });
 }
 
 // ---------------------------------------------------------------------------------------------
