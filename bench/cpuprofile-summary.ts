@@ -3,8 +3,10 @@
  * bench/environments.ts): where the busy time goes, by package (self and inclusive) and by
  * function (self and inclusive). Percentages are of the busy time (idle excluded).
  *
- *   npx tsx bench/cpuprofile-summary.ts <file.cpuprofile>… [--top 25] [--match <regex>]
+ *   npx tsx bench/cpuprofile-summary.ts <file.cpuprofile>… [--top 25] [--match <regex>] [--per <n>] [--callers <regex>]
  *
+ * --per divides every time by n (the requests or messages of the profiled window) to give µs each.
+ * --callers shows, for the functions whose name matches, the call chains their self time came from.
  * --match lists the inclusive time of every function whose name (with its file) matches, e.g.
  * --match '^(authenticate|execute|stringify) '.
  */
@@ -41,7 +43,7 @@ function packageOf(frame: ProfileNode['callFrame']): string {
   }
   if (path.startsWith(REPO)) {
     const rel = path.slice(REPO.length).split('/');
-    return rel[0] === 'src' && rel.length > 2 ? `berth src/${rel[1]}` : `berth ${rel[0]}`;
+    return rel[0] === 'src' && rel.length >= 2 ? `berth src/${rel[1]}` : `berth ${rel[0]}`;
   }
   return path;
 }
@@ -62,15 +64,62 @@ function functionOf(frame: ProfileNode['callFrame']): string {
 
 const IDLE = new Set(['(idle)', '(root)']);
 
-function summarize(profile: Profile, top: number, match?: RegExp): string {
+/** Socket writes: on a 2-core machine shared with PostgreSQL, kernel time plus waiting for a core. */
+const SOCKET_WRITES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String']);
+
+/** The layers a read or a delivery goes through, by package (first match wins). */
+const LAYERS: [RegExp, string][] = [
+  [/^\(garbage collector\)$/, 'garbage collection'],
+  [/^socket writes$/, 'socket writes (kernel, and waiting for a core after waking the peer)'],
+  [/^@prisma\//, 'Prisma (client, query interpreter, driver adapter)'],
+  [/^(pg|pg-protocol|pg-pool|pg-types|postgres-\w+)$/, 'node-postgres (protocol, result parsing)'],
+  [/^(@electric-sql\/|wasm:)/, 'PGlite (PostgreSQL in WASM, its socket server)'],
+  [
+    /^(graphql-yoga|@graphql-yoga\/|@whatwg-node\/|node:per_context|node:abort_controller|@envelop\/|@escape\.tech\/)/,
+    'yoga, envelop and the Fetch API layer',
+  ],
+  [
+    /^(graphql|@graphql-tools\/|@pothos\/|graphql-jit|@repeaterjs\/)$|^(@graphql-tools|@pothos)\//,
+    'GraphQL execution (graphql-js, graphql-tools, Pothos)',
+  ],
+  [/^(graphql-ws|ws)$/, 'graphql-ws and ws'],
+  [/^berth src\//, "Berth's own code (src/)"],
+  [/^node:/, 'node core (http, net, streams, events, timers)'],
+];
+
+function layerOf(pkg: string): string {
+  return LAYERS.find(([re]) => re.test(pkg))?.[1] ?? `other: ${pkg}`;
+}
+
+interface Options {
+  top: number;
+  match?: RegExp;
+  per?: number;
+  callers?: RegExp;
+}
+
+function summarize(profile: Profile, { top, match, per, callers }: Options): string {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  /** A native frame (JSON.stringify, a hash, a syscall) counts for the JS code that called it. */
+  const layerPackage = (id: number): string => {
+    const frame = byId.get(id)!.callFrame;
+    if (frame.url || frame.functionName.startsWith('(')) return packageOf(frame);
+    if (SOCKET_WRITES.has(frame.functionName)) return 'socket writes';
+    for (let at = parent.get(id); at !== undefined; at = parent.get(at)) {
+      const caller = byId.get(at)!.callFrame;
+      if (caller.url) return packageOf(caller);
+    }
+    return '(native)';
+  };
 
   const selfFn = new Map<string, number>();
   const selfPkg = new Map<string, number>();
   const inclFn = new Map<string, number>();
   const inclPkg = new Map<string, number>();
+  const layers = new Map<string, number>();
+  const callerChains = new Map<string, number>();
   const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
   let busy = 0;
   let idle = 0;
@@ -84,6 +133,7 @@ function summarize(profile: Profile, top: number, match?: RegExp): string {
     busy += us;
     add(selfFn, functionOf(node.callFrame), us);
     add(selfPkg, packageOf(node.callFrame), us);
+    add(layers, layerOf(layerPackage(id)), us);
     const fns = new Set<string>();
     const pkgs = new Set<string>();
     for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
@@ -93,6 +143,14 @@ function summarize(profile: Profile, top: number, match?: RegExp): string {
       pkgs.add(packageOf(frame));
     }
     for (const f of fns) add(inclFn, f, us);
+    if (callers?.test(functionOf(node.callFrame))) {
+      const chain: string[] = [];
+      for (let at = parent.get(id); at !== undefined && chain.length < 6; at = parent.get(at)) {
+        const frame = byId.get(at)!.callFrame;
+        if (frame.functionName !== '(root)') chain.push(functionOf(frame));
+      }
+      add(callerChains, `${functionOf(node.callFrame)}\n      ← ${chain.join('\n      ← ')}`, us);
+    }
     for (const p of pkgs) add(inclPkg, p, us);
   });
 
@@ -100,11 +158,19 @@ function summarize(profile: Profile, top: number, match?: RegExp): string {
     [...m.entries()]
       .sort((a, b) => b[1] - a[1])
       .slice(0, n)
-      .map(([k, us]) => `  ${(us / 1000).toFixed(0).padStart(7)} ms ${((100 * us) / busy).toFixed(1).padStart(5)} %  ${k}`)
+      .map(
+        ([k, us]) =>
+          `  ${(us / 1000).toFixed(0).padStart(7)} ms ${((100 * us) / busy).toFixed(1).padStart(5)} %` +
+          `${per ? `${(us / per).toFixed(1).padStart(8)} µs each` : ''}  ${k}`,
+      )
       .join('\n');
   const wall = (profile.endTime - profile.startTime) / 1e6;
   return [
     `busy ${(busy / 1e6).toFixed(2)} s of ${wall.toFixed(2)} s profiled (idle ${(idle / 1e6).toFixed(2)} s); percentages are of the busy time`,
+    ...(per ? [`(µs each: per one of ${per} requests or messages)`] : []),
+    '',
+    'self time by layer (a native frame counts for its JS caller; socket writes apart):',
+    rows(layers, 20),
     '',
     'self time by package:',
     rows(selfPkg, 15),
@@ -120,6 +186,7 @@ function summarize(profile: Profile, top: number, match?: RegExp): string {
     ...(match
       ? ['', `inclusive time of the functions matching ${match}:`, rows(new Map([...inclFn].filter(([k]) => match.test(k))), 1000)]
       : []),
+    ...(callers ? ['', `self time of the functions matching ${callers}, by their nearest callers:`, rows(callerChains, 10)] : []),
   ].join('\n');
 }
 
@@ -128,10 +195,16 @@ const topAt = args.indexOf('--top');
 const top = topAt >= 0 ? Number(args.splice(topAt, 2)[1]) : 25;
 const matchAt = args.indexOf('--match');
 const match = matchAt >= 0 ? new RegExp(args.splice(matchAt, 2)[1]!) : undefined;
+const perAt = args.indexOf('--per');
+const per = perAt >= 0 ? Number(args.splice(perAt, 2)[1]) : undefined;
+const callersAt = args.indexOf('--callers');
+const callers = callersAt >= 0 ? new RegExp(args.splice(callersAt, 2)[1]!) : undefined;
 if (args.length === 0) {
-  console.error('usage: npx tsx bench/cpuprofile-summary.ts <file.cpuprofile>… [--top 25] [--match <regex>]');
+  console.error(
+    'usage: npx tsx bench/cpuprofile-summary.ts <file.cpuprofile>… [--top 25] [--match <regex>] [--per <n>] [--callers <regex>]',
+  );
   process.exit(2);
 }
 for (const file of args) {
-  console.log(`== ${basename(file)}\n${summarize(JSON.parse(await readFile(file, 'utf8')) as Profile, top, match)}\n`);
+  console.log(`== ${basename(file)}\n${summarize(JSON.parse(await readFile(file, 'utf8')) as Profile, { top, match, per, callers })}\n`);
 }

@@ -163,11 +163,14 @@ interface HttpRow {
   p99: number;
   failed: number;
   cpuUsPerReq?: number;
+  /** Share of that CPU spent in the kernel. */
+  kernel?: number;
+  queriesPerReq?: number;
   baseline?: { reqPerSec: number; p99: number };
   kind?: 'bare' | 'rest' | 'graphql' | 'peer';
 }
 
-async function runLoad(opts: LoadOptions, server?: Child): Promise<LoadResult & { cpuUs?: number }> {
+async function runLoad(opts: LoadOptions, server?: Child): Promise<LoadResult & { cpuUs?: number; systemUs?: number; queries?: number }> {
   const load = forkChild(script('load.ts'));
   try {
     let before: Promise<Usage> | undefined;
@@ -177,7 +180,13 @@ async function runLoad(opts: LoadOptions, server?: Child): Promise<LoadResult & 
     const result = await load.call<LoadResult>('run', opts);
     const after = await server?.call<Usage>('usage');
     const start = await before;
-    return { ...result, cpuUs: after && start ? after.cpuUs - start.cpuUs : undefined };
+    if (!after || !start) return result;
+    return {
+      ...result,
+      cpuUs: after.cpuUs - start.cpuUs,
+      systemUs: after.systemUs - start.systemUs,
+      queries: after.queries - start.queries,
+    };
   } finally {
     load.kill();
     await load.exited;
@@ -201,6 +210,9 @@ async function measureTarget(backend: string, t: Target, kind?: HttpRow['kind'])
     p99: r.p99,
     failed: r.failed,
     cpuUsPerReq: r.cpuUs !== undefined && r.ok ? r.cpuUs / r.ok : undefined,
+    kernel: r.cpuUs && r.systemUs !== undefined ? r.systemUs / r.cpuUs : undefined,
+    // Responses that were still in flight when the run ended make this a little high.
+    queriesPerReq: r.queries !== undefined && r.ok ? r.queries / r.ok : undefined,
     kind,
   };
 }
@@ -313,26 +325,35 @@ async function measureReads(backend: Backend, berth: Berth, id: string, peerChil
     if (res.status !== 200 || t.idOf(JSON.parse(text)) !== id) throw new Error(`${t.what} answered ${res.status}: ${text.slice(0, 500)}`);
   }
 
-  // The bare handler brackets the others; its mean is the reference, so drift during the run
-  // lands on both sides of the ratio.
-  const before = await measureTarget(backend, bare, 'bare');
+  // The bare handler runs first, after every third target and last; the median of its runs is the
+  // reference, so drift during the run lands on both sides of the ratio and one disturbed run
+  // does not move it.
+  const bareRuns = [await measureTarget(backend, bare, 'bare')];
   const rows: HttpRow[] = [];
-  for (const [t, kind] of targets) {
+  for (const [i, [t, kind]] of targets.entries()) {
     console.error(`[${backend}] ${t.what}…`);
     rows.push(await measureTarget(backend, t, kind));
+    if (i % 3 === 2 || i === targets.length - 1) bareRuns.push(await measureTarget(backend, bare, 'bare'));
   }
-  const after = await measureTarget(backend, bare, 'bare');
-  const reference = { reqPerSec: (before.reqPerSec + after.reqPerSec) / 2, p99: (before.p99 + after.p99) / 2 };
-  const cpu = [before.cpuUsPerReq, after.cpuUsPerReq].filter((n): n is number => n !== undefined);
+  const median = (f: (r: HttpRow) => number | undefined) => {
+    const xs = bareRuns
+      .map(f)
+      .filter((n): n is number => n !== undefined)
+      .sort((a, b) => a - b);
+    return xs.length ? (xs[Math.floor(xs.length / 2)]! + xs[Math.ceil(xs.length / 2) - 1]!) / 2 : undefined;
+  };
+  const reference = { reqPerSec: median((r) => r.reqPerSec)!, p99: median((r) => r.p99)! };
   return [
     {
       backend,
-      what: `bare: node:http + pg (runs ${before.reqPerSec.toFixed(0)} / ${after.reqPerSec.toFixed(0)} req/s)`,
+      what: `bare: node:http + pg (median of ${bareRuns.map((r) => r.reqPerSec.toFixed(0)).join(' / ')} req/s)`,
       reqPerSec: reference.reqPerSec,
-      p50: (before.p50 + after.p50) / 2,
+      p50: median((r) => r.p50)!,
       p99: reference.p99,
-      failed: before.failed + after.failed,
-      cpuUsPerReq: cpu.length ? cpu.reduce((a, b) => a + b, 0) / cpu.length : undefined,
+      failed: bareRuns.reduce((n, r) => n + r.failed, 0),
+      cpuUsPerReq: median((r) => r.cpuUsPerReq),
+      kernel: median((r) => r.kernel),
+      queriesPerReq: median((r) => r.queriesPerReq),
       baseline: reference,
       kind: 'bare' as const,
     },
@@ -438,6 +459,8 @@ interface FanoutRow {
   kibPerSub: number;
   peakKibPerSub: number;
   cpuPercent: number;
+  /** Share of the server's CPU spent in the kernel (socket writes). */
+  kernel: number;
   connectS: number;
   drained: boolean;
 }
@@ -563,6 +586,7 @@ async function runFanout(t: FanoutTarget, count: number): Promise<FanoutRow> {
     const { at, order } = await t.commits(keys);
     return summarize(t, count, keys, order, at, reports, {
       cpuUs: cpu1.cpuUs - cpu0.cpuUs,
+      systemUs: cpu1.systemUs - cpu0.systemUs,
       wallMs: cpu1.at - cpu0.at,
       rssBefore: before.rss,
       rssWith: withSubs.rss,
@@ -585,6 +609,7 @@ function summarize(
   reports: SubscribersReport[],
   m: {
     cpuUs: number;
+    systemUs: number;
     wallMs: number;
     rssBefore: number;
     rssWith: number;
@@ -643,6 +668,7 @@ function summarize(
     kibPerSub: (m.rssWith - m.rssBefore) / 1024 / count,
     peakKibPerSub: (m.peak - m.rssBefore) / 1024 / count,
     cpuPercent: (m.cpuUs / 1000 / m.wallMs) * 100,
+    kernel: m.systemUs / m.cpuUs,
     connectS: m.connectMs / 1000,
     drained: m.drained,
   };
@@ -685,7 +711,7 @@ async function stockFanout(transport: Transport, sample: Record<string, unknown>
     const run = randomBytes(3).toString('hex');
     const target: FanoutTarget = {
       backend: '-',
-      server: 'stock graphql-ws/yoga + graphql-js + createPubSub',
+      server: transport === 'sse' ? 'stock: yoga SSE + graphql-js + createPubSub' : 'stock: graphql-ws + graphql-js + createPubSub',
       transport,
       url,
       child,
@@ -786,7 +812,19 @@ const verdict = (ok: boolean) => (ok ? 'met' : 'MISSED');
 function readsReport(http: HttpRow[]): string {
   const lines = [
     table(
-      ['backend', 'what', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'server CPU µs/req', 'req/s vs bare', 'p99 vs bare'],
+      [
+        'backend',
+        'what',
+        'req/s',
+        'p50 ms',
+        'p99 ms',
+        'errors',
+        'server CPU µs/req',
+        'kernel %',
+        'queries/req',
+        'req/s vs bare',
+        'p99 vs bare',
+      ],
       http.map((r) => [
         r.backend,
         r.what,
@@ -795,6 +833,8 @@ function readsReport(http: HttpRow[]): string {
         ms(r.p99),
         String(r.failed),
         r.cpuUsPerReq === undefined ? '-' : r.cpuUsPerReq.toFixed(0),
+        r.kernel === undefined ? '-' : (100 * r.kernel).toFixed(0),
+        r.queriesPerReq === undefined ? '-' : r.queriesPerReq.toFixed(2),
         r.baseline ? ratio(r.reqPerSec, r.baseline.reqPerSec) : '',
         r.baseline ? ratio(r.p99, r.baseline.p99) : '',
       ]),
@@ -855,6 +895,7 @@ function fanoutReport(rows: FanoutRow[]): string {
         'KiB/sub',
         'peak KiB/sub',
         'server CPU %',
+        'kernel %',
         'connect s',
       ],
       rows.map((r) => [
@@ -876,6 +917,7 @@ function fanoutReport(rows: FanoutRow[]): string {
         r.kibPerSub.toFixed(1),
         r.peakKibPerSub.toFixed(1),
         r.cpuPercent.toFixed(0),
+        (100 * r.kernel).toFixed(0),
         r.connectS.toFixed(1),
       ]),
       3,

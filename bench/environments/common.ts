@@ -6,6 +6,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
+import pg from 'pg';
 
 export function knob(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -174,6 +175,10 @@ export function push(event: string, data: Record<string, unknown> = {}): void {
 export interface Usage {
   /** process.cpuUsage() of the server's own process, user + system, in µs. */
   cpuUs: number;
+  /** Of which in the kernel (system calls, loopback TCP), in µs. */
+  systemUs: number;
+  /** Statements sent through node-postgres by this process so far (the driver of Berth and the peers). */
+  queries: number;
   rss: number;
   heapUsed: number;
   at: number;
@@ -186,6 +191,15 @@ export interface Usage {
  */
 export function measuringHandlers(): Record<string, Handler> {
   let session: Session | undefined;
+  // Counts every statement node-postgres sends, BEGIN and COMMIT included, whoever sends it
+  // (Prisma's driver adapter, the raw pool, the baselines): queries per request are the
+  // first thing a read's cost follows.
+  let queries = 0;
+  const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+  pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
+    queries++;
+    return query.apply(this, args);
+  } as typeof pg.Client.prototype.query;
   return {
     usage(params?: { gc?: boolean }) {
       if (params?.gc && globalThis.gc) {
@@ -194,7 +208,14 @@ export function measuringHandlers(): Record<string, Handler> {
       }
       const cpu = process.cpuUsage();
       const mem = process.memoryUsage();
-      return { cpuUs: cpu.user + cpu.system, rss: mem.rss, heapUsed: mem.heapUsed, at: wallMs() } satisfies Usage;
+      return {
+        cpuUs: cpu.user + cpu.system,
+        systemUs: cpu.system,
+        queries,
+        rss: mem.rss,
+        heapUsed: mem.heapUsed,
+        at: wallMs(),
+      } satisfies Usage;
     },
     async profileStart(params: { intervalUs?: number }) {
       session = new Session();
