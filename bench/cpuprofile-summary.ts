@@ -78,10 +78,8 @@ const LAYERS: [RegExp, string][] = [
     /^(graphql-yoga|@graphql-yoga\/|@whatwg-node\/|node:per_context|node:abort_controller|@envelop\/|@escape\.tech\/)/,
     'yoga, envelop and the Fetch API layer',
   ],
-  [
-    /^(graphql|@graphql-tools\/|@pothos\/|graphql-jit|@repeaterjs\/)$|^(@graphql-tools|@pothos)\//,
-    'GraphQL execution (graphql-js, graphql-tools, Pothos)',
-  ],
+  [/^(graphql|graphql-jit)$|^(@graphql-tools|@pothos)\//, 'GraphQL execution (graphql-js, graphql-tools, Pothos)'],
+  [/^@repeaterjs\//, 'async iterators (Repeater: pub/sub and each subscription)'],
   [/^(graphql-ws|ws)$/, 'graphql-ws and ws'],
   [/^berth src\//, "Berth's own code (src/)"],
   [/^node:/, 'node core (http, net, streams, events, timers)'],

@@ -459,7 +459,7 @@ interface FanoutRow {
   kibPerSub: number;
   peakKibPerSub: number;
   cpuPercent: number;
-  /** Share of the server's CPU spent in the kernel (socket writes). */
+  /** Share of the server's CPU spent in the kernel (mostly socket reads and writes). */
   kernel: number;
   connectS: number;
   drained: boolean;
