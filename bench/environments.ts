@@ -235,60 +235,22 @@ async function measureReads(backend: Backend, berth: Berth, id: string, peerChil
   const auth = { authorization: `Bearer ${TOKEN}` };
   const json = { 'content-type': 'application/json' };
   const prof = (name: string) => (profileDir ? join(profileDir, `${backend}-${name}.cpuprofile`) : undefined);
-  const bare: Target = {
-    what: 'bare: node:http + pg',
-    url: `${berth.bareUrl}/v1/environments/${id}`,
+  /** A GET of the row from one of the servers in Berth's process. */
+  const get = (what: string, base: string, headers: Record<string, string>, profile?: string): Target => ({
+    what,
+    url: `${base}/v1/environments/${id}`,
     method: 'GET',
-    headers: {},
+    headers,
     server: berth.child,
+    profile,
     idOf: (b) => b.id,
-  };
+  });
+  const bare = get('bare: node:http + pg', berth.bareUrl, {});
   const targets: [Target, HttpRow['kind']][] = [
-    [
-      {
-        what: 'bare + auth: one more indexed query (the credential by its hash)',
-        url: `${berth.bareAuthUrl}/v1/environments/${id}`,
-        method: 'GET',
-        headers: auth,
-        server: berth.child,
-        idOf: (b) => b.id,
-      },
-      'bare',
-    ],
-    [
-      {
-        what: "bare + auth, Berth's credential statement (2 joins, 1 sub-select)",
-        url: `${berth.bareBerthAuthUrl}/v1/environments/${id}`,
-        method: 'GET',
-        headers: auth,
-        server: berth.child,
-        idOf: (b) => b.id,
-      },
-      'bare',
-    ],
-    [
-      {
-        what: 'bare + auth, the same statement named (prepared once per connection)',
-        url: `${berth.bareBerthAuthNamedUrl}/v1/environments/${id}`,
-        method: 'GET',
-        headers: auth,
-        server: berth.child,
-        idOf: (b) => b.id,
-      },
-      'bare',
-    ],
-    [
-      {
-        what: 'Berth REST GET /v1/environments/{id}',
-        url: `${berth.url}/v1/environments/${id}`,
-        method: 'GET',
-        headers: auth,
-        server: berth.child,
-        profile: prof('rest'),
-        idOf: (b) => b.id,
-      },
-      'rest',
-    ],
+    [get('bare + auth: one more indexed query (the credential by its hash)', berth.bareAuthUrl, auth), 'bare'],
+    [get("bare + auth, Berth's credential statement (2 joins, 1 sub-select)", berth.bareBerthAuthUrl, auth), 'bare'],
+    [get('bare + auth, the same statement named (prepared once per connection)', berth.bareBerthAuthNamedUrl, auth), 'bare'],
+    [get('Berth REST GET /v1/environments/{id}', berth.url, auth, prof('rest')), 'rest'],
     [
       {
         what: 'Berth GraphQL POST /graphql environment(id)',

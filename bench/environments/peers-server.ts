@@ -13,7 +13,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { buildSchema, type DocumentNode, execute, type GraphQLScalarType, type GraphQLSchema, parse, validate } from 'graphql';
-import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit';
+import { compileQuery, isCompiledQuery } from 'graphql-jit';
 import { createYoga } from 'graphql-yoga';
 import pg from 'pg';
 import { measuringHandlers, type PeerName, serve } from './common';
@@ -82,50 +82,47 @@ function listen(server: Server): Promise<string> {
   );
 }
 
-/** graphql-js `execute` on node:http: a parsed and validated document per distinct query text. */
-function graphqlJsServer(schema: GraphQLSchema, ctx: Ctx): Server {
-  const documents = new Map<string, DocumentNode>();
+type Run = (variables: Record<string, unknown>) => Promise<string>;
+
+/**
+ * A bare node:http GraphQL endpoint: each distinct query text is parsed, validated and prepared
+ * once (`prepare` turns the document into a runner answering JSON text), then only run.
+ */
+function documentServer(schema: GraphQLSchema, prepare: (document: DocumentNode) => Run | { errors?: unknown }): Server {
+  const runners = new Map<string, Run>();
   return createServer(async (req, res) => {
     try {
       const body = await readBody(req);
-      let document = documents.get(body.query);
-      if (!document) {
-        document = parse(body.query);
+      let run = runners.get(body.query);
+      if (!run) {
+        const document = parse(body.query);
         const errors = validate(schema, document);
-        if (errors.length) return reply(res, 400, JSON.stringify({ errors }));
-        documents.set(body.query, document);
+        const prepared = errors.length ? { errors } : prepare(document);
+        if (typeof prepared !== 'function') return reply(res, 400, JSON.stringify(prepared));
+        run = prepared;
+        runners.set(body.query, run);
       }
-      const result = await execute({ schema, document, variableValues: body.variables, contextValue: ctx });
-      reply(res, 200, JSON.stringify(result));
+      reply(res, 200, await run(body.variables ?? {}));
     } catch (error) {
       reply(res, 500, JSON.stringify({ errors: [{ message: String(error) }] }));
     }
   });
 }
 
-/** graphql-jit on node:http: a compiled query (and its serializer) per distinct query text. */
-function graphqlJitServer(schema: GraphQLSchema, ctx: Ctx): Server {
-  const compiled = new Map<string, CompiledQuery>();
-  return createServer(async (req, res) => {
-    try {
-      const body = await readBody(req);
-      let query = compiled.get(body.query);
-      if (!query) {
-        const document = parse(body.query);
-        const errors = validate(schema, document);
-        if (errors.length) return reply(res, 400, JSON.stringify({ errors }));
-        const result = compileQuery(schema, document);
-        if (!isCompiledQuery(result)) return reply(res, 400, JSON.stringify(result));
-        query = result;
-        compiled.set(body.query, query);
-      }
-      const result = await query.query(undefined, ctx, body.variables ?? {});
-      reply(res, 200, query.stringify(result));
-    } catch (error) {
-      reply(res, 500, JSON.stringify({ errors: [{ message: String(error) }] }));
-    }
+/** graphql-js `execute` on the document, `JSON.stringify` of the result. */
+const graphqlJsServer = (schema: GraphQLSchema, ctx: Ctx) =>
+  documentServer(
+    schema,
+    (document) => async (variableValues) => JSON.stringify(await execute({ schema, document, variableValues, contextValue: ctx })),
+  );
+
+/** graphql-jit: the document compiled to a function and a serializer. */
+const graphqlJitServer = (schema: GraphQLSchema, ctx: Ctx) =>
+  documentServer(schema, (document) => {
+    const compiled = compileQuery(schema, document);
+    if (!isCompiledQuery(compiled)) return compiled;
+    return async (variables) => compiled.stringify(await compiled.query(undefined, ctx, variables));
   });
-}
 
 const servers: Server[] = [];
 const pools: pg.Pool[] = [];
