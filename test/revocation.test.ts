@@ -1,0 +1,89 @@
+import { createClient } from 'graphql-ws';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import type { App } from '../src/server';
+import { BOOTSTRAP, client, describeBackends, type Reply, startServer, type TestServer } from './helpers/server';
+
+/**
+ * Revoking a credential takes effect at once, on every transport and every instance: the guard for
+ * any cache of credentials (issue 10). Each credential is used on every transport before it is
+ * revoked, so whatever remembers credentials has remembered it.
+ */
+
+/** Opens a graphql-ws connection: 'connected', or the close code that refused it. */
+function wsOutcome(url: string, secret: string): Promise<string> {
+  return new Promise((resolve) => {
+    const ws = createClient({
+      url: `${url.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${secret}` },
+      retryAttempts: 0,
+      lazy: false,
+      onNonLazyError: () => undefined,
+    });
+    ws.on('connected', () => {
+      resolve('connected');
+      void ws.dispose();
+    });
+    ws.on('closed', (e) => resolve(String((e as { code: number }).code)));
+  });
+}
+
+const VIEWER = { query: '{ viewer { name } }' };
+
+/** A GraphQL request refused for its credential (a request error: 401, no data). */
+function expectRefused(res: Reply): void {
+  expect(res.status).toBe(401);
+  expect(res.body.data?.viewer).toBeUndefined();
+  expect(JSON.stringify(res.body.errors)).toMatch(/revoked|unauthorized/i);
+}
+
+async function expectAccepted(url: string, secret: string): Promise<void> {
+  const user = client(() => url, secret);
+  expect((await user.get('/v1/me')).status).toBe(200);
+  expect((await user.post('/graphql', VIEWER)).body.data.viewer.name).toEqual(expect.any(String));
+  expect(await wsOutcome(url, secret)).toBe('connected');
+}
+
+async function expectRevoked(url: string, secret: string): Promise<void> {
+  const user = client(() => url, secret);
+  expect(await user.get('/v1/me')).toMatchObject({ status: 401, body: { code: 'unauthorized' } });
+  expectRefused(await user.post('/graphql', VIEWER));
+  expect(await wsOutcome(url, secret)).toBe('4401');
+}
+
+describeBackends('revocation', (backend) => {
+  let s: TestServer;
+  const admin = () => client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    // Every refusal counts as a failed authentication from 127.0.0.1: keep the 429 lock out of the way.
+    s = await startServer(backend, { AUTH_FAILURE_LIMIT: '1000' });
+  });
+  afterAll(() => s.stop());
+
+  it('refuses a revoked CLI token on the very next request, over REST, GraphQL and graphql-ws', async () => {
+    const created = await admin().post('/v1/tokens', { email: 'soon-revoked@example.com' });
+    await expectAccepted(s.url, created.body.secret);
+    expect((await admin().del(`/v1/tokens/${created.body.token.id}`)).status).toBe(200);
+    await expectRevoked(s.url, created.body.secret);
+  });
+
+  it('refuses a revoked API key on the very next request', async () => {
+    const created = await admin().post('/v1/keys', { name: 'soon-revoked' });
+    await expectAccepted(s.url, created.body.secret);
+    expect((await admin().del(`/v1/keys/${created.body.key.id}`)).status).toBe(200);
+    await expectRevoked(s.url, created.body.secret);
+  });
+
+  it.runIf(backend === 'postgres')('refuses it at once on every instance sharing the database', async () => {
+    const peer: App = await s.startPeer();
+    const created = await admin().post('/v1/tokens', { email: 'revoked-everywhere@example.com' });
+    await expectAccepted(s.url, created.body.secret);
+    await expectAccepted(peer.url, created.body.secret);
+    // Revoked through one instance, refused by the other on its very next request.
+    expect((await admin().del(`/v1/tokens/${created.body.token.id}`)).status).toBe(200);
+    await expectRevoked(peer.url, created.body.secret);
+    await expectRevoked(s.url, created.body.secret);
+  });
+});
