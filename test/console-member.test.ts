@@ -110,6 +110,8 @@ describe('web console: a member on a 390 px wide screen', () => {
     const alert = page.getByRole('alert');
     await alert.waitFor();
     expect(await alert.textContent()).toContain('not found');
+    // The GraphQL error's code (extensions.code) is shown beside its message.
+    expect(await alert.locator('code').allTextContents()).toEqual(['not_found']);
     expect(await alert.getByRole('button', { name: 'Try again' }).isVisible()).toBe(true);
     await screenshot(page, 'not-found-390');
   });
@@ -118,6 +120,23 @@ describe('web console: a member on a 390 px wide screen', () => {
     const tokens = (await admin.get('/v1/tokens')).body.tokens as { id: string; name: string }[];
     await admin.del(`/v1/tokens/${tokens.find((t) => t.name === 'phone')!.id}`);
     await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Artifacts' }).click();
+    await page.getByLabel('Token').waitFor();
+    expect(await page.getByRole('status').textContent()).toContain('signed out');
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(c.problems).toEqual([]);
+  });
+
+  it('ends the session when a download is refused with a 401, and says so', async () => {
+    const second = (await admin.post('/v1/tokens', { email: 'dev@example.com', name: 'phone-2' })).body;
+    expect((await admin.post('/v1/artifacts?name=notes.txt', 'hello', { 'content-type': 'application/octet-stream' })).status).toBe(201);
+    await page.getByLabel('Token').fill(second.secret);
+    await page.keyboard.press('Enter');
+    await navigate(page, 'Artifacts');
+    const download = page.getByRole('button', { name: 'Download notes.txt' });
+    await download.waitFor();
+    await admin.del(`/v1/tokens/${second.token.id}`);
+    // The first call with the revoked token is the download's, over REST.
+    await download.click();
     await page.getByLabel('Token').waitFor();
     expect(await page.getByRole('status').textContent()).toContain('signed out');
     expect(await page.evaluate(() => sessionStorage.length)).toBe(0);

@@ -12,6 +12,8 @@ export interface Api {
   token: string;
   /** Calls `listener` when the WebSocket is back after a drop (events may have been missed). */
   onReconnected(listener: () => void): () => void;
+  /** Ends the session because Berth refused the token on a call outside GraphQL (a REST 401). */
+  refused(message: string): void;
   /** Closes the WebSocket and forgets every pending retry. */
   dispose(): void;
 }
@@ -73,6 +75,7 @@ export function createApi(token: string, onEnd: (end: SessionEnd) => void): Api 
     client,
     token,
     onReconnected: (listener) => socket.on('connected', (_socket, _payload, wasRetry) => wasRetry && listener()),
+    refused: (message) => onEnd({ reason: 'refused', message }),
     dispose: () => void socket.dispose(),
   };
 }
@@ -101,6 +104,23 @@ export function errorMessage(error: CombinedError | Error | undefined): string {
     if (error.networkError) return `Berth did not answer (${error.networkError.message})`;
   }
   return error.message;
+}
+
+export interface ErrorPart {
+  message: string;
+  code?: string;
+}
+
+/** Each distinct error of an answer: the server's words for people, its `code` for programs. */
+export function errorParts(error: CombinedError | Error): ErrorPart[] {
+  if (!('graphQLErrors' in error)) return [{ message: error.message }];
+  if (!error.graphQLErrors.length) return [{ message: errorMessage(error), code: errorCode(error) }];
+  const parts = new Map<string, ErrorPart>();
+  for (const e of error.graphQLErrors) {
+    const code = typeof e.extensions?.code === 'string' ? e.extensions.code : undefined;
+    parts.set(`${code}\u0000${e.message}`, { message: e.message, code });
+  }
+  return [...parts.values()];
 }
 
 /** The form field a GraphQL error is about: its extensions.field (`labels.team` is `labels`). */

@@ -1,6 +1,7 @@
 // Who is signed in, and signing in and out. The token lives in this tab's session storage only:
 // closing the tab or "Sign out" forgets it, and signing out closes the WebSocket.
 import { createContext, useCallback, useContext, useEffect, useRef, useState } from 'react';
+import { type Complete, complete } from './answers';
 import { type Api, createApi, errorCode, errorMessage } from './api';
 import { graphql } from './generated/gql';
 import type { SessionViewerQuery } from './generated/gql/graphql';
@@ -13,7 +14,7 @@ const ViewerQuery = graphql(`
   }
 `);
 
-export type Viewer = SessionViewerQuery['viewer'];
+export type Viewer = Complete<SessionViewerQuery>['viewer'];
 
 export interface Session {
   api: Api;
@@ -33,7 +34,7 @@ export const SessionProvider = SessionContext.Provider;
 
 /** Checks a token by asking Berth who it acts as; answers why not, for people, when refused. */
 async function check(api: Api): Promise<{ viewer: Viewer } | { refused: string }> {
-  const result = await api.client.query(ViewerQuery, {}, { requestPolicy: 'network-only' }).toPromise();
+  const result = complete(await api.client.query(ViewerQuery, {}, { requestPolicy: 'network-only' }).toPromise());
   const code = errorCode(result.error);
   if (code === 'unauthorized') return { refused: 'Berth refused this token: it is unknown, expired or revoked.' };
   if (code === 'rate_limited') return { refused: `Too many failed sign-ins from this address. ${errorMessage(result.error)}` };

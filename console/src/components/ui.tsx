@@ -1,7 +1,7 @@
 // Small building blocks every page uses: the page frame, states, fields, tables, copying.
 import type { CombinedError } from '@urql/core';
-import { type ReactNode, useEffect, useId, useRef, useState } from 'react';
-import { errorMessage } from '../api';
+import { Fragment, type ReactNode, useEffect, useId, useRef, useState } from 'react';
+import { type ErrorPart, errorMessage, errorParts } from '../api';
 
 /** A page: its title in the tab and as the heading, which takes focus so readers announce it. */
 export function Page({ title, actions, children }: { title: string; actions?: ReactNode; children: ReactNode }) {
@@ -43,12 +43,23 @@ export function Loading({ what }: { what: string }) {
 
 /** What went wrong (a query, a mutation, a form), announced; with a retry when there is one. */
 export function Failure({ error, retry, what }: { error: CombinedError | Error | string; retry?: () => void; what?: string }) {
-  const message = typeof error === 'string' ? error : errorMessage(error);
+  const parts: ErrorPart[] = typeof error === 'string' ? [{ message: error }] : errorParts(error);
   return (
     <div className="failure" role="alert">
       <p>
         {what ? `Could not load ${what}: ` : null}
-        {message}
+        {parts.map((part, i) => (
+          <Fragment key={`${part.code}\u0000${part.message}`}>
+            {i ? '; ' : null}
+            {part.message}
+            {part.code ? (
+              <>
+                {' '}
+                (<code>{part.code}</code>)
+              </>
+            ) : null}
+          </Fragment>
+        ))}
       </p>
       {retry ? (
         <button type="button" onClick={retry}>

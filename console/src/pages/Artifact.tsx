@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
 import { Link, useLocation } from 'wouter';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { errorMessage, formErrors } from '../api';
 import { ConfirmAction, Copyable, Failure, Fields, Labels, Page, QueryState, Section, Table } from '../components/ui';
 import { bytes, when } from '../format';
@@ -35,9 +35,9 @@ const DeleteArtifact = graphql(`
 `);
 
 export function ArtifactPage({ id }: { id: string }) {
-  const [detail, refetch] = useQuery({ query: ArtifactDetail, variables: { id } });
+  const [detail, refetch] = useQueryAnswer({ query: ArtifactDetail, variables: { id } });
   const [, navigate] = useLocation();
-  const [deletion, remove] = useMutation(DeleteArtifact);
+  const [deletion, remove] = useMutationAnswer(DeleteArtifact);
   const onDelete = async () => {
     const result = await remove({ id });
     if (!result.error) navigate('/artifacts');
@@ -107,8 +107,8 @@ export function ArtifactPage({ id }: { id: string }) {
 
 function Links({ id }: { id: string }) {
   const [lifetime, setLifetime] = useState('');
-  const [made, create] = useMutation(CreateLink);
-  const [revoked, revoke] = useMutation(RevokeLinks);
+  const [made, create] = useMutationAnswer(CreateLink);
+  const [revoked, revoke] = useMutationAnswer(RevokeLinks);
   const [revokedAt, setRevokedAt] = useState<string>();
   const errors = formErrors(made.error, ['lifetime']);
   const submit = async (event: FormEvent) => {

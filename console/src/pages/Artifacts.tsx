@@ -1,6 +1,6 @@
 import { type FormEvent, useRef, useState } from 'react';
-import { useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useQueryAnswer } from '../answers';
 import { Copyable, Failure, Field, Page, Pager, QueryState, Section, Table, useForm, usePager } from '../components/ui';
 import { bytes, parsePairs, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -22,7 +22,7 @@ export function ArtifactsPage() {
   const [project, setProject] = useState('');
   const [filter, setFilter] = useState('');
   const pager = usePager();
-  const [list, refetch] = useQuery({
+  const [list, refetch] = useQueryAnswer({
     query: ArtifactList,
     variables: { first: PAGE_SIZE, after: pager.after, project: filter || undefined },
     requestPolicy: 'cache-and-network',
@@ -92,7 +92,9 @@ export function DownloadButton({ id, name }: { id: string; name: string }) {
       await downloadArtifact(api.token, id, name);
       setState({});
     } catch (error) {
-      setState({ error: (error as RestError).message ?? String(error) });
+      const e = error as RestError;
+      if (e.status === 401) return api.refused(e.message);
+      setState({ error: e.message ?? String(error) });
     }
   };
   return (
@@ -157,6 +159,7 @@ function Upload({ onUploaded }: { onUploaded(): void }) {
       onUploaded();
     } catch (error) {
       const e = error as RestError;
+      if (e.status === 401) return api.refused(e.message);
       // REST errors name their field first ("retention: …").
       const field = UPLOAD_FIELDS.find((f) => e.message.startsWith(`${f}:`) || e.message.startsWith(`${f}s:`));
       setErrors({ [field ?? 'form']: e.message });

@@ -1,6 +1,6 @@
 import { useState } from 'react';
-import { useMutation, useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
 import { millis, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -10,7 +10,7 @@ import { useEvents } from '../live';
 graphql(`
   fragment EnvironmentPageFields on Environment {
     id name template state node sandbox pool labels project readyMs error createdBy
-    created ready stopped expires idleUntil idle hard snapshot
+    created ready stopped stoppedBy expires idleUntil idle hard snapshot
     exports { service listen target }
     shares { name direction envPath localPath files }
     restored { key root files created }
@@ -59,11 +59,11 @@ export function EnvironmentPage({ id }: { id: string }) {
 }
 
 function EnvironmentView({ id }: { id: string }) {
-  const [detail, refetch] = useQuery({ query: EnvironmentDetail, variables: { id }, requestPolicy: 'cache-and-network' });
+  const [detail, refetch] = useQueryAnswer({ query: EnvironmentDetail, variables: { id }, requestPolicy: 'cache-and-network' });
   const [latest, setLatest] = useState<EnvironmentPageFieldsFragment>();
   const [newExecs, setNewExecs] = useState<ExecRowFragment[]>([]);
-  const [stopped, stop] = useMutation(StopEnvironment);
-  const [kept, keepAlive] = useMutation(KeepAlive);
+  const [stopped, stop] = useMutationAnswer(StopEnvironment);
+  const [kept, keepAlive] = useMutationAnswer(KeepAlive);
   const [notice, setNotice] = useState<string>();
   const resync = () => {
     setLatest(undefined);
@@ -154,6 +154,7 @@ function EnvironmentView({ id }: { id: string }) {
                   ['Ready', when(e.ready)],
                   ['Ready in', millis(e.readyMs)],
                   ['Stopped', when(e.stopped)],
+                  ['Stopped by', e.stoppedBy],
                   ['Idle', e.idle],
                   ['Idle until', when(e.idleUntil)],
                   ['Hard', e.hard],

@@ -1,7 +1,7 @@
 import { type FormEvent, useMemo, useState } from 'react';
-import { useQuery } from 'urql';
 import { Link, useSearchParams } from 'wouter';
-import { Field, Labels, LiveNotice, Page, Pager, QueryState, StateBadge, Table, usePager } from '../components/ui';
+import { useQueryAnswer } from '../answers';
+import { Failure, Field, Labels, LiveNotice, Page, Pager, QueryState, StateBadge, Table, usePager } from '../components/ui';
 import { millis, parsePairs, when } from '../format';
 import { graphql } from '../generated/gql';
 import type { EnvironmentFilter, EnvironmentRowFragment } from '../generated/gql/graphql';
@@ -48,12 +48,12 @@ export function EnvironmentsPage() {
     [search],
   );
   const pager = usePager();
-  const [list, refetch] = useQuery({
+  const [list, refetch] = useQueryAnswer({
     query: EnvironmentList,
     variables: { first: PAGE_SIZE, after: pager.after, filter },
     requestPolicy: 'cache-and-network',
   });
-  const [templates] = useQuery({ query: TemplateNames });
+  const [templates, refetchTemplates] = useQueryAnswer({ query: TemplateNames });
 
   // Every change of every environment: rows on this page change in place; new ones that match
   // the filter appear on top of the first page.
@@ -85,6 +85,13 @@ export function EnvironmentsPage() {
       }
     >
       <Filters filter={filter} templates={templates.data?.templates.map((t) => t.name) ?? []} onApply={apply} />
+      {templates.error ? (
+        <Failure
+          what="the templates to filter by"
+          error={templates.error}
+          retry={() => refetchTemplates({ requestPolicy: 'network-only' })}
+        />
+      ) : null}
       <LiveNotice error={liveError} />
       <QueryState
         what="environments"

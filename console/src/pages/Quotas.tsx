@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { formErrors } from '../api';
 import { Failure, Field, LiveNotice, Page, QueryState, Section, Table, useForm } from '../components/ui';
 import { graphql } from '../generated/gql';
@@ -23,7 +23,7 @@ const quotaHref = (template: string) => `/quotas/${encodeURIComponent(template)}
 
 /** The quotas with their live running counts; `template` opens one in the form. */
 export function QuotasPage({ template }: { template?: string }) {
-  const [list, refetch] = useQuery({ query: QuotaList, requestPolicy: 'cache-and-network' });
+  const [list, refetch] = useQueryAnswer({ query: QuotaList, requestPolicy: 'cache-and-network' });
   // Running counts change whenever an environment starts or ends.
   const liveError = useOnEnvironmentChange(() => refetch({ requestPolicy: 'network-only' }));
   return (
@@ -86,7 +86,7 @@ function QuotaForm({
     idle: current?.idle ?? '',
     hard: current?.hard ?? '',
   });
-  const [result, save] = useMutation(SetQuota);
+  const [result, save] = useMutationAnswer(SetQuota);
   const [saved, setSaved] = useState<string>();
   const [local, setLocal] = useState<string>();
   const errors = formErrors(result.error, ['template', 'maxLeases', 'idle', 'hard']);

@@ -1,6 +1,6 @@
 import { useState } from 'react';
-import { useMutation, useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { ConfirmAction, Empty, Failure, Fields, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
 import { when } from '../format';
 import { graphql } from '../generated/gql';
@@ -10,7 +10,7 @@ const SandboxDetail = graphql(`
   query SandboxDetail($id: ID!) {
     sandbox(id: $id) {
       environments
-      sandbox { id name org createdBy created lastSeen removed }
+      sandbox { id name org createdBy created lastSeen removed removedBy }
     }
   }
 `);
@@ -27,7 +27,7 @@ const RemoveSandbox = graphql(`
   }
 `);
 
-/** What the page shows of a sandbox configuration; its keyring (project data keys) is never shown. */
+/** What the page shows of a sandbox configuration (Berth sends the keyring only to the sandbox's own agent). */
 interface ShownConfig {
   version?: number;
   environments?: {
@@ -43,24 +43,19 @@ interface ShownConfig {
   [key: string]: unknown;
 }
 
-function withoutKeyring(config: Record<string, unknown>): ShownConfig {
-  const { keyring: _keyring, ...rest } = config;
-  return rest as ShownConfig;
-}
-
 export function SandboxPage({ id }: { id: string }) {
-  const [detail, refetch] = useQuery({ query: SandboxDetail, variables: { id }, requestPolicy: 'cache-and-network' });
+  const [detail, refetch] = useQueryAnswer({ query: SandboxDetail, variables: { id }, requestPolicy: 'cache-and-network' });
   const [config, setConfig] = useState<ShownConfig>();
-  const [removal, remove] = useMutation(RemoveSandbox);
+  const [removal, remove] = useMutationAnswer(RemoveSandbox);
   const sandboxId = detail.data?.sandbox.sandbox.id;
   // The whole configuration now, then again on every change.
-  const liveError = useEvents(SandboxConfigUpdates, { id: sandboxId ?? '' }, (data) => setConfig(withoutKeyring(data.sandboxConfig)), {
+  const liveError = useEvents(SandboxConfigUpdates, { id: sandboxId ?? '' }, (data) => setConfig(data.sandboxConfig as ShownConfig), {
     pause: !sandboxId,
     resync: () => refetch({ requestPolicy: 'network-only' }),
   });
 
-  const onRemove = async () => {
-    await remove({ id: sandboxId! });
+  const onRemove = async (sandbox: string) => {
+    await remove({ id: sandbox });
     refetch({ requestPolicy: 'network-only' });
   };
 
@@ -82,6 +77,7 @@ export function SandboxPage({ id }: { id: string }) {
                 ['Created', when(sandbox.created)],
                 ['Created by', sandbox.createdBy],
                 ['Removed', when(sandbox.removed)],
+                ['Removed by', sandbox.removedBy],
               ]}
             />
             {sandbox.removed ? null : (
@@ -91,7 +87,7 @@ export function SandboxPage({ id }: { id: string }) {
                   question={`Remove ${sandbox.name}? Its agent loses its credential; its environments leave its configuration.`}
                   confirm="Remove for good"
                   busy={removal.fetching}
-                  onConfirm={onRemove}
+                  onConfirm={() => onRemove(sandbox.id)}
                 />
               </div>
             )}
@@ -112,8 +108,8 @@ function ConfigView({ config }: { config: ShownConfig }) {
   return (
     <>
       <p className="muted">
-        Version {config.version ?? '–'}: what the agent applies, updated live. The keyring (the data keys of the projects) is never shown
-        here.
+        Version {config.version ?? '–'}: what the agent applies, updated live. Its keyring (the data keys of the projects) goes only to the
+        sandbox's own agent, never to people.
       </p>
       {environments.length ? (
         <Table label="Wired environments" head={['Name', 'State', 'Template', 'Project', 'Node', 'Services', 'Shares']}>
@@ -137,7 +133,7 @@ function ConfigView({ config }: { config: ShownConfig }) {
         <Empty>No live environment is wired to this sandbox.</Empty>
       )}
       <details>
-        <summary>The configuration as JSON (without the keyring)</summary>
+        <summary>The configuration as JSON</summary>
         <pre>{JSON.stringify(config, null, 2)}</pre>
       </details>
     </>

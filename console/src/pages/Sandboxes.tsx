@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { formErrors } from '../api';
 import { Copyable, Failure, Field, LiveNotice, Page, QueryState, Section, ShownOnce, Table } from '../components/ui';
 import { when } from '../format';
@@ -24,7 +24,7 @@ const RegisterSandbox = graphql(`
 
 export function SandboxesPage() {
   const [removed, setRemoved] = useState(false);
-  const [list, refetch] = useQuery({ query: SandboxList, variables: { removed }, requestPolicy: 'cache-and-network' });
+  const [list, refetch] = useQueryAnswer({ query: SandboxList, variables: { removed }, requestPolicy: 'cache-and-network' });
   // The counts change when an environment wired to a sandbox changes state.
   const liveError = useOnEnvironmentChange(
     () => refetch({ requestPolicy: 'network-only' }),
@@ -73,7 +73,7 @@ export function SandboxesPage() {
 
 function Register({ onRegistered }: { onRegistered(): void }) {
   const [name, setName] = useState('');
-  const [result, register] = useMutation(RegisterSandbox);
+  const [result, register] = useMutationAnswer(RegisterSandbox);
   const [shown, setShown] = useState<{ key: string; name: string }>();
   const errors = formErrors(result.error, ['name']);
   const submit = async (event: FormEvent) => {

@@ -1,5 +1,5 @@
 import { type FormEvent, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { formErrors } from '../api';
 import { Copyable, Failure, Field, LiveNotice, Page, QueryState, Section, ShownOnce, Table, useForm } from '../components/ui';
 import { when } from '../format';
@@ -57,8 +57,8 @@ const ShredProject = graphql(`
 
 export function SettingsPage() {
   const { viewer } = useSession();
-  const [tokens, refetchTokens] = useQuery({ query: Tokens, requestPolicy: 'cache-and-network' });
-  const [keys, refetchKeys] = useQuery({ query: ApiKeys, requestPolicy: 'cache-and-network', pause: !viewer.admin });
+  const [tokens, refetchTokens] = useQueryAnswer({ query: Tokens, requestPolicy: 'cache-and-network' });
+  const [keys, refetchKeys] = useQueryAnswer({ query: ApiKeys, requestPolicy: 'cache-and-network', pause: !viewer.admin });
   // Admins see every token and key of the organization change as it happens.
   const liveError = useEvents(
     CredentialsChanged,
@@ -158,8 +158,8 @@ function CredentialTable({
   revokeMutation: 'token' | 'key';
   onRevoked(): void;
 }) {
-  const [tokenRevocation, revokeToken] = useMutation(RevokeToken);
-  const [keyRevocation, revokeKey] = useMutation(RevokeApiKey);
+  const [tokenRevocation, revokeToken] = useMutationAnswer(RevokeToken);
+  const [keyRevocation, revokeKey] = useMutationAnswer(RevokeApiKey);
   const revocation = revokeMutation === 'token' ? tokenRevocation : keyRevocation;
   const revoke = async (id: string) => {
     const result = revokeMutation === 'token' ? await revokeToken({ id }) : await revokeKey({ id });
@@ -196,7 +196,7 @@ function CredentialTable({
 
 function NewToken({ admin, onCreated }: { admin: boolean; onCreated(): void }) {
   const { form, text, check, reset } = useForm({ name: '', expiresIn: '', email: '', admin: false });
-  const [result, create] = useMutation(CreateToken);
+  const [result, create] = useMutationAnswer(CreateToken);
   const [secret, setSecret] = useState<{ value: string; label: string }>();
   const errors = formErrors(result.error, ['name', 'expiresIn', 'email']);
   const submit = async (event: FormEvent) => {
@@ -251,7 +251,7 @@ function NewToken({ admin, onCreated }: { admin: boolean; onCreated(): void }) {
 
 function NewApiKey({ onCreated }: { onCreated(): void }) {
   const { form, text, check, reset } = useForm({ name: '', expiresIn: '', admin: false });
-  const [result, create] = useMutation(CreateApiKey);
+  const [result, create] = useMutationAnswer(CreateApiKey);
   const [secret, setSecret] = useState<{ value: string; name: string }>();
   const errors = formErrors(result.error, ['name', 'expiresIn']);
   const submit = async (event: FormEvent) => {
@@ -295,7 +295,7 @@ function NewApiKey({ onCreated }: { onCreated(): void }) {
 
 function Shred() {
   const { form, text, reset } = useForm({ project: '', again: '' });
-  const [result, shred] = useMutation(ShredProject);
+  const [result, shred] = useMutationAnswer(ShredProject);
   const ready = form.project.trim() !== '' && form.project === form.again;
   const submit = async (event: FormEvent) => {
     event.preventDefault();

@@ -1,5 +1,5 @@
-import { useQuery } from 'urql';
 import { Link } from 'wouter';
+import { useQueryAnswer } from '../answers';
 import { Fields, Page, QueryState, Section, Table } from '../components/ui';
 import { bytes, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -17,7 +17,7 @@ const SnapshotDetail = graphql(`
 
 /** One snapshot key of a project: every share saved under it (newest first), with its objects. */
 export function SnapshotPage({ project, snapshotKey }: { project: string; snapshotKey: string }) {
-  const [detail, refetch] = useQuery({ query: SnapshotDetail, variables: { project, prefix: snapshotKey } });
+  const [detail, refetch] = useQueryAnswer({ query: SnapshotDetail, variables: { project, prefix: snapshotKey } });
   return (
     <Page title={`Snapshot ${snapshotKey}`}>
       <p>

@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
-import { useQuery } from 'urql';
 import { Link, useSearchParams } from 'wouter';
+import { useQueryAnswer } from '../answers';
 import { Field, Page, Pager, QueryState, Table, usePager } from '../components/ui';
 import { bytes, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -24,7 +24,7 @@ export function SnapshotsPage() {
   const prefix = search.get('prefix') ?? '';
   const [form, setForm] = useState({ project, prefix });
   const pager = usePager();
-  const [list, refetch] = useQuery({
+  const [list, refetch] = useQueryAnswer({
     query: SnapshotList,
     variables: { project, prefix: prefix || undefined, first: PAGE_SIZE, after: pager.after },
     requestPolicy: 'cache-and-network',
