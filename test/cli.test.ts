@@ -10,7 +10,7 @@ const run = promisify(execFile);
 const root = new URL('..', import.meta.url).pathname;
 
 function berth(env: Record<string, string>, ...args: string[]) {
-  return run(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: root, env: { ...process.env, ...env } });
+  return run(process.execPath, ['bin/berth.js', ...args], { cwd: root, env: { ...process.env, ...env } });
 }
 
 describe('operator command: org create', () => {
@@ -36,7 +36,7 @@ describe('operator command: org create', () => {
     await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'Bad Name', '--admin', 'x@y.z')).rejects.toMatchObject({ code: 1 });
     await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'acme2')).rejects.toMatchObject({
       code: 2,
-      stderr: expect.stringContaining('usage'),
+      stderr: expect.stringContaining('Usage'),
     });
   });
 
@@ -91,7 +91,7 @@ describe('operator command: token create', () => {
     ).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('who@beta.test') });
     await expect(berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'beta')).rejects.toMatchObject({
       code: 2,
-      stderr: expect.stringContaining('usage'),
+      stderr: expect.stringContaining('Usage'),
     });
   });
 

@@ -1,0 +1,24 @@
+// The `berth` command (bin/berth.js): operator commands, and — each in its own module — the node
+// agent, the sandbox agent and the user's commands. Exit codes: 0 done, 1 the command failed
+// (the reason on stderr), 2 bad usage.
+import { Command, CommanderError } from 'commander';
+import { registerOperatorCommands } from './operator';
+
+const program = new Command('berth')
+  .description('Berth: build environments on leased nodes')
+  .showHelpAfterError()
+  .exitOverride()
+  .configureOutput({ outputError: (message, write) => write(message) });
+
+registerOperatorCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) {
+    process.exitCode = error.exitCode === 0 ? 0 : 2;
+  } else {
+    console.error(`berth: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = 1;
+  }
+}

@@ -1,0 +1,60 @@
+// Operator commands: they work against the configured database (DATA_DIR or DATABASE_URL) whether
+// or not a server is running on it.
+//   berth org create <name> --admin <email>
+//   berth token create --org <name> --admin [--email <admin's email>]
+import type { Command } from 'commander';
+import { loadConfig } from '../config';
+import { openDatabase, type Prisma } from '../db';
+import { callOperatorSocket, type IssuedToken } from '../operator';
+import { DomainError } from '../services/errors';
+import { createOrganization, issueAdminToken } from '../services/organizations';
+import { CommandError } from './errors';
+
+/** Runs a command through the server on DATA_DIR when one runs there (PGlite has one owner), else on the database itself. */
+async function run(path: string, body: Record<string, unknown>, local: (prisma: Prisma) => Promise<IssuedToken>): Promise<IssuedToken> {
+  const config = loadConfig();
+  if (!config.databaseUrl) {
+    const reply = await callOperatorSocket(config.dataDir, path, body);
+    if (reply && reply.status !== 201) throw new CommandError((reply.body as { error: string }).error);
+    if (reply) return reply.body as IssuedToken;
+  }
+  const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
+  try {
+    return await local(db.prisma);
+  } catch (error) {
+    if (error instanceof DomainError) throw new CommandError(error.message);
+    throw error;
+  } finally {
+    await db.close();
+  }
+}
+
+export function registerOperatorCommands(program: Command): void {
+  program
+    .command('org')
+    .description('operator: organizations (on the configured database)')
+    .command('create <name>')
+    .description('create an organization and its first admin; prints the admin token once')
+    .requiredOption('--admin <email>', "the first admin's email")
+    .action(async (name: string, options: { admin: string }) => {
+      const { org, person, secret } = await run('/orgs', { name, admin: options.admin }, (p) => createOrganization(p, name, options.admin));
+      console.log(`created organization ${org.name} (${org.id}) with admin ${person.email}`);
+      console.log(`admin token (shown once): ${secret}`);
+    });
+
+  program
+    .command('token')
+    .description('operator: CLI tokens (on the configured database)')
+    .command('create')
+    .description("issue a CLI token for an organization's admin; prints it once")
+    .requiredOption('--org <name>', 'the organization')
+    .requiredOption('--admin', 'the token acts as an admin')
+    .option('--email <email>', "the admin's email (default: the organization's first admin)")
+    .action(async (options: { org: string; email?: string }) => {
+      const issued = await run('/tokens', { org: options.org, email: options.email }, (p) =>
+        issueAdminToken(p, options.org, options.email),
+      );
+      console.log(`issued a CLI token for ${issued.person.email}, admin of ${issued.org.name}`);
+      console.log(`token (shown once): ${issued.secret}`);
+    });
+}
