@@ -7,6 +7,7 @@ import type { Clock } from './clock';
 import type { Config } from './config';
 import { createConsoleHandler } from './console';
 import type { Deps } from './context';
+import { createRelayServer, RELAY_PATH } from './dataplane/relay-server';
 import { buildDeps, closeDeps, type Log } from './deps';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
@@ -101,7 +102,8 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log);
+  const relay = createRelayServer(deps, log);
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, { [RELAY_PATH]: relay.handleUpgrade });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -109,6 +111,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   config.publicUrl ??= url;
 
   const closeServer = async () => {
+    await relay.close();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());

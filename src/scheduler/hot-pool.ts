@@ -6,6 +6,7 @@ import { formatDuration } from '../services/durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
 import { syncOf } from '../services/json-columns';
+import { awaitingOutSync } from '../services/relay';
 import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
@@ -197,6 +198,8 @@ async function enforceTimeouts(deps: Deps): Promise<void> {
 async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void> {
   const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
   for (const env of stopping) {
+    // A sandbox agent that runs gets its chance to bring the out shares home first (bounded).
+    if (await awaitingOutSync(deps, env)) continue;
     if (!(await claimWork(deps, env.id, 'stopping'))) continue;
     try {
       await provider.release(deps, env);

@@ -97,6 +97,7 @@ const EnvironmentPayload = z.object({
   restored: json.nullable(),
   queueSeq: z.coerce.bigint().default(0n),
   workClaim: date.nullable(),
+  outSynced: z.array(z.string()).default([]),
   version: z.number().int(),
 }) satisfies z.ZodType<Environment, unknown>;
 

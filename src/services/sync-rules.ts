@@ -199,6 +199,8 @@ export interface SelectedFile {
   size: number;
   /** Permission bits (`mode & 0o777`), e.g. 0o644 or 0o755. */
   mode: number;
+  /** Last modification, in milliseconds since the epoch. */
+  mtimeMs: number;
 }
 
 type WalkMode =
@@ -268,7 +270,7 @@ async function* walk(
       yield* walk(abs, rel, next, next === 'normal' ? rules : null, includes);
     } else {
       const st = await lstatOrNull(abs);
-      if (st?.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777 };
+      if (st?.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777, mtimeMs: st.mtimeMs };
     }
   }
 }

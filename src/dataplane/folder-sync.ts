@@ -1,0 +1,441 @@
+// Share sync over one byte stream (docs/agents.md, "Share sync"): the sender walks a folder by its
+// sync rules and sends a tar stream; the receiver writes it into its folder and acknowledges.
+//
+//   sender -> receiver: a tar stream (tar-stream). Regular-file entries are files to write (path
+//     relative to the share, mode, mtime, bytes); an entry with pax `berth.op=delete` removes the
+//     file at its path; an entry with pax `berth.op=mark` and `berth.seq=N` ends a batch.
+//   receiver -> sender: one JSON line `{"ack":N}` once everything before mark N is on disk.
+//
+// The first batch is the whole selection; with `watch` the sender then rescans after every change
+// has settled (settleMs without events) and sends what differs from what it sent (size, mtime or
+// mode changed, new files) and deletes for files gone. A `final` sender ends the stream after the
+// first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
+// so a reader never sees half a file; it never follows a symbolic link on the way to a path.
+import { once } from 'node:events';
+import { lstat, mkdir, open, readFile, rename, rm, unlink, utimes } from 'node:fs/promises';
+import path from 'node:path';
+import { Duplex } from 'node:stream';
+import { type FSWatcher, watch } from 'chokidar';
+import * as tar from 'tar-stream';
+import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } from '../services/sync-rules';
+
+/** Files up to this size are read whole; larger ones are streamed. */
+const SMALL_FILE = 512 * 1024;
+const READ_CHUNK = 256 * 1024;
+const OP = 'berth.op';
+const SEQ = 'berth.seq';
+
+type Header = Partial<tar.Header> & { name: string; pax?: Record<string, string> };
+
+interface IndexEntry {
+  size: number;
+  mtimeMs: number;
+  mode: number;
+  /** Absolute path to read, when it is not `root/path` (an extra file). */
+  source?: string;
+}
+
+type Index = Map<string, IndexEntry>;
+
+export interface SyncStats {
+  files: number;
+  bytes: number;
+  deletes: number;
+  batches: number;
+}
+
+export interface SendOptions {
+  /** The folder to send. Made when missing. */
+  root: string;
+  /** What to send; `files` keys are destinations of extra files (see `extras`). */
+  rules: SyncRules;
+  /** Extra files: destination (relative to the share) -> absolute source path. */
+  extras?: Record<string, string>;
+  /** Keep watching and sending changes until `signal` aborts or the stream ends. */
+  watch: boolean;
+  /** End the stream once the first batch is acknowledged. */
+  final?: boolean;
+  /** How long the folder must be quiet before a rescan (default 200 ms). */
+  settleMs?: number;
+  signal?: AbortSignal;
+  /** Called after each acknowledged batch. */
+  onSynced?(stats: SyncStats): void;
+}
+
+/** Reads `{"ack":N}` lines from `channel`. */
+function ackReader(channel: Duplex) {
+  let acked = 0;
+  let ended = false;
+  let buffered = '';
+  const waiters: { seq: number; resolve: () => void; reject: (e: Error) => void }[] = [];
+  const settle = () => {
+    for (const w of [...waiters]) {
+      if (w.seq <= acked) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve();
+      } else if (ended) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.reject(new Error('the receiver ended before acknowledging'));
+      }
+    }
+  };
+  channel.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString('utf8');
+    let nl = buffered.indexOf('\n');
+    while (nl >= 0) {
+      const line = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      nl = buffered.indexOf('\n');
+      try {
+        const seq = (JSON.parse(line) as { ack?: unknown }).ack;
+        if (typeof seq === 'number' && seq > acked) acked = seq;
+      } catch {
+        // not an ack; ignored
+      }
+    }
+    settle();
+  });
+  const end = () => {
+    ended = true;
+    settle();
+  };
+  channel.on('end', end);
+  channel.on('close', end);
+  return {
+    until: (seq: number) =>
+      new Promise<void>((resolve, reject) => {
+        waiters.push({ seq, resolve, reject });
+        settle();
+      }),
+  };
+}
+
+/** The files the rules select under `root`, plus the extras (which win over a walked file). */
+async function scan(root: string, rules: SyncRules, extras: Record<string, string>): Promise<Index> {
+  const index: Index = new Map();
+  for await (const f of selectFiles(root, rules)) index.set(f.path, { size: f.size, mtimeMs: f.mtimeMs, mode: f.mode });
+  for (const [dest, source] of Object.entries(extras)) {
+    const st = await lstat(source).catch(() => null);
+    if (st?.isFile()) index.set(dest, { size: st.size, mtimeMs: st.mtimeMs, mode: st.mode & 0o777, source });
+    else index.delete(dest);
+  }
+  return index;
+}
+
+function sameEntry(a: IndexEntry, b: IndexEntry): boolean {
+  return a.size === b.size && a.mtimeMs === b.mtimeMs && a.mode === b.mode && a.source === b.source;
+}
+
+function entryPromise(pack: tar.Pack, header: Header, body?: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const cb = (err?: Error | null) => (err ? reject(err) : resolve());
+    if (body) pack.entry(header, body, cb);
+    else pack.entry(header, cb);
+  });
+}
+
+/** Writes one file entry: small files whole, large ones streamed at exactly the size recorded. */
+async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry): Promise<number> {
+  const header = { name: rel, mode: entry.mode, mtime: new Date(entry.mtimeMs), type: 'file' as const };
+  if (entry.size <= SMALL_FILE) {
+    const body = await readFile(file).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'EISDIR' || err.code === 'ENOTDIR') return null;
+      throw err;
+    });
+    if (!body) return -1;
+    await entryPromise(pack, { ...header, size: body.length }, body);
+    return body.length;
+  }
+  const fh = await open(file, 'r').catch(() => null);
+  if (!fh) return -1;
+  try {
+    let sinkError: Error | undefined;
+    const done = new Promise<void>((resolve, reject) => {
+      const sink = pack.entry({ ...header, size: entry.size }, (err) => (err ? reject(err) : resolve()));
+      void (async () => {
+        // A file that shrinks while it is read is padded with zeros, one that grows is cut, so
+        // the entry always has the size in its header; the next scan sends it again.
+        let at = 0;
+        while (at < entry.size) {
+          const want = Math.min(READ_CHUNK, entry.size - at);
+          const buf = Buffer.alloc(want);
+          const { bytesRead } = await fh.read(buf, 0, want, at);
+          const chunk = bytesRead === 0 ? buf : buf.subarray(0, bytesRead);
+          at += chunk.length;
+          if (!sink.write(chunk)) await once(sink as unknown as NodeJS.EventEmitter, 'drain');
+        }
+        sink.end(Buffer.alloc(0));
+      })().catch((err: Error) => {
+        sinkError = err;
+        sink.destroy(err);
+      });
+    });
+    await done;
+    if (sinkError) throw sinkError;
+    return entry.size;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Segments of folders a watcher need not look into (ignored by default and no include reaches them). */
+function watchIgnored(rules: SyncRules): (p: string) => boolean {
+  if (rules.noIgnore) return () => false;
+  const names = DEFAULT_IGNORES.map((p) => p.replace(/\/$/, ''));
+  const reached = names.filter((name) => rules.include.some((inc) => inc.startsWith('**') || inc.split('/').includes(name)));
+  const skip = new Set(names.filter((n) => !reached.includes(n)));
+  return (p) => p.split(path.sep).some((segment) => skip.has(segment));
+}
+
+/**
+ * Sends the folder over `channel` (see the top of this file). Resolves when the stream ended
+ * (final), the signal aborted or the receiver went away; rejects on a read or stream error.
+ */
+export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<SyncStats> {
+  const extras = opts.extras ?? {};
+  await mkdir(opts.root, { recursive: true });
+  const pack = tar.pack();
+  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0 };
+  const acks = ackReader(channel);
+  let closed = false;
+  const gone = new Promise<void>((resolve) => {
+    const stop = () => {
+      closed = true;
+      resolve();
+    };
+    channel.once('close', stop);
+    channel.once('error', stop);
+    opts.signal?.addEventListener('abort', stop, { once: true });
+  });
+  pack.on('data', (chunk: unknown) => {
+    if (closed) return;
+    if (!channel.write(chunk as Buffer)) {
+      pack.pause();
+      channel.once('drain', () => pack.resume());
+    }
+  });
+  pack.on('end', () => channel.end());
+
+  let sent: Index = new Map();
+  let seq = 0;
+  const batch = async (): Promise<number> => {
+    const now = await scan(opts.root, opts.rules, extras);
+    for (const [rel, entry] of now) {
+      if (closed) return seq;
+      const before = sent.get(rel);
+      if (before && sameEntry(before, entry)) continue;
+      const size = await packFile(pack, rel, entry.source ?? path.join(opts.root, rel), entry);
+      if (size < 0) {
+        now.delete(rel); // gone while we scanned; the next scan sees it
+        continue;
+      }
+      stats.files++;
+      stats.bytes += size;
+    }
+    for (const rel of sent.keys()) {
+      if (closed) return seq;
+      if (now.has(rel)) continue;
+      await entryPromise(pack, { name: rel, size: 0, type: 'file', pax: { [OP]: 'delete' } });
+      stats.deletes++;
+    }
+    sent = now;
+    seq++;
+    await entryPromise(pack, { name: '.berth-mark', size: 0, type: 'file', pax: { [OP]: 'mark', [SEQ]: String(seq) } });
+    return seq;
+  };
+  const acknowledged = async (n: number) => {
+    await Promise.race([acks.until(n), gone]);
+    if (!closed) {
+      stats.batches = n;
+      opts.onSynced?.({ ...stats });
+    }
+  };
+
+  let watcher: FSWatcher | undefined;
+  try {
+    const first = await batch();
+    if (opts.final || !opts.watch) {
+      await acknowledged(first);
+      if (!closed) {
+        pack.finalize();
+        await Promise.race([once(channel, 'finish'), gone]);
+      }
+      return stats;
+    }
+    void acknowledged(first).catch(() => undefined);
+    const settleMs = opts.settleMs ?? 200;
+    let timer: NodeJS.Timeout | undefined;
+    let running: Promise<void> | undefined;
+    let again = false;
+    const rescan = (): void => {
+      if (closed) return;
+      if (running) {
+        again = true;
+        return;
+      }
+      running = (async () => {
+        try {
+          const n = await batch();
+          void acknowledged(n).catch(() => undefined);
+        } finally {
+          running = undefined;
+          if (again) {
+            again = false;
+            schedule();
+          }
+        }
+      })().catch((err: Error) => {
+        channel.destroy(err);
+      });
+    };
+    const schedule = () => {
+      clearTimeout(timer);
+      timer = setTimeout(rescan, settleMs);
+    };
+    watcher = watch([opts.root, ...Object.values(extras)], {
+      ignoreInitial: true,
+      ignored: watchIgnored(opts.rules),
+      persistent: true,
+    });
+    watcher.on('all', schedule);
+    watcher.on('error', () => schedule());
+    // Changes between the first scan and the watcher being ready are caught by one more scan.
+    watcher.once('ready', schedule);
+    await gone;
+    clearTimeout(timer);
+    await running;
+    return stats;
+  } finally {
+    await watcher?.close();
+    if (!pack.destroyed && closed) pack.destroy();
+  }
+}
+
+export interface ReceiveOptions {
+  /** The folder to write into. Made when missing. */
+  root: string;
+  /** Called after each batch is on disk. */
+  onBatch?(stats: SyncStats): void;
+}
+
+/** Writes what a sender sends into `root` until the sender ends the stream. */
+export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Promise<SyncStats> {
+  const root = path.resolve(opts.root);
+  await mkdir(root, { recursive: true });
+  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0 };
+  const extract = tar.extract();
+  channel.pipe(extract as unknown as NodeJS.WritableStream);
+  channel.on('error', (err) => extract.destroy(err));
+  channel.on('close', () => {
+    if (!channel.readableEnded) extract.destroy(new Error('the sender went away'));
+  });
+  const dirs = new Set<string>([root]);
+  let counter = 0;
+
+  /** Makes sure `dir` (under root) is a real folder, replacing files or links in the way. */
+  const ensureDir = async (dir: string): Promise<void> => {
+    if (dirs.has(dir)) return;
+    await ensureDir(path.dirname(dir));
+    const st = await lstat(dir).catch(() => null);
+    if (st && !st.isDirectory()) await rm(dir, { force: true });
+    if (!st?.isDirectory())
+      await mkdir(dir).catch((err: NodeJS.ErrnoException) => (err.code === 'EEXIST' ? undefined : Promise.reject(err)));
+    dirs.add(dir);
+  };
+
+  for await (const entry of extract) {
+    const header = entry.header as Header;
+    const op = header.pax?.[OP];
+    if (op === 'mark') {
+      entry.resume();
+      stats.batches++;
+      const seq = Number(header.pax?.[SEQ] ?? 0);
+      if (!channel.destroyed) channel.write(`${JSON.stringify({ ack: seq })}\n`);
+      opts.onBatch?.({ ...stats });
+      continue;
+    }
+    let rel: string;
+    try {
+      rel = validateRelativePath(header.name, 'path');
+    } catch {
+      entry.resume();
+      continue; // never outside the folder
+    }
+    const target = path.join(root, rel);
+    if (op === 'delete') {
+      entry.resume();
+      const st = await lstat(target).catch(() => null);
+      if (st && !st.isDirectory()) {
+        await unlink(target).catch(() => undefined);
+        stats.deletes++;
+      }
+      continue;
+    }
+    if (header.type !== 'file' && header.type !== 'contiguous-file') {
+      entry.resume();
+      continue;
+    }
+    const dir = path.dirname(target);
+    await ensureDir(dir);
+    const tmp = path.join(dir, `.berth-${process.pid}-${counter++}.tmp`);
+    const mode = (header.mode ?? 0o644) & 0o777;
+    const fh = await open(tmp, 'w', mode);
+    let bytes = 0;
+    try {
+      for await (const chunk of entry) {
+        bytes += (chunk as Buffer).length;
+        await fh.write(chunk as Buffer);
+      }
+      await fh.chmod(mode);
+    } finally {
+      await fh.close();
+    }
+    if (header.mtime) await utimes(tmp, header.mtime, header.mtime);
+    const existing = await lstat(target).catch(() => null);
+    if (existing?.isDirectory()) {
+      await rm(target, { recursive: true, force: true });
+      for (const d of dirs) if (d === target || d.startsWith(`${target}${path.sep}`)) dirs.delete(d);
+    }
+    await rename(tmp, target);
+    stats.files++;
+    stats.bytes += bytes;
+  }
+  channel.end();
+  return stats;
+}
+
+/**
+ * Two connected Duplex streams: what one writes the other reads, with backpressure (Node 20
+ * has no stream.duplexPair).
+ */
+export function duplexPair(): [Duplex, Duplex] {
+  const pending: ((() => void) | undefined)[] = [undefined, undefined];
+  const sides: Duplex[] = [];
+  for (const i of [0, 1]) {
+    const other = 1 - i;
+    sides.push(
+      new Duplex({
+        allowHalfOpen: true,
+        read() {
+          // The other side may write again.
+          const cb = pending[other];
+          pending[other] = undefined;
+          cb?.();
+        },
+        write(chunk: Buffer, _enc, cb) {
+          if (sides[other]!.push(chunk)) cb();
+          else pending[i] = cb;
+        },
+        final(cb) {
+          sides[other]!.push(null);
+          cb();
+        },
+        destroy(err, cb) {
+          if (!sides[other]!.destroyed) sides[other]!.destroy(err ?? undefined);
+          cb(err);
+        },
+      }),
+    );
+  }
+  return [sides[0]!, sides[1]!];
+}

@@ -1,0 +1,86 @@
+// The node side of the byte relay (docs/agents.md, "The relay"): what a node does with one relay
+// socket. The built-in hot pool runs it inside the server on the sandbox's own socket; a remote
+// node agent runs it on the socket it dials back to the server. Either way the socket carries a
+// byte stream (ws-bridge.ts): for an import, the bytes of one TCP connection to the target; for a
+// share, the folder sync of folder-sync.ts (in: the node receives; out: the node sends).
+import net from 'node:net';
+import type { WebSocket } from 'ws';
+import type { SyncRules } from '../services/sync-rules';
+import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
+import { shareDir } from './layout';
+import { type BridgeEnd, bridge, CLOSE, closeReason } from './ws-bridge';
+
+export interface ImportJob {
+  kind: 'import';
+  environment: string;
+  service: string;
+  /** host:port on the node. */
+  target: string;
+}
+
+export interface ShareJob {
+  kind: 'share';
+  environment: string;
+  share: string;
+  direction: 'in' | 'out';
+  envPath: string;
+  /** For an `out` share: what the node sends back (`files` does not apply). */
+  sync: SyncRules;
+  /** An `out` share's last pass: send everything once, then end. */
+  final: boolean;
+}
+
+export type RelayJob = ImportJob | ShareJob;
+
+/** `host:port` (IPv6 hosts in brackets) to connect options. */
+export function parseAddress(address: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*)\]?:(\d{1,5})$/.exec(address);
+  if (!m) throw new Error(`not a host:port address: ${address}`);
+  return { host: m[1] || '127.0.0.1', port: Number(m[2]) };
+}
+
+function connect(address: string): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ ...parseAddress(address), allowHalfOpen: true });
+    socket.setNoDelay(true);
+    socket.once('connect', () => {
+      socket.off('error', reject);
+      resolve(socket);
+    });
+    socket.once('error', reject);
+  });
+}
+
+/**
+ * Serves one relay socket for an environment whose root on this node is `envRoot`. Resolves when
+ * the socket closed, with how it closed.
+ */
+export async function serveRelay(ws: WebSocket, job: RelayJob, envRoot: string): Promise<BridgeEnd> {
+  if (job.kind === 'import') {
+    // Messages that arrive while we connect wait in the socket, not in memory.
+    ws.pause();
+    let socket: net.Socket;
+    try {
+      socket = await connect(job.target);
+    } catch (error) {
+      const reason = `cannot reach ${job.service} at ${job.target}: ${(error as Error).message}`;
+      ws.close(CLOSE.nodeFailed, closeReason(reason));
+      return { code: CLOSE.nodeFailed, reason };
+    }
+    const ended = bridge(ws, socket);
+    ws.resume();
+    return ended;
+  }
+  const [near, far] = duplexPair();
+  const ended = bridge(ws, near);
+  const root = shareDir(envRoot, job.envPath);
+  const work =
+    job.direction === 'in'
+      ? receiveFolder(far, { root })
+      : sendFolder(far, { root, rules: { include: job.sync.include, noIgnore: job.sync.noIgnore }, watch: !job.final, final: job.final });
+  work.catch((error: Error) => {
+    if (ws.readyState === ws.OPEN) ws.close(CLOSE.nodeFailed, closeReason(`share ${job.share}: ${error.message}`));
+    far.destroy();
+  });
+  return ended;
+}

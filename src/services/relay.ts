@@ -1,0 +1,112 @@
+// The rules of the byte relay (docs/agents.md, "The relay"): which socket a sandbox may open, and
+// the release's wait for the last `out` pass.
+import type { Actor, Deps } from '../context';
+import type { RelayJob } from '../dataplane/relay-node';
+import type { Environment } from '../generated/prisma/client';
+import { ENVIRONMENT_JOB } from './environments';
+import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
+import { exportsOf, sharesOf, syncOf } from './json-columns';
+
+/** How long a release waits for a live sandbox agent to bring the `out` shares home. */
+export const FINAL_SYNC_WAIT_MS = 30_000;
+/** A sandbox seen within this long counts as having a running agent (it heartbeats every minute). */
+export const AGENT_LIVE_MS = 90_000;
+
+export interface RelayRequest {
+  environment?: string | null;
+  kind?: string | null;
+  service?: string | null;
+  share?: string | null;
+  final?: string | null;
+}
+
+export interface AuthorizedRelay {
+  env: Environment;
+  job: RelayJob;
+}
+
+/**
+ * Checks a sandbox's request for a relay socket: only a sandbox credential, only for an
+ * environment wired to that sandbox (another's answers 404 like an unknown one), only for an
+ * import of it or a share of it, and only while the environment runs: `ready`, or `stopping` for
+ * an `out` share's last pass.
+ */
+export async function authorizeRelay(deps: Deps, actor: Actor, req: RelayRequest): Promise<AuthorizedRelay> {
+  if (actor.kind !== 'sandbox' || !actor.sandboxId) {
+    throw new ForbiddenError("only a sandbox's own credential opens relay sockets (berth agent does)");
+  }
+  if (!req.environment) throw new ValidationError('environment: the environment id is required', 'environment');
+  const env = await deps.prisma.environment.findFirst({ where: { id: req.environment, orgId: actor.orgId, sandboxId: actor.sandboxId } });
+  if (!env) throw new NotFoundError(`environment ${req.environment}`);
+  if (!env.node) throw new ConflictError(`environment ${env.id} is ${env.state} and has no node yet`);
+  if (req.kind === 'import') {
+    const entry = exportsOf(env).find((e) => e.service === req.service);
+    if (!entry) {
+      const known = exportsOf(env).map((e) => e.service);
+      throw new NotFoundError(
+        `service ${req.service ?? '(none given)'} of environment ${env.id} (its services: ${known.join(', ') || 'none'})`,
+      );
+    }
+    requireState(env, ['ready']);
+    return { env, job: { kind: 'import', environment: env.id, service: entry.service, target: entry.target } };
+  }
+  if (req.kind === 'share') {
+    const share = sharesOf(env).find((s) => s.name === req.share);
+    if (!share) {
+      const known = sharesOf(env).map((s) => s.name);
+      throw new NotFoundError(`share ${req.share ?? '(none given)'} of environment ${env.id} (its shares: ${known.join(', ') || 'none'})`);
+    }
+    const final = req.final === '1' || req.final === 'true';
+    if (final && share.direction !== 'out') throw new ValidationError('final: only an out share has a last pass', 'final');
+    requireState(env, share.direction === 'out' ? ['ready', 'stopping'] : ['ready']);
+    const { include, noIgnore } = syncOf(env);
+    return {
+      env,
+      job: {
+        kind: 'share',
+        environment: env.id,
+        share: share.name,
+        direction: share.direction,
+        envPath: share.envPath,
+        sync: { include, noIgnore },
+        final,
+      },
+    };
+  }
+  throw new ValidationError('kind: must be "import" or "share"', 'kind');
+}
+
+function requireState(env: Environment, states: string[]): void {
+  if (!states.includes(env.state)) {
+    throw new ConflictError(`environment ${env.id} is ${env.state}; this relay needs it ${states.join(' or ')}`);
+  }
+}
+
+/** An `out` share's last pass was acknowledged by the agent: the release need not wait for it. */
+export async function recordOutSynced(deps: Deps, environmentId: string, share: string): Promise<void> {
+  await deps.prisma.$executeRaw`
+    UPDATE "Environment" SET "outSynced" = array_append(COALESCE("outSynced", '{}'), ${share})
+     WHERE id = ${environmentId} AND state = 'stopping' AND NOT (${share} = ANY(COALESCE("outSynced", '{}')))`;
+  deps.background.nudge(ENVIRONMENT_JOB);
+}
+
+/**
+ * Whether the release of a stopping environment should wait: it is wired to a sandbox whose agent
+ * runs (seen within AGENT_LIVE_MS), it has `out` shares the agent has not brought home yet, and
+ * it began stopping less than FINAL_SYNC_WAIT_MS ago.
+ */
+export async function awaitingOutSync(deps: Deps, env: Environment): Promise<boolean> {
+  if (!env.sandboxId) return false;
+  const pending = sharesOf(env).filter((s) => s.direction === 'out' && !(env.outSynced ?? []).includes(s.name));
+  if (pending.length === 0) return false;
+  const now = deps.clock.now().getTime();
+  const sandbox = await deps.prisma.sandbox.findUnique({ where: { id: env.sandboxId }, select: { lastSeen: true, removed: true } });
+  if (!sandbox?.lastSeen || sandbox.removed || now - sandbox.lastSeen.getTime() > AGENT_LIVE_MS) return false;
+  const began = await deps.prisma.environmentEvent.findFirst({
+    where: { environmentId: env.id, state: 'stopping' },
+    orderBy: { seq: 'desc' },
+    select: { at: true },
+  });
+  if (!began) return false;
+  return now - began.at.getTime() < FINAL_SYNC_WAIT_MS;
+}
