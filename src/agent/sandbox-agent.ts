@@ -1,0 +1,461 @@
+// The sandbox agent (`berth agent`, docs/agents.md): joins once, then watches its sandbox's
+// configuration and runs it — imports forwarded from loopback ports through the server's relay to
+// the environment's node, `in` shares sent, `out` shares brought home — until the sandbox is
+// removed or the process is stopped.
+import net from 'node:net';
+import path from 'node:path';
+import { type Client, createClient } from 'graphql-ws';
+import WebSocket from 'ws';
+import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
+import { parseAddress } from '../dataplane/relay-node';
+import { bridge, CLOSE } from '../dataplane/ws-bridge';
+import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../services/sandbox-wiring';
+import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
+
+export type AgentLog = (message: string) => void;
+
+export interface SandboxAgentOptions {
+  /** Base URL of the Berth server (http://host:port). Default: the stored credential's. */
+  server?: string;
+  /** The agent's folder: share folders are relative to it; the credential lives in DIR/.berth. */
+  dir: string;
+  /** A join key to spend (first start). */
+  join?: string;
+  log?: AgentLog;
+  /** How often the agent reports that it is alive (default a minute). */
+  heartbeatMs?: number;
+}
+
+/** An answer `{error, code}` of the server. */
+export class ServerError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+async function call<T>(server: string, method: string, path: string, opts: { token?: string; body?: unknown } = {}): Promise<T> {
+  const res = await fetch(new URL(path, server), {
+    method,
+    headers: {
+      ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
+      ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
+    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+  });
+  const text = await res.text();
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  if (!res.ok) {
+    const err = body as { error?: string; code?: string } | undefined;
+    throw new ServerError(err?.error ?? `${method} ${path}: HTTP ${res.status}`, res.status, err?.code);
+  }
+  return body as T;
+}
+
+/** Spends a join key and stores the sandbox credential (DIR/.berth/sandbox.json, 0600). */
+export async function joinSandbox(server: string, dir: string, key: string): Promise<StoredSandbox> {
+  const joined = await call<{ sandbox: { id: string; name: string; org: string }; credential: string }>(
+    server,
+    'POST',
+    '/v1/sandboxes/join',
+    {
+      body: { key },
+    },
+  );
+  const stored: StoredSandbox = {
+    server,
+    sandbox: { id: joined.sandbox.id, name: joined.sandbox.name, org: joined.sandbox.org },
+    credential: joined.credential,
+  };
+  await saveCredential(dir, stored);
+  return stored;
+}
+
+function wsBase(server: string): string {
+  const url = new URL(server);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  return url.toString().replace(/\/$/, '');
+}
+
+/** Backoff for reconnects: 0.5 s doubling to 10 s, with jitter. */
+export function backoff(attempt: number): number {
+  return Math.min(10_000, 500 * 2 ** attempt) * (0.75 + Math.random() / 2);
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+
+/** Opens one relay socket; rejects with the server's `{error}` when it refuses. */
+export function openRelay(server: string, token: string, params: Record<string, string>): Promise<WebSocket> {
+  const url = new URL(`${wsBase(server)}/v1/relay`);
+  for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, perMessageDeflate: false });
+    ws.once('open', () => {
+      ws.off('error', reject);
+      resolve(ws);
+    });
+    ws.once('unexpected-response', (_req, res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => {
+        text += c.toString();
+      });
+      res.on('end', () => {
+        let message = `relay refused: HTTP ${res.statusCode}`;
+        let code: string | undefined;
+        try {
+          const body = JSON.parse(text) as { error?: string; code?: string };
+          if (body.error) message = body.error;
+          code = body.code;
+        } catch {
+          // not JSON
+        }
+        reject(new ServerError(message, res.statusCode ?? 0, code));
+      });
+    });
+    ws.once('error', reject);
+  });
+}
+
+/** What runs for one wired environment. */
+class EnvironmentRunner {
+  private readonly abort = new AbortController();
+  private readonly listeners: net.Server[] = [];
+  private readonly sockets = new Set<net.Socket | WebSocket>();
+  private started = false;
+  private finalPass = false;
+
+  constructor(
+    private readonly agent: SandboxAgent,
+    private env: ConfigEnvironment,
+  ) {}
+
+  get id() {
+    return this.env.id;
+  }
+
+  update(env: ConfigEnvironment): void {
+    this.env = env;
+    if (env.state === 'ready' && !this.started) {
+      this.started = true;
+      this.startImports();
+      for (const share of env.shares) this.loopShare(share);
+    }
+    if (env.state === 'stopping' && !this.finalPass) {
+      this.finalPass = true;
+      void this.bringHome();
+    }
+  }
+
+  private log(message: string) {
+    this.agent.log(`${this.env.name} (${this.env.id}): ${message}`);
+  }
+
+  private get running() {
+    return !this.abort.signal.aborted;
+  }
+
+  private startImports(): void {
+    for (const entry of this.env.imports) {
+      const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.forward(entry.service, socket));
+      this.listeners.push(server);
+      const listen = (attempt: number) => {
+        if (!this.running) return;
+        const { host, port } = parseAddress(entry.listen);
+        server.once('error', (error: Error) => {
+          this.log(`cannot listen on ${entry.listen} for ${entry.service}: ${error.message}; retrying`);
+          void sleep(backoff(attempt), this.abort.signal).then(() => listen(attempt + 1));
+        });
+        server.listen(port, host, () => {
+          server.removeAllListeners('error');
+          this.log(`forwarding ${entry.service}: ${entry.listen} -> ${entry.target} on node ${this.env.node ?? '?'}`);
+        });
+      };
+      listen(0);
+    }
+  }
+
+  private forward(service: string, socket: net.Socket): void {
+    socket.setNoDelay(true);
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => undefined);
+    openRelay(this.agent.server, this.agent.token, { environment: this.env.id, kind: 'import', service })
+      .then((ws) => {
+        if (!this.running) return ws.close(CLOSE.goingAway);
+        this.sockets.add(ws);
+        ws.once('close', (code, reason) => {
+          this.sockets.delete(ws);
+          if (code !== CLOSE.normal && code !== CLOSE.goingAway && reason.length) this.log(`${service} connection ended: ${reason}`);
+        });
+        void bridge(ws, socket);
+      })
+      .catch((error: Error) => {
+        this.log(`${service}: ${error.message}`);
+        socket.destroy();
+      });
+  }
+
+  private root(share: ConfigShare): string {
+    return path.resolve(this.agent.dir, share.localPath);
+  }
+
+  /** Keeps one share's sync running while the environment is ready, reconnecting with backoff. */
+  private loopShare(share: ConfigShare): void {
+    void (async () => {
+      for (let attempt = 0; this.running && this.env.state === 'ready'; ) {
+        try {
+          const ws = await openRelay(this.agent.server, this.agent.token, { environment: this.env.id, kind: 'share', share: share.name });
+          attempt = 0;
+          this.sockets.add(ws);
+          const [near, far] = duplexPair();
+          const ended = bridge(ws, near);
+          const stop = () => ws.close(CLOSE.goingAway, 'the agent stops this sync');
+          this.abort.signal.addEventListener('abort', stop, { once: true });
+          const work =
+            share.direction === 'in'
+              ? sendFolder(far, {
+                  root: this.root(share),
+                  rules: share.sync,
+                  extras: Object.fromEntries(
+                    Object.entries(share.sync.files).map(([dest, src]) => [dest, path.resolve(this.agent.dir, src)]),
+                  ),
+                  watch: true,
+                  onSynced: (s) => this.log(`share ${share.name}: in sync (${s.files} files, ${s.deletes} deletes sent)`),
+                })
+              : receiveFolder(far, {
+                  root: this.root(share),
+                  onBatch: (s) => this.log(`share ${share.name}: received (${s.files} files, ${s.deletes} deletes)`),
+                });
+          work.catch((error: Error) => {
+            this.log(`share ${share.name}: ${error.message}`);
+            far.destroy();
+          });
+          const end = await ended;
+          this.abort.signal.removeEventListener('abort', stop);
+          this.sockets.delete(ws);
+          await work.catch(() => undefined);
+          if (end.code !== CLOSE.normal && end.code !== CLOSE.goingAway && this.running && this.env.state === 'ready') {
+            this.log(`share ${share.name}: sync ended (${end.code} ${end.reason}); reconnecting`);
+          }
+        } catch (error) {
+          if (!this.running || this.env.state !== 'ready') break;
+          this.log(`share ${share.name}: ${(error as Error).message}; retrying`);
+        }
+        await sleep(backoff(attempt++), this.abort.signal);
+      }
+    })();
+  }
+
+  /** The environment is stopping: each `out` share gets its last pass (a few tries). */
+  private async bringHome(): Promise<void> {
+    for (const share of this.env.shares.filter((s) => s.direction === 'out')) {
+      for (let attempt = 0; attempt < 5 && this.running; attempt++) {
+        try {
+          const ws = await openRelay(this.agent.server, this.agent.token, {
+            environment: this.env.id,
+            kind: 'share',
+            share: share.name,
+            final: '1',
+          });
+          this.sockets.add(ws);
+          const [near, far] = duplexPair();
+          const ended = bridge(ws, near);
+          const stats = await receiveFolder(far, { root: this.root(share) }).catch((error: Error) => {
+            far.destroy();
+            throw error;
+          });
+          const end = await ended;
+          this.sockets.delete(ws);
+          if (end.code === CLOSE.normal) {
+            this.log(`share ${share.name}: brought home (${stats.files} files)`);
+            break;
+          }
+          throw new Error(`the last pass ended with ${end.code} ${end.reason}`);
+        } catch (error) {
+          const err = error as ServerError;
+          this.log(`share ${share.name}: last pass failed: ${err.message}`);
+          if (err.status === 404 || err.status === 409) break; // already stopped or gone
+          await sleep(backoff(attempt), this.abort.signal);
+        }
+      }
+    }
+  }
+
+  stop(): void {
+    if (!this.running) return;
+    this.abort.abort();
+    for (const server of this.listeners) server.close();
+    for (const s of this.sockets) {
+      if (s instanceof net.Socket) s.destroy();
+      else s.close(CLOSE.goingAway, 'the environment left the config');
+    }
+    this.log('stopped');
+  }
+}
+
+/** One running agent. */
+export class SandboxAgent {
+  readonly log: AgentLog;
+  private readonly runners = new Map<string, EnvironmentRunner>();
+  private version = -1;
+  private client?: Client;
+  private heartbeat?: NodeJS.Timeout;
+  private done!: (result: { removed: boolean; error?: Error }) => void;
+  /** Resolves when the agent ends: the sandbox was removed, its credential refused, or stop(). */
+  readonly finished: Promise<{ removed: boolean; error?: Error }>;
+
+  constructor(
+    readonly stored: StoredSandbox,
+    readonly dir: string,
+    opts: { log?: AgentLog; heartbeatMs?: number } = {},
+  ) {
+    this.log = opts.log ?? ((m) => console.error(`${new Date().toISOString()} ${m}`));
+    this.finished = new Promise((resolve) => {
+      this.done = resolve;
+    });
+    this.heartbeat = setInterval(() => void this.beat(), opts.heartbeatMs ?? 60_000);
+    this.heartbeat.unref();
+  }
+
+  get server() {
+    return this.stored.server;
+  }
+
+  get token() {
+    return this.stored.credential;
+  }
+
+  private async beat(): Promise<void> {
+    try {
+      await call(this.server, 'POST', `/v1/sandboxes/${this.stored.sandbox.id}/heartbeat`, { token: this.token });
+    } catch (error) {
+      this.log(`heartbeat failed: ${(error as Error).message}`);
+    }
+  }
+
+  /** Subscribes to the configuration (reconnecting with backoff) and applies each newer version. */
+  start(): void {
+    this.client = createClient({
+      url: `${wsBase(this.server)}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${this.token}` },
+      lazy: false,
+      keepAlive: 10_000,
+      retryAttempts: Number.POSITIVE_INFINITY,
+      shouldRetry: (e) => !(typeof e === 'object' && e !== null && 'code' in e && [4401, 4403].includes((e as { code: number }).code)),
+      retryWait: async (retries) => {
+        await sleep(backoff(retries));
+      },
+      on: {
+        connected: () => this.log(`connected to ${this.server} as sandbox ${this.stored.sandbox.name} (${this.stored.sandbox.id})`),
+        closed: (event) => {
+          const code = (event as { code?: number }).code;
+          if (code !== 1000 && this.client) this.log(`connection to ${this.server} closed (${code ?? 'error'}); reconnecting`);
+        },
+      },
+      onNonLazyError: () => undefined,
+    });
+    this.client.subscribe<{ sandboxConfig: SandboxConfig }>(
+      { query: 'subscription($id: ID!) { sandboxConfig(id: $id) }', variables: { id: this.stored.sandbox.id } },
+      {
+        next: ({ data, errors }) => {
+          if (errors?.length) return this.end(false, new Error(errors.map((e) => e.message).join('; ')));
+          if (data?.sandboxConfig) this.apply(data.sandboxConfig);
+        },
+        error: (error) => {
+          const reason = (error as { reason?: string }).reason;
+          const message = Array.isArray(error)
+            ? error.map((e: { message: string }) => e.message).join('; ')
+            : (reason ?? (error as Error).message ?? String(error));
+          this.end(false, new Error(`the server refused the sandbox credential: ${message}`));
+        },
+        complete: () => this.end(true),
+      },
+    );
+    void this.beat();
+  }
+
+  /** Applies a configuration whose version is higher than the one running. */
+  apply(config: SandboxConfig): void {
+    if (config.version <= this.version) return;
+    this.version = config.version;
+    const wanted = new Map(config.environments.map((e) => [e.id, e]));
+    for (const [id, runner] of this.runners) {
+      if (!wanted.has(id)) {
+        runner.stop();
+        this.runners.delete(id);
+      }
+    }
+    for (const env of config.environments) {
+      let runner = this.runners.get(env.id);
+      if (!runner) {
+        runner = new EnvironmentRunner(this, env);
+        this.runners.set(env.id, runner);
+        this.log(`${env.name} (${env.id}): wired, ${env.state}`);
+      }
+      runner.update(env);
+    }
+    if (config.sandbox.removed) this.log(`sandbox ${config.sandbox.name} was removed`);
+  }
+
+  private end(removed: boolean, error?: Error): void {
+    this.stop();
+    this.done({ removed, error });
+  }
+
+  /** Stops every environment's work and the subscription. */
+  stop(): void {
+    clearInterval(this.heartbeat);
+    for (const runner of this.runners.values()) runner.stop();
+    this.runners.clear();
+    const client = this.client;
+    this.client = undefined;
+    void client?.dispose();
+  }
+}
+
+/**
+ * `berth agent`: joins with `join` (storing the credential) or loads the stored one, then runs
+ * until the sandbox is removed (resolves) or its credential is refused (rejects).
+ */
+export async function runSandboxAgent(opts: SandboxAgentOptions & { signal?: AbortSignal }): Promise<void> {
+  const dir = path.resolve(opts.dir);
+  let stored: StoredSandbox | undefined;
+  if (opts.join) {
+    if (!opts.server) throw new Error('--server is needed with --join');
+    stored = await joinSandbox(opts.server, dir, opts.join);
+  } else {
+    stored = await loadCredential(dir);
+    if (!stored) throw new Error(`no sandbox credential in ${path.join(dir, '.berth')}; start once with --join KEY`);
+    if (opts.server && opts.server !== stored.server) stored = { ...stored, server: opts.server };
+  }
+  const agent = new SandboxAgent(stored, dir, { log: opts.log, heartbeatMs: opts.heartbeatMs });
+  agent.log(`sandbox ${stored.sandbox.name} (${stored.sandbox.id}); folder ${dir}`);
+  agent.start();
+  opts.signal?.addEventListener('abort', () => agent.stop(), { once: true });
+  const result = await Promise.race([
+    agent.finished,
+    new Promise<{ removed: false }>((r) => opts.signal?.addEventListener('abort', () => r({ removed: false }))),
+  ]);
+  if ('error' in result && result.error) throw result.error;
+  if (result.removed) agent.log('the sandbox was removed; exiting');
+}
