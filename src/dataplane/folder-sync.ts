@@ -24,6 +24,7 @@ const SMALL_FILE = 512 * 1024;
 const READ_CHUNK = 256 * 1024;
 const OP = 'berth.op';
 const SEQ = 'berth.seq';
+const EMPTY = Buffer.alloc(0);
 
 type Header = Partial<tar.Header> & { name: string; pax?: Record<string, string> };
 
@@ -220,6 +221,7 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   let seq = 0;
   const batch = async (): Promise<number> => {
     const now = await scan(opts.root, opts.rules, extras);
+    const before0 = stats.files + stats.deletes;
     for (const [rel, entry] of now) {
       if (closed) return seq;
       const before = sent.get(rel);
@@ -235,12 +237,15 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
     for (const rel of sent.keys()) {
       if (closed) return seq;
       if (now.has(rel)) continue;
-      await entryPromise(pack, { name: rel, size: 0, type: 'file', pax: { [OP]: 'delete' } });
+      await entryPromise(pack, { name: rel, size: 0, type: 'file', pax: { [OP]: 'delete' } }, EMPTY);
       stats.deletes++;
     }
+    const changed = stats.files + stats.deletes !== before0;
     sent = now;
+    // A rescan that found nothing to send says nothing (the first batch always ends with a mark).
+    if (seq > 0 && !changed) return seq;
     seq++;
-    await entryPromise(pack, { name: '.berth-mark', size: 0, type: 'file', pax: { [OP]: 'mark', [SEQ]: String(seq) } });
+    await entryPromise(pack, { name: '.berth-mark', size: 0, type: 'file', pax: { [OP]: 'mark', [SEQ]: String(seq) } }, EMPTY);
     return seq;
   };
   const acknowledged = async (n: number) => {
@@ -275,8 +280,9 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
       }
       running = (async () => {
         try {
+          const previous = seq;
           const n = await batch();
-          void acknowledged(n).catch(() => undefined);
+          if (n > previous) void acknowledged(n).catch(() => undefined);
         } finally {
           running = undefined;
           if (again) {

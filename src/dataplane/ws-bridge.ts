@@ -75,6 +75,8 @@ export function bridge(ws: WebSocket, stream: Duplex): Promise<BridgeEnd> {
       });
       if (ws.bufferedAmount > HIGH_WATER) stream.pause();
     });
+    // A socket accepted with pauseOnConnect stays paused until resumed.
+    stream.resume();
     stream.on('end', () => {
       sentEof = true;
       if (ws.readyState === ws.OPEN) ws.send(EOF);

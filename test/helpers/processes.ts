@@ -1,0 +1,132 @@
+// Berth and its agents as real processes on loopback, for the agents' end-to-end tests.
+import { type ChildProcess, spawn } from 'node:child_process';
+import net from 'node:net';
+
+const root = new URL('../..', import.meta.url).pathname;
+
+export interface Proc {
+  proc: ChildProcess;
+  /** stdout and stderr so far. */
+  output(): string;
+  /** Resolves with the first match of `re` in the output (the process's own pace, no deadline but the test's). */
+  waitFor(re: RegExp): Promise<RegExpExecArray>;
+  /** Resolves with the exit code once the process ended. */
+  exited: Promise<number | null>;
+  kill(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Runs `node bin/berth.js …args` (or another entry) with `env` added. */
+export function spawnNode(args: string[], env: Record<string, string>): Proc {
+  const proc = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let text = '';
+  const waiters: { re: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
+  const check = () => {
+    for (const w of [...waiters]) {
+      const m = w.re.exec(text);
+      if (m) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(m);
+      }
+    }
+  };
+  const onData = (chunk: Buffer) => {
+    text += chunk.toString();
+    if (process.env.BERTH_TEST_LOG) process.stderr.write(chunk);
+    check();
+  };
+  proc.stdout!.on('data', onData);
+  proc.stderr!.on('data', onData);
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  void exited.then(() => {
+    for (const w of waiters.splice(0)) w.reject(new Error(`process ended before printing ${w.re}:\n${text}`));
+  });
+  return {
+    proc,
+    output: () => text,
+    waitFor: (re) =>
+      new Promise((resolve, reject) => {
+        waiters.push({ re, resolve, reject });
+        check();
+        if (proc.exitCode !== null) reject(new Error(`process ended before printing ${re}:\n${text}`));
+      }),
+    exited,
+    async kill(signal = 'SIGTERM') {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+      return exited;
+    },
+  };
+}
+
+export interface BerthProc extends Proc {
+  url: string;
+}
+
+/** Starts `npm start`'s program (src/main.ts) on a free port; resolves once it listens. */
+export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
+  const p = spawnNode(['--import', 'tsx', 'src/main.ts'], { PORT: '0', HOST: '127.0.0.1', NODE_ENV: 'test', ...env });
+  const m = await p.waitFor(/Berth listening on (http:\/\/\S+)/);
+  return { ...p, url: m[1]! };
+}
+
+/** Whether something accepts TCP connections at host:port. */
+export function answers(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** A TCP echo server on a free loopback port. */
+export async function echoServer(): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer({ allowHalfOpen: true }, (socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    socket.pipe(socket);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    port,
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        for (const s of sockets) s.destroy();
+      }),
+  };
+}
+
+/** Sends `payload` to host:port, half-closes, and resolves with everything read back. */
+export function echoThrough(port: number, payload: Buffer): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.once('end', () => {
+      socket.end();
+      resolve(Buffer.concat(chunks));
+    });
+    socket.once('error', reject);
+    socket.once('connect', () => socket.end(payload));
+  });
+}
+
+/** Polls `check` until it returns a value other than undefined (the test's own time-out bounds it). */
+export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, intervalMs = 100): Promise<T> {
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value !== undefined) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+    if (lastError && process.env.BERTH_TEST_LOG) console.error(lastError);
+  }
+}

@@ -1,0 +1,198 @@
+// `berth agent` against Berth, both as real processes on loopback (docs/agents.md): join and the
+// stored credential, imports forwarding a real TCP service, in-share sync by the sync rules and a
+// later edit, the out share's last pass before `stopped`, resuming after a kill, exit on removal.
+// Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
+// the lease made on one, the agent connected to the other.
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { answers, type BerthProc, echoServer, echoThrough, eventually, type Proc, spawnNode, startBerth } from './helpers/processes';
+import { BOOTSTRAP, client } from './helpers/server';
+
+const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
+
+for (const backend of backends) {
+  describe(`berth agent [${backend}]`, () => {
+    let base: string;
+    let dataDir: string;
+    let agentDir: string;
+    let echo: Awaited<ReturnType<typeof echoServer>>;
+    let withPostgres = false;
+    let leaseSide: BerthProc;
+    let agentSide: BerthProc;
+    let agent: Proc | undefined;
+    let schema: string | undefined;
+    const instances: BerthProc[] = [];
+    const api = () => client(() => leaseSide.url, BOOTSTRAP);
+    let sandboxId: string;
+    let joinKey: string;
+
+    beforeAll(async () => {
+      base = await mkdtemp(join(tmpdir(), 'berth-agent-'));
+      dataDir = join(base, 'data');
+      agentDir = join(base, 'sandbox');
+      echo = await echoServer();
+      withPostgres = await answers(5432);
+      const services = [{ service: 'echo', target: `127.0.0.1:${echo.port}` }];
+      if (withPostgres) services.push({ service: 'postgres', target: '127.0.0.1:5432' });
+      const templates = join(base, 'templates.json');
+      await writeFile(
+        templates,
+        JSON.stringify({
+          pools: [{ name: 'dev', hotNodes: 2, maxQueued: 10 }],
+          templates: [
+            {
+              name: 'dev',
+              pool: 'dev',
+              startMs: 50,
+              idle: '30m',
+              hard: '1h',
+              shares: [
+                { name: 'src', direction: 'in', envPath: '/workspace/src' },
+                { name: 'out', direction: 'out', envPath: '/workspace/out' },
+              ],
+              services,
+            },
+          ],
+        }),
+      );
+      const env: Record<string, string> = { DATA_DIR: dataDir, BOOTSTRAP_TOKEN: BOOTSTRAP, TEMPLATES_FILE: templates };
+      if (backend === 'postgres') {
+        schema = `berth_a_${randomBytes(6).toString('hex')}`;
+        Object.assign(env, { DATABASE_URL: process.env.TEST_DATABASE_URL!, DATABASE_SCHEMA: schema });
+      }
+      leaseSide = await startBerth(env);
+      instances.push(leaseSide);
+      // On PostgreSQL the agent talks to a second instance on the same database.
+      agentSide = backend === 'postgres' ? await startBerth(env) : leaseSide;
+      if (agentSide !== leaseSide) instances.push(agentSide);
+
+      await mkdir(join(agentDir, 'app', 'dist'), { recursive: true });
+      await mkdir(join(agentDir, 'secrets'), { recursive: true });
+      await writeFile(join(agentDir, 'app', '.gitignore'), 'dist/\n*.log\n');
+      await writeFile(join(agentDir, 'app', 'main.txt'), 'version 1\n');
+      await writeFile(join(agentDir, 'app', 'debug.log'), 'never sent\n');
+      await writeFile(join(agentDir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
+      await writeFile(join(agentDir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
+
+      const reg = await api().post('/v1/sandboxes', { name: 'laptop' });
+      expect(reg.status).toBe(201);
+      sandboxId = reg.body.sandbox.id;
+      joinKey = reg.body.key;
+    });
+
+    afterAll(async () => {
+      await agent?.kill('SIGKILL');
+      for (const b of instances.reverse()) await b.kill();
+      await echo?.close();
+      if (schema) {
+        const c = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await c.end();
+      }
+      await rm(base, { recursive: true, force: true });
+    });
+
+    const startAgent = (...extra: string[]) =>
+      spawnNode(['bin/berth.js', 'agent', '--server', agentSide.url, '--dir', agentDir, ...extra], {});
+
+    it('joins with the key, stores the credential for the owner only, and keeps running', async () => {
+      agent = startAgent('--join', joinKey);
+      await agent.waitFor(/connected to .* as sandbox laptop/);
+      const folder = await stat(join(agentDir, '.berth'));
+      const file = await stat(join(agentDir, '.berth', 'sandbox.json'));
+      expect(folder.mode & 0o777).toBe(0o700);
+      expect(file.mode & 0o777).toBe(0o600);
+      const stored = JSON.parse(await readFile(join(agentDir, '.berth', 'sandbox.json'), 'utf8'));
+      expect(stored.credential).toMatch(/^bsc_/);
+      expect(stored.sandbox.id).toBe(sandboxId);
+      expect(agent.proc.exitCode).toBeNull();
+      // The key is spent.
+      const again = await client(() => leaseSide.url).post('/v1/sandboxes/join', { key: joinKey });
+      expect(again.status).toBe(409);
+    });
+
+    let envId: string;
+    let envRoot: string;
+    let listen: Record<string, number>;
+
+    it('sends the in share by its sync rules once the environment is ready, then follows edits and deletes', async () => {
+      const created = await api().post('/v1/environments', {
+        template: 'dev',
+        sandbox: 'laptop',
+        shares: { src: 'app', out: 'results' },
+        include: ['dist'],
+        files: { 'src/.env': 'secrets/dev.env' },
+      });
+      expect([201, 202]).toContain(created.status);
+      envId = created.body.environment.id;
+      listen = Object.fromEntries(
+        created.body.environment.exports.map((e: { service: string; listen: string }) => [e.service, Number(e.listen.split(':')[1])]),
+      );
+      envRoot = join(dataDir, 'workspaces', envId);
+      const src = join(envRoot, 'workspace', 'src');
+      await eventually(async () => ((await api().get(`/v1/environments/${envId}`)).body.state === 'ready' ? true : undefined));
+      await agent!.waitFor(/share src: in sync/);
+      expect(await readFile(join(src, 'main.txt'), 'utf8')).toBe('version 1\n');
+      expect(await readFile(join(src, '.gitignore'), 'utf8')).toBe('dist/\n*.log\n');
+      expect(await readFile(join(src, 'dist', 'bundle.js'), 'utf8')).toContain('included');
+      expect(await readFile(join(src, '.env'), 'utf8')).toBe('TOKEN=abc\n');
+      await expect(stat(join(src, 'debug.log'))).rejects.toMatchObject({ code: 'ENOENT' });
+
+      await writeFile(join(agentDir, 'app', 'main.txt'), 'version 2\n');
+      await writeFile(join(agentDir, 'app', 'new.txt'), 'created later\n');
+      await eventually(async () => ((await readFile(join(src, 'main.txt'), 'utf8').catch(() => '')) === 'version 2\n' ? true : undefined));
+      await eventually(async () =>
+        (await readFile(join(src, 'new.txt'), 'utf8').catch(() => '')) === 'created later\n' ? true : undefined,
+      );
+      await rm(join(agentDir, 'app', 'new.txt'));
+      await eventually(async () => ((await stat(join(src, 'new.txt')).catch(() => null)) === null ? true : undefined));
+    });
+
+    it('forwards the environment services from the sandbox loopback ports, both ways', async () => {
+      const payload = randomBytes(4 * 1024 * 1024);
+      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      expect(back.equals(payload)).toBe(true);
+      if (withPostgres) {
+        const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
+        await db.connect();
+        try {
+          expect((await db.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+        } finally {
+          await db.end();
+        }
+      }
+    });
+
+    it('resumes forwarding after the agent is killed and started again without the join key', async () => {
+      await agent!.kill('SIGKILL');
+      agent = startAgent();
+      await agent.waitFor(/forwarding echo/);
+      const payload = Buffer.from('still there');
+      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      expect(back.toString()).toBe('still there');
+    });
+
+    it('brings a file the environment wrote into the out share home by the time it is stopped', async () => {
+      const out = join(envRoot, 'workspace', 'out');
+      await mkdir(join(out, 'reports'), { recursive: true });
+      await writeFile(join(out, 'reports', 'result.txt'), 'built\n');
+      const del = await api().del(`/v1/environments/${envId}`);
+      expect(del.status).toBe(200);
+      await eventually(async () => ((await api().get(`/v1/environments/${envId}`)).body.state === 'stopped' ? true : undefined));
+      expect(await readFile(join(agentDir, 'results', 'reports', 'result.txt'), 'utf8')).toBe('built\n');
+      // The environment left the config: its ports close.
+      await eventually(async () => ((await answers(listen.echo!)) ? undefined : true));
+    });
+
+    it('exits cleanly when its sandbox is removed', async () => {
+      const removed = await api().del(`/v1/sandboxes/${sandboxId}`);
+      expect(removed.status).toBe(200);
+      expect(await agent!.exited).toBe(0);
+    });
+  });
+}
