@@ -12,7 +12,8 @@
 // first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
 // so a reader never sees half a file; it never follows a symbolic link on the way to a path.
 import { once } from 'node:events';
-import { lstat, mkdir, open, readFile, rename, rm, unlink, utimes } from 'node:fs/promises';
+import { closeSync, fchmodSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { lstat, mkdir, open, rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex } from 'node:stream';
 import { type FSWatcher, watch } from 'chokidar';
@@ -21,6 +22,12 @@ import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } fr
 
 /** Files up to this size are read whole; larger ones are streamed. */
 const SMALL_FILE = 512 * 1024;
+/** The process's umask, read once (files are created with mode & ~umask). */
+const UMASK = (() => {
+  const mask = process.umask(0o022);
+  process.umask(mask);
+  return mask;
+})();
 const READ_CHUNK = 256 * 1024;
 const OP = 'berth.op';
 const SEQ = 'berth.seq';
@@ -139,11 +146,14 @@ function entryPromise(pack: tar.Pack, header: Header, body?: Buffer): Promise<vo
 async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry): Promise<number> {
   const header = { name: rel, mode: entry.mode, mtime: new Date(entry.mtimeMs), type: 'file' as const };
   if (entry.size <= SMALL_FILE) {
-    const body = await readFile(file).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT' || err.code === 'EISDIR' || err.code === 'ENOTDIR') return null;
-      throw err;
-    });
-    if (!body) return -1;
+    let body: Buffer;
+    try {
+      body = readFileSync(file); // small: cheaper than four round trips through the thread pool
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'EISDIR' || code === 'ENOTDIR') return -1;
+      throw error;
+    }
     await entryPromise(pack, { ...header, size: body.length }, body);
     return body.length;
   }
@@ -385,24 +395,47 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
     await ensureDir(dir);
     const tmp = path.join(dir, `.berth-${process.pid}-${counter++}.tmp`);
     const mode = (header.mode ?? 0o644) & 0o777;
-    const fh = await open(tmp, 'w', mode);
+    const mtime = header.mtime ?? new Date();
     let bytes = 0;
-    try {
-      for await (const chunk of entry) {
-        bytes += (chunk as Buffer).length;
-        await fh.write(chunk as Buffer);
+    if ((header.size ?? 0) <= SMALL_FILE) {
+      // Small files (most of a source tree) are written with synchronous calls: one entry is a
+      // few microseconds of work, and a round trip through the thread pool per call would cost
+      // more than the call itself.
+      const chunks: Buffer[] = [];
+      for await (const chunk of entry) chunks.push(chunk as Buffer);
+      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      bytes = body.length;
+      const fd = openSync(tmp, 'w', mode);
+      try {
+        writeSync(fd, body);
+        if ((mode & ~UMASK) !== mode) fchmodSync(fd, mode);
+        futimesSync(fd, mtime, mtime);
+      } finally {
+        closeSync(fd);
       }
-      await fh.chmod(mode);
-    } finally {
-      await fh.close();
+    } else {
+      const fh = await open(tmp, 'w', mode);
+      try {
+        for await (const chunk of entry) {
+          bytes += (chunk as Buffer).length;
+          await fh.write(chunk as Buffer);
+        }
+        await fh.chmod(mode);
+        await fh.utimes(mtime, mtime);
+      } finally {
+        await fh.close();
+      }
     }
-    if (header.mtime) await utimes(tmp, header.mtime, header.mtime);
-    const existing = await lstat(target).catch(() => null);
-    if (existing?.isDirectory()) {
+    try {
+      renameSync(tmp, target);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'EISDIR' && code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
+      // A folder stands where the file goes: the file wins.
       await rm(target, { recursive: true, force: true });
       for (const d of dirs) if (d === target || d.startsWith(`${target}${path.sep}`)) dirs.delete(d);
+      renameSync(tmp, target);
     }
-    await rename(tmp, target);
     stats.files++;
     stats.bytes += bytes;
   }
