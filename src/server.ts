@@ -16,6 +16,7 @@ import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
 import { sendError } from './http/respond';
 import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
+import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
 import { buildRoutes } from './rest/routes';
 import { schema } from './schema';
 import { ensureDefaultOrganization } from './services/organizations';
@@ -101,7 +102,8 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log);
+  const nodeChannel = serveNodeChannel(deps, log);
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, { [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -109,6 +111,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   config.publicUrl ??= url;
 
   const closeServer = async () => {
+    await nodeChannel.close();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());

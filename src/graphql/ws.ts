@@ -37,11 +37,21 @@ function closeReason(message: string): string {
  * input checks, depth and cost limits and context as HTTP); credentials come from
  * `connectionParams.authorization`, checked once when the socket connects.
  */
-export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps: Deps, cors: CorsPolicy, log: Log) {
+export function serveGraphQLWebSocket(
+  server: Server,
+  yoga: GraphQLHandler,
+  deps: Deps,
+  cors: CorsPolicy,
+  log: Log,
+  /** Other WebSocket endpoints by path (the node control channel), served before any origin check: agents are not browsers. */
+  others: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {},
+) {
   const wss = new WebSocketServer({ noServer: true });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '/').split('?')[0];
+    const other = path === undefined ? undefined : others[path];
+    if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
     if (!cors.allows(req)) {

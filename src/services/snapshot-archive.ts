@@ -96,8 +96,8 @@ export class ArchiveCounter extends Transform {
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
-    if (this.failure) return done(archiveError(this.failure));
-    if (this.extract.write(chunk)) return done(null, chunk);
+    if (this.failure) return void done(archiveError(this.failure));
+    if (this.extract.write(chunk)) return void done(null, chunk);
     // Backpressure: the next chunk waits until the checker has taken this one.
     const onDrain = () => {
       this.extract.off('error', onError);
@@ -112,7 +112,7 @@ export class ArchiveCounter extends Transform {
   }
 
   override _flush(done: TransformCallback): void {
-    if (this.failure) return done(archiveError(this.failure));
+    if (this.failure) return void done(archiveError(this.failure));
     (this.extract as unknown as NodeJS.WritableStream).end();
     this.finished.then(
       () => done(this.failure ? archiveError(this.failure) : null),
