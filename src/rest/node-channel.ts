@@ -25,7 +25,7 @@ import { nodeTopic } from '../services/node-messages';
 import { nodeHeartbeat, nodeHello } from '../services/nodes';
 import { statusOf } from './status';
 
-export const NODE_CHANNEL_PATH = '/v1/nodes/channel';
+export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
 
 /** Agent → server messages this edge handles itself; any other type goes to `handlers`. */
 export type NodeMessageHandler = (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>;

@@ -20,7 +20,9 @@ import { hashSecret, newSecret, secretPrefix } from './secrets';
 import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, savedShares, saveSnapshotShare } from './snapshots';
 import { findTemplate } from './templates';
 
-export const MAX_SLOTS = 64;
+export { MAX_SLOTS } from '../dataplane/protocol';
+
+import { MAX_SLOTS } from '../dataplane/protocol';
 
 export type NodeState = 'online' | 'lost' | 'draining';
 
