@@ -2,6 +2,7 @@
 // agent, the sandbox agent and the user's commands. Exit codes: 0 done, 1 the command failed
 // (the reason on stderr), 2 bad usage.
 import { Command, CommanderError } from 'commander';
+import { registerExecCommands } from './exec';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
 
@@ -13,6 +14,7 @@ const program = new Command('berth')
 
 registerOperatorCommands(program);
 registerNodeCommands(program);
+registerExecCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -2,6 +2,7 @@
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { NodeAgent } from '../agent/node-agent';
+import { installExec } from '../agent/node-agent-exec';
 import { MAX_SLOTS } from '../dataplane/protocol';
 
 function slots(value: string): number {
@@ -20,6 +21,7 @@ export function registerNodeCommands(program: Command): void {
     .option('--slots <n>', 'how many environments at once', slots, 1)
     .action(async (opts: { server: string; token: string; dir: string; slots: number }) => {
       const agent = new NodeAgent({ server: opts.server, token: opts.token, dir: resolve(opts.dir), slots: opts.slots });
+      installExec(agent);
       const stop = () => agent.stop();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);

@@ -4,6 +4,7 @@
 //
 //   agent → server  {type: 'hello', slots, environments}   {type: 'heartbeat'}
 //                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
+//                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
 //   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
 //                   {type: 'error', error, code}
@@ -21,6 +22,7 @@ import { endWithError } from '../http/protocol-errors';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError } from '../services/errors';
+import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
 import { nodeHeartbeat, nodeHello } from '../services/nodes';
 import { statusOf } from './status';
@@ -89,6 +91,14 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
                 throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
               }
               await deps.events.publish(message.reply, message);
+              return;
+            case 'exec-output':
+            case 'exec-exit':
+              // A node speaks only for the commands it was sent: the topic carries its own id.
+              if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {
+                throw new DomainError('exec: must be the id of the exec message answered', 'invalid');
+              }
+              await deps.events.publish(execTopic(nodeId, message.exec), message);
               return;
             default: {
               const handler = handlers[String(message.type)];

@@ -5,7 +5,7 @@ import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';
 import { credentialRoutes } from './credentials';
 import { environmentRoutes } from './environments';
-import { nodeRoutes } from './nodes';
+import { execRoute, nodeRoutes } from './nodes';
 import { sandboxRoutes } from './sandboxes';
 import { snapshotRoutes } from './snapshots';
 

@@ -1,9 +1,10 @@
 import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream';
 import { graphql } from '../../generated/gql';
-import type { Snapshot } from '../../generated/prisma/client';
+import type { Exec, Snapshot } from '../../generated/prisma/client';
 import { sendJson } from '../../http/respond';
-import { BadRequestError } from '../../services/errors';
+import { BadRequestError, DomainError, ValidationError } from '../../services/errors';
+import { runCommand } from '../../services/exec';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../services/nodes';
 import { ARCHIVE_CONTENT_TYPE } from '../../services/snapshot-archive';
 import { readJsonBody } from '../http';
@@ -201,3 +202,66 @@ export const nodeRoutes: Route[] = [
     },
   },
 ];
+
+/** The Exec row as the exec stream's last line shows it (the same fields as GET …/execs). */
+function execJson(e: Exec) {
+  return {
+    id: e.id,
+    lease: e.environmentId,
+    time: e.time.toISOString(),
+    actor: e.actor,
+    command: e.command,
+    exitCode: e.exitCode,
+    durationMs: e.durationMs,
+  };
+}
+
+export const execRoute: Route = {
+  method: 'POST',
+  path: '/v1/environments/{id}/exec',
+  summary: "Run a command on the environment's node, its output streamed back as it comes",
+  description:
+    'Body: {command: [program, ...args]}; runs with the environment root as working directory (members; ready environments, else 409). ' +
+    '200 application/x-ndjson, one JSON object a line: {stream: "stdout"|"stderr", data: <base64>} as output arrives, then ' +
+    '{exitCode, exec} (the recorded Exec: actor is the caller, durationMs measured by the server), or {error, code} when it ' +
+    'could not finish (the node was lost). Closing the request stops the command.',
+  auth: 'bearer',
+  openapi: {
+    requestBody: {
+      contentType: 'application/json',
+      type: 'object',
+      properties: { command: { type: 'array', items: { type: 'string' } } },
+      required: ['command'],
+    },
+    responses: { '200': { description: 'Output lines, then the exit', contentType: 'application/x-ndjson', schema: { type: 'string' } } },
+  },
+  async handle(req, res, { ctx, params }) {
+    const body = await readJsonBody(req);
+    const extra = Object.keys(body).filter((k) => k !== 'command');
+    if (extra.length) throw new ValidationError(`unknown field ${JSON.stringify(extra[0])}; known: command`, extra[0]);
+    const gone = new AbortController();
+    res.once('close', () => gone.abort());
+    const events = await runCommand(ctx!.deps, ctx!.actor, params.id!, body.command, gone.signal);
+    const it = events[Symbol.asyncIterator]();
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    try {
+      for (let next = await it.next(); !next.done; next = await it.next()) {
+        const event = next.value;
+        const line =
+          event.kind === 'output'
+            ? { stream: event.stream, data: event.data.toString('base64') }
+            : { exitCode: event.exec.exitCode, exec: execJson(event.exec) };
+        if (!res.write(`${JSON.stringify(line)}\n`) && !gone.signal.aborted) {
+          await new Promise((resolve) => {
+            res.once('drain', resolve);
+            res.once('close', resolve);
+          });
+        }
+      }
+    } catch (error) {
+      const code = error instanceof DomainError ? error.code : 'internal';
+      res.write(`${JSON.stringify({ error: error instanceof Error ? error.message : String(error), code })}\n`);
+    }
+    res.end();
+  },
+};
