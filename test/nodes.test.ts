@@ -67,6 +67,20 @@ function startAgent(url: string, token: string, dir: string): Agent {
   return { child, output: () => output, exited };
 }
 
+/** `berth exec` as a real process: its exit code and output. */
+function berthExec(url: string, token: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
+    cwd: root,
+    env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: token },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
 describeBackends('remote nodes', (backend) => {
   let s: TestServer;
   let peer: App | undefined;
@@ -162,6 +176,24 @@ describeBackends('remote nodes', (backend) => {
 
     await writeFile(join(envRoot(id), 'workspace', 'src', 'a.txt'), 'made on the node');
     await writeFile(join(envRoot(id), 'workspace', 'out', 'result.txt'), 'built');
+
+    // berth exec runs on the node, in the environment root, through the instance the caller uses.
+    const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, ready.name, 'cat', 'workspace/src/a.txt');
+    expect(ran).toMatchObject({ code: 0, stdout: 'made on the node' });
+    const failing = await berthExec(peer?.url ?? s.url, BOOTSTRAP, id, 'sh', '-c', 'echo to-stderr >&2; echo "$PWD"; exit 3');
+    expect(failing).toMatchObject({ code: 3, stderr: 'to-stderr\n', stdout: `${envRoot(id)}\n` });
+    const missing = await berthExec(peer?.url ?? s.url, BOOTSTRAP, id, 'no-such-program-here');
+    expect(missing.code).toBe(127);
+    const execs = (await leases.get(`/v1/environments/${id}/execs`)).body.execs;
+    expect(execs.map((e: { command: string; exitCode: number; actor: string }) => [e.command, e.exitCode, e.actor])).toEqual([
+      ['no-such-program-here', 127, 'admin@berth.local'],
+      [`sh -c 'echo to-stderr >&2; echo "$PWD"; exit 3'`, 3, 'admin@berth.local'],
+      ['cat workspace/src/a.txt', 0, 'admin@berth.local'],
+    ]);
+    const other = await createOrganization(s.app.deps.prisma, `execother${backend}`, 'boss@exec.example');
+    const refused = await berthExec(s.url, other.secret, id, 'true');
+    expect(refused).toMatchObject({ code: 1, stderr: `berth: environment ${id} not found\n` });
+
     await leases.del(`/v1/environments/${id}`);
     await untilState(id, 'stopped');
     expect(await exists(envRoot(id))).toBe(false);
@@ -212,5 +244,21 @@ describeBackends('remote nodes', (backend) => {
     expect(agent!.output()).toMatch(/removed|refused/);
     expect((await envState(queued.body.environment.id)).state).toBe('pending');
     await leases.del(`/v1/environments/${queued.body.environment.id}`);
+  });
+
+  it("berth exec on the built-in hot pool runs the command in the server's workspace, the same way", async () => {
+    const hot = await leases.post('/v1/environments', { template: 'default' });
+    const env = await untilState(hot.body.environment.id, 'ready');
+    const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, env.id, 'sh', '-c', 'pwd; exit 7');
+    const workspace = join(s.dataDir, 'workspaces', env.id);
+    // On PostgreSQL either instance may have claimed it; both share this data folder in the test.
+    expect(ran).toMatchObject({ code: 7, stdout: `${workspace}\n` });
+    const execs = (await leases.get(`/v1/environments/${env.id}/execs`)).body.execs;
+    expect(execs[0]).toMatchObject({ command: "sh -c 'pwd; exit 7'", exitCode: 7, actor: 'admin@berth.local' });
+    expect((await leases.post(`/v1/environments/${env.id}/exec`, { command: [] })).status).toBe(422);
+    expect((await leases.post(`/v1/environments/${env.id}/exec`, { command: 'ls' })).status).toBe(422);
+    await leases.del(`/v1/environments/${env.id}`);
+    await untilState(env.id, 'stopped');
+    expect(await leases.post(`/v1/environments/${env.id}/exec`, { command: ['true'] })).toMatchObject({ status: 409 });
   });
 });

@@ -21,6 +21,7 @@ export function buildRoutes(schema: GraphQLSchema): Route[] {
     ...sandboxRoutes,
     ...snapshotRoutes,
     ...nodeRoutes,
+    execRoute,
   ];
   const openapi = {
     method: 'GET' as const,
