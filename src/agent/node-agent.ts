@@ -232,6 +232,7 @@ export class NodeAgent {
     const root = this.root(env.id);
     this.held.add(env.id);
     const shares = env.shares ?? [];
+    await mkdir(root, { recursive: true });
     for (const share of shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
     const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
     if (planned.status === 204) return this.log(`${env.id} prepared in ${root}`);

@@ -37,6 +37,7 @@ export const hotPoolProvider: NodeProvider = {
   async prepare(deps, env) {
     const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
     const dir = workspaceDir(deps, env.id);
+    await mkdir(dir, { recursive: true });
     for (const share of template?.shares ?? []) await mkdir(shareDir(dir, share.envPath), { recursive: true });
     const plan = await planRestore(deps, env);
     if (!plan) return;

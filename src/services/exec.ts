@@ -9,6 +9,7 @@
 // as long as the caller's request: a caller that goes away stops the command.
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { join } from 'node:path';
 import type { Actor, Deps } from '../context';
@@ -148,11 +149,16 @@ function runLocally(deps: Deps, cwd: string, run: string, argv: string[]): () =>
   const publish = (payload: Record<string, unknown>) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
   };
-  const child = spawn(argv[0]!, argv.slice(1), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   const forward = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
     for (let i = 0; i < data.length; i += EXEC_CHUNK)
       publish({ type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
   };
+  if (!existsSync(cwd)) {
+    forward('stderr')(Buffer.from(`berth: the environment's workspace ${cwd} is not on this Berth instance\n`));
+    publish({ type: 'exec-exit', exitCode: 126 });
+    return () => undefined;
+  }
+  const child = spawn(argv[0]!, argv.slice(1), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout.on('data', forward('stdout'));
   child.stderr.on('data', forward('stderr'));
   let exited = false;
