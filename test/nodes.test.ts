@@ -158,6 +158,11 @@ describeBackends('remote nodes', (backend) => {
     expect(first.status).toBe(202);
     const id = first.body.environment.id;
     expect((await envState(id)).state).toBe('pending');
+    // Another organization's lease of the same pool, queued before the next one of ours.
+    const stranger = await createOrganization(s.app.deps.prisma, `nodestranger${backend}`, 'boss@stranger.example');
+    const strangers = client(() => s.url, stranger.secret);
+    const foreign = await strangers.post('/v1/environments', { template: 'remote' });
+    expect(foreign.status).toBe(202);
 
     agent = startAgent(s.url, secret, nodeDir());
     await until('node online', async () => (await nodeNamed('builder-1'))?.state === 'online');
@@ -205,6 +210,9 @@ describeBackends('remote nodes', (backend) => {
     expect(restored.restored).toMatchObject({ key: 'nodesnap', files: 2 });
     expect(await readFile(join(envRoot(restored.id), 'workspace', 'src', 'a.txt'), 'utf8')).toBe('made on the node');
     expect(await readFile(join(envRoot(restored.id), 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built');
+    // The node serves only its own organization: the older foreign lease was passed over.
+    expect((await strangers.get(`/v1/environments/${foreign.body.environment.id}`)).body.state).toBe('pending');
+    await strangers.del(`/v1/environments/${foreign.body.environment.id}`);
   });
 
   it('a killed node is lost: its environments fail naming it; the same token restarted serves the waiting leases', async () => {
