@@ -24,10 +24,12 @@ export interface Deps {
 /** Who is calling: resolved from the bearer credential before any resolver runs. */
 export interface Actor {
   orgId: string;
-  kind: 'person' | 'apiKey' | 'sandbox';
+  kind: 'person' | 'apiKey' | 'sandbox' | 'node';
   credentialId: string;
   personId?: string;
   sandboxId?: string;
+  /** A node agent's credential: its RemoteNode. */
+  nodeId?: string;
   admin: boolean;
   /** What `createdBy` and exec `actor` show: the person's email or the API key's name. */
   name: string;

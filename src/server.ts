@@ -7,7 +7,7 @@ import type { Clock } from './clock';
 import type { Config } from './config';
 import { createConsoleHandler } from './console';
 import type { Deps } from './context';
-import { createRelayServer, RELAY_PATH } from './dataplane/relay-server';
+import { createRelayServer, RELAY_NODE_PATH, RELAY_PATH } from './dataplane/relay-server';
 import { buildDeps, closeDeps, type Log } from './deps';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
@@ -17,6 +17,7 @@ import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
 import { sendError } from './http/respond';
 import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
+import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
 import { buildRoutes } from './rest/routes';
 import { schema } from './schema';
 import { ensureDefaultOrganization } from './services/organizations';
@@ -102,8 +103,13 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
+  const nodeChannel = serveNodeChannel(deps, log);
   const relay = createRelayServer(deps, log);
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, { [RELAY_PATH]: relay.handleUpgrade });
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, {
+    [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade,
+    [RELAY_PATH]: relay.handleUpgrade,
+    [RELAY_NODE_PATH]: relay.handleNodeUpgrade,
+  });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -112,6 +118,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
 
   const closeServer = async () => {
     await relay.close();
+    await nodeChannel.close();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());

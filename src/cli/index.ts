@@ -3,6 +3,8 @@
 // (the reason on stderr), 2 bad usage.
 import { Command, CommanderError } from 'commander';
 import { registerAgentCommands } from './agent';
+import { registerExecCommands } from './exec';
+import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
 
 const program = new Command('berth')
@@ -13,6 +15,8 @@ const program = new Command('berth')
 
 registerOperatorCommands(program);
 registerAgentCommands(program);
+registerNodeCommands(program);
+registerExecCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -5,9 +5,17 @@
 //   GET /v1/relay?environment=<id>&kind=share&share=<name>[&final=1]
 //   Authorization: Bearer bsc_…
 //
+//   GET /v1/relay/node?relay=<id>     the node agent dialling back (Authorization: Bearer bnd_…)
+//
 // Everything is checked before the upgrade (a refusal is an HTTP answer `{error, code}`). Then
 // the environment's node joins: a built-in hot node is this process, which serves the socket
-// itself (relay-node.ts). Bytes pass through memory only, never to disk or the database.
+// itself (relay-node.ts); a remote node is asked on its control channel (`{type: 'relay', relay,
+// url, job}` through sendToNode, from whichever instance holds that channel) to dial back to
+// `url` — this instance's PUBLIC_URL — and the two sockets are joined here, message by message.
+// The sandbox's upgrade is answered only once the node joined (or 503 when it did not within
+// NODE_JOIN_MS). Pending rendezvous live in memory: they belong to the sockets of this instance.
+// Bytes pass through memory only, never to disk or the database.
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -17,14 +25,24 @@ import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { statusOf } from '../rest/status';
+import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
-import { DomainError } from '../services/errors';
+import { DomainError, NotFoundError, UnavailableError } from '../services/errors';
+import { sendToNode } from '../services/node-messages';
 import { authorizeRelay, recordOutSynced } from '../services/relay';
 import { environmentRoot } from './layout';
-import { serveRelay } from './relay-node';
-import { CLOSE } from './ws-bridge';
+import { type RelayJob, serveRelay } from './relay-node';
+import { CLOSE, joinSockets } from './ws-bridge';
 
 export const RELAY_PATH = '/v1/relay';
+export const RELAY_NODE_PATH = '/v1/relay/node';
+/** How long a remote node has to dial back. */
+export const NODE_JOIN_MS = 15_000;
+
+interface Pending {
+  nodeId: string;
+  join(node: WebSocket): void;
+}
 
 /** Where the built-in hot pool keeps environment roots. */
 export function hotPoolDir(deps: Deps): string {
@@ -32,14 +50,17 @@ export function hotPoolDir(deps: Deps): string {
 }
 
 export interface RelayServer {
-  /** Handles an upgrade on RELAY_PATH. */
+  /** Handles an upgrade on RELAY_PATH (the sandbox's end). */
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Handles an upgrade on RELAY_NODE_PATH (a remote node's end). */
+  handleNodeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
 
 export function createRelayServer(deps: Deps, log: Log): RelayServer {
   const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 * 1024 * 1024 });
   const live = new Set<WebSocket>();
+  const pending = new Map<string, Pending>();
 
   const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(req.url ?? '/', 'http://relay');
@@ -52,25 +73,84 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       share: q('share'),
       final: q('final'),
     });
+    const finished = async (code: number) => {
+      if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
+    };
+    if (env.nodeId) {
+      // A remote node: it dials back here, then the two sockets are joined.
+      const node = await nodeJoins(env.nodeId, job);
+      if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        track(ws);
+        track(node);
+        let code = 0;
+        ws.once('close', (c) => {
+          code = c;
+        });
+        void joinSockets(ws, node)
+          .then(() => finished(code))
+          .catch((error) => log('relay failed', error));
+      });
+      return;
+    }
     wss.handleUpgrade(req, socket, head, (ws) => {
-      live.add(ws);
-      ws.once('close', () => live.delete(ws));
+      track(ws);
       // The built-in hot pool: this process is the node side.
       void serveRelay(ws, job, environmentRoot(hotPoolDir(deps), env.id))
-        .then(async (end) => {
-          if (job.kind === 'share' && job.final && end.code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
-        })
+        .then((end) => finished(end.code))
         .catch((error) => log('relay failed', error));
     });
   };
 
+  const track = (ws: WebSocket) => {
+    live.add(ws);
+    ws.once('close', () => live.delete(ws));
+  };
+
+  /** Asks the node to dial back and waits for its socket (UnavailableError after NODE_JOIN_MS). */
+  const nodeJoins = async (nodeId: string, job: RelayJob): Promise<WebSocket> => {
+    const relay = randomUUID();
+    const joined = new Promise<WebSocket>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        pending.delete(relay);
+        reject(new UnavailableError(`the environment's node did not join the relay within ${NODE_JOIN_MS / 1000}s`));
+      }, NODE_JOIN_MS);
+      pending.set(relay, {
+        nodeId,
+        join(node) {
+          clearTimeout(timer);
+          pending.delete(relay);
+          resolve(node);
+        },
+      });
+    });
+    const base = (deps.config.publicUrl ?? '').replace(/^http/, 'ws').replace(/\/+$/, '');
+    await sendToNode(deps, nodeId, { type: 'relay', relay, url: `${base}${RELAY_NODE_PATH}?relay=${relay}`, job: { ...job } });
+    return joined;
+  };
+
+  const acceptNode = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = new URL(req.url ?? '/', 'http://relay');
+    const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
+    const nodeId = requireNodeAgent(actor);
+    const waiting = pending.get(url.searchParams.get('relay') ?? '');
+    // Another node's relay answers like an unknown one.
+    if (!waiting || waiting.nodeId !== nodeId) throw new NotFoundError(`relay ${url.searchParams.get('relay') ?? ''}`);
+    wss.handleUpgrade(req, socket, head, (ws) => waiting.join(ws));
+  };
+
+  const refuse = (socket: Duplex) => (error: unknown) => {
+    if (error instanceof DomainError) return endWithError(socket, statusOf(error.code), error.code, error.message);
+    log('relay upgrade failed', error);
+    endWithError(socket, 500, 'internal', 'internal error');
+  };
+
   return {
     handleUpgrade(req, socket, head) {
-      accept(req, socket, head).catch((error) => {
-        if (error instanceof DomainError) return endWithError(socket, statusOf(error.code), error.code, error.message);
-        log('relay upgrade failed', error);
-        endWithError(socket, 500, 'internal', 'internal error');
-      });
+      accept(req, socket, head).catch(refuse(socket));
+    },
+    handleNodeUpgrade(req, socket, head) {
+      acceptNode(req, socket, head).catch(refuse(socket));
     },
     async close() {
       for (const ws of live) ws.close(CLOSE.goingAway, 'the server is stopping');

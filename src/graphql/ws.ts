@@ -43,15 +43,15 @@ export function serveGraphQLWebSocket(
   deps: Deps,
   cors: CorsPolicy,
   log: Log,
-  /** Other WebSocket endpoints by path (agents' sockets, which are not browsers': no origin check). */
+  /** Other WebSocket endpoints by path (the node control channel), served before any origin check: agents are not browsers. */
   others: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {},
 ) {
   const wss = new WebSocketServer({ noServer: true });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const path = (req.url ?? '/').split('?')[0] ?? '/';
-    const other = Object.hasOwn(others, path) ? others[path] : undefined;
-    if (other && !req.headers.origin) return other(req, socket, head);
+    const path = (req.url ?? '/').split('?')[0];
+    const other = path === undefined ? undefined : others[path];
+    if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
     if (!cors.allows(req)) {

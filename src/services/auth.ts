@@ -11,6 +11,7 @@ interface CredentialRow {
   orgId: string;
   personId: string | null;
   sandboxId: string | null;
+  nodeId: string | null;
   name: string;
   expires: Date | null;
   revoked: Date | null;
@@ -20,6 +21,7 @@ interface CredentialRow {
   admin: boolean | null;
   blockedUntil: Date | null;
   sandboxRemoved: Date | null;
+  nodeRevoked: Date | null;
 }
 
 function retryAfter(until: Date, now: Date): RateLimitedError {
@@ -42,12 +44,13 @@ export async function authenticate(deps: Deps, header: string | null | undefined
   }
   // One round trip on the happy path: the credential, its person and the address's lock together.
   const rows = await deps.prisma.$queryRaw<CredentialRow[]>`
-    SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
-           p.email, p.admin, s.removed AS "sandboxRemoved",
+    SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c."nodeId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
+           p.email, p.admin, s.removed AS "sandboxRemoved", r.revoked AS "nodeRevoked",
            (SELECT f."blockedUntil" FROM "AuthFailure" f WHERE f.address = ${address}) AS "blockedUntil"
       FROM "Credential" c
       LEFT JOIN "Person" p ON p.id = c."personId"
       LEFT JOIN "Sandbox" s ON s.id = c."sandboxId"
+      LEFT JOIN "RemoteNode" r ON r.id = c."nodeId"
      WHERE c."secretHash" = ${hashSecret(secret)}`;
   const row = rows[0];
   if (row?.blockedUntil && row.blockedUntil > now) throw retryAfter(row.blockedUntil, now);
@@ -59,7 +62,9 @@ export async function authenticate(deps: Deps, header: string | null | undefined
         ? 'this credential has expired'
         : row.sandboxRemoved
           ? 'this sandbox was removed'
-          : undefined;
+          : row.nodeRevoked
+            ? 'this node was removed'
+            : undefined;
   if (problem || !row) {
     await recordFailure(deps, address, now);
     throw new UnauthorizedError(problem);
@@ -68,13 +73,14 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     // Informational; at most one write a minute per credential, off the request's path.
     deps.prisma.credential.update({ where: { id: row.id }, data: { lastUsed: now } }).catch(() => undefined);
   }
-  const kind = row.kind === 'cli' ? 'person' : row.kind === 'api' ? 'apiKey' : 'sandbox';
+  const kind = row.kind === 'cli' ? 'person' : row.kind === 'api' ? 'apiKey' : row.kind === 'node' ? 'node' : 'sandbox';
   return {
     orgId: row.orgId,
     kind,
     credentialId: row.id,
     personId: row.personId ?? undefined,
     sandboxId: row.sandboxId ?? undefined,
+    nodeId: row.nodeId ?? undefined,
     // An API key is an admin key when it was created as one (POST /v1/keys {admin: true}).
     admin: kind === 'person' ? row.admin === true : kind === 'apiKey' && row.keyAdmin,
     name: kind === 'person' ? (row.email ?? row.name) : row.name,

@@ -212,9 +212,15 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
     throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
   const env = await findEnvironment(deps, actor, idOrName);
   assertLive(env);
+  return recordExecRow(deps, actor, env.id, input);
+}
+
+/** Writes an Exec row for the caller (counts as activity) and tells the execs subscribers. */
+export async function recordExecRow(deps: Deps, actor: Actor, envId: string, input: ExecInput): Promise<Exec> {
   const now = deps.clock.now();
-  const [exec] = await deps.prisma.$transaction([
-    deps.prisma.exec.create({
+  const exec = await deps.prisma.$transaction(async (tx) => {
+    const env = await tx.environment.findUniqueOrThrow({ where: { id: envId } });
+    const row = await tx.exec.create({
       data: {
         environmentId: env.id,
         time: now,
@@ -223,10 +229,11 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
         exitCode: input.exitCode,
         durationMs: input.durationMs,
       },
-    }),
-    deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } }),
-  ]);
-  await deps.events.publish(execsTopic(env.id), { id: exec.id });
+    });
+    await tx.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } });
+    return row;
+  });
+  await deps.events.publish(execsTopic(envId), { id: exec.id });
   return exec;
 }
 

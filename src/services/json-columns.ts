@@ -73,6 +73,7 @@ const EnvironmentPayload = z.object({
   pool: z.string(),
   state: z.string(),
   node: z.string().nullable(),
+  nodeId: z.string().nullable().default(null),
   sandboxId: z.string().nullable(),
   labels: json,
   project: z.string(),

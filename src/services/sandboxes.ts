@@ -213,6 +213,7 @@ export async function requireSandbox(deps: Deps, actor: Actor, ref: string): Pro
     if (!own || (ref !== own.id && ref !== own.name)) throw new ForbiddenError(SANDBOX_ONLY_OWN);
     return own.id;
   }
+  requireMember(actor);
   const row = await findSandboxRow(deps.prisma, actor.orgId, ref);
   if (!row) throw new NotFoundError(`sandbox ${ref}`);
   return row.id;
