@@ -1,0 +1,213 @@
+// Issue 11, "Done when": Berth, `berth node` and `berth agent` as real processes on loopback, each
+// with its own temp folder. A lease on a hotNodes: 0 pool becomes ready on the node agent; the
+// sandbox folder's files arrive under the environment root on the node by the sync rules, and a
+// later edit follows; a real TCP service on the node side answers through the sandbox's port;
+// `berth exec` prints a workspace file and the exec is logged; an out-share file is home by
+// `stopped`; the snapshot the node saved restores on the next lease; killing and restarting the
+// sandbox agent resumes forwarding; killing the node agent fails its environments with the reason.
+// On PostgreSQL (TEST_DATABASE_URL) the same runs over two Berth instances: the node agent on
+// one, the sandbox agent on the other.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { answers, type BerthProc, echoServer, echoThrough, eventually, type Proc, spawnNode, startBerth } from './helpers/processes';
+import { BOOTSTRAP, client } from './helpers/server';
+
+const root = new URL('..', import.meta.url).pathname;
+const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
+
+function berthExec(url: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
+    cwd: root,
+    env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: BOOTSTRAP },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+for (const backend of backends) {
+  describe(`agents end to end [${backend}]`, () => {
+    let base: string;
+    let nodeDir: string;
+    let sandboxDir: string;
+    let echo: Awaited<ReturnType<typeof echoServer>>;
+    let withPostgres = false;
+    let nodeSide: BerthProc;
+    let sandboxSide: BerthProc;
+    let nodeAgent: Proc | undefined;
+    let sandboxAgent: Proc | undefined;
+    let schema: string | undefined;
+    const instances: BerthProc[] = [];
+    const api = () => client(() => nodeSide.url, BOOTSTRAP);
+    const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
+    const until = (id: string, wanted: string) => eventually(async () => ((await state(id)).state === wanted ? state(id) : undefined), 200);
+    let nodeToken: string;
+    let envId: string;
+    let listen: Record<string, number>;
+
+    beforeAll(async () => {
+      base = await mkdtemp(join(tmpdir(), 'berth-e2e-'));
+      nodeDir = join(base, 'node');
+      sandboxDir = join(base, 'sandbox');
+      echo = await echoServer();
+      withPostgres = await answers(5432);
+      const services = [{ service: 'echo', target: `127.0.0.1:${echo.port}` }];
+      if (withPostgres) services.push({ service: 'postgres', target: '127.0.0.1:5432' });
+      const templates = join(base, 'templates.json');
+      await writeFile(
+        templates,
+        JSON.stringify({
+          pools: [{ name: 'remote', hotNodes: 0, maxQueued: 10 }],
+          templates: [
+            {
+              name: 'dev',
+              pool: 'remote',
+              startMs: 50,
+              idle: '30m',
+              hard: '1h',
+              shares: [
+                { name: 'src', direction: 'in', envPath: '/workspace/src' },
+                { name: 'out', direction: 'out', envPath: '/workspace/out' },
+              ],
+              services,
+            },
+          ],
+        }),
+      );
+      // A short liveness bound, so the lost node is noticed soon.
+      const env: Record<string, string> = {
+        DATA_DIR: join(base, 'data'),
+        BOOTSTRAP_TOKEN: BOOTSTRAP,
+        TEMPLATES_FILE: templates,
+        NODE_LOST_MS: '3000',
+        NODE_HEARTBEAT_MS: '500',
+      };
+      if (backend === 'postgres') {
+        schema = `berth_e_${randomBytes(6).toString('hex')}`;
+        Object.assign(env, { DATABASE_URL: process.env.TEST_DATABASE_URL!, DATABASE_SCHEMA: schema });
+      }
+      nodeSide = await startBerth(env);
+      instances.push(nodeSide);
+      // Instances of one deployment share the database, the blob store (here DATA_DIR) and the master key.
+      sandboxSide = backend === 'postgres' ? await startBerth(env) : nodeSide;
+      if (sandboxSide !== nodeSide) instances.push(sandboxSide);
+
+      await mkdir(join(sandboxDir, 'app', 'dist'), { recursive: true });
+      await mkdir(join(sandboxDir, 'secrets'), { recursive: true });
+      await writeFile(join(sandboxDir, 'app', '.gitignore'), 'dist/\n*.log\n');
+      await writeFile(join(sandboxDir, 'app', 'main.txt'), 'version 1\n');
+      await writeFile(join(sandboxDir, 'app', 'debug.log'), 'never sent\n');
+      await writeFile(join(sandboxDir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
+      await writeFile(join(sandboxDir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
+
+      const node = await api().post('/v1/nodes', { pool: 'remote', name: 'builder' });
+      expect(node.status).toBe(201);
+      nodeToken = node.body.secret;
+      nodeAgent = spawnNode(['bin/berth.js', 'node', '--server', nodeSide.url, '--token', nodeToken, '--dir', nodeDir], {});
+      await nodeAgent.waitFor(/online as builder/);
+      const reg = await api().post('/v1/sandboxes', { name: 'laptop' });
+      sandboxAgent = spawnNode(['bin/berth.js', 'agent', '--server', sandboxSide.url, '--join', reg.body.key, '--dir', sandboxDir], {});
+      await sandboxAgent.waitFor(/connected to .* as sandbox laptop/);
+    });
+
+    afterAll(async () => {
+      await sandboxAgent?.kill('SIGKILL');
+      await nodeAgent?.kill('SIGKILL');
+      for (const b of instances.reverse()) await b.kill();
+      await echo?.close();
+      if (schema) {
+        const c = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await c.end();
+      }
+      await rm(base, { recursive: true, force: true });
+    });
+
+    it('a lease on a hotNodes: 0 pool becomes ready on the node agent and gets the sandbox folder by its sync rules', async () => {
+      const created = await api().post('/v1/environments', {
+        template: 'dev',
+        sandbox: 'laptop',
+        snapshot: `e2e-${backend}`,
+        shares: { src: 'app', out: 'results' },
+        include: ['dist'],
+        files: { 'src/.env': 'secrets/dev.env' },
+      });
+      expect(created.status).toBe(202);
+      envId = created.body.environment.id;
+      listen = Object.fromEntries(
+        created.body.environment.exports.map((e: { service: string; listen: string }) => [e.service, Number(e.listen.split(':')[1])]),
+      );
+      const ready = await until(envId, 'ready');
+      expect(ready.node).toBe('builder');
+      const src = join(nodeDir, envId, 'workspace', 'src');
+      await sandboxAgent!.waitFor(/share src: in sync/);
+      expect(await readFile(join(src, 'main.txt'), 'utf8')).toBe('version 1\n');
+      expect(await readFile(join(src, 'dist', 'bundle.js'), 'utf8')).toContain('included');
+      expect(await readFile(join(src, '.env'), 'utf8')).toBe('TOKEN=abc\n');
+      await expect(stat(join(src, 'debug.log'))).rejects.toMatchObject({ code: 'ENOENT' });
+
+      await writeFile(join(sandboxDir, 'app', 'main.txt'), 'version 2\n');
+      await eventually(async () => ((await readFile(join(src, 'main.txt'), 'utf8').catch(() => '')) === 'version 2\n' ? true : undefined));
+    });
+
+    it("a TCP service on the node side answers through the sandbox's port", async () => {
+      const payload = randomBytes(2 * 1024 * 1024);
+      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      expect(back.equals(payload)).toBe(true);
+      if (withPostgres) {
+        const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
+        await db.connect();
+        try {
+          expect((await db.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+        } finally {
+          await db.end();
+        }
+      }
+    });
+
+    it('berth exec prints a workspace file with its exit code, and the exec is in the log', async () => {
+      const ran = await berthExec(sandboxSide.url, envId, 'cat', 'workspace/src/main.txt');
+      expect(ran).toMatchObject({ code: 0, stdout: 'version 2\n' });
+      const execs = (await api().get(`/v1/environments/${envId}/execs`)).body.execs;
+      expect(execs.map((e: { command: string; exitCode: number }) => [e.command, e.exitCode])).toEqual([['cat workspace/src/main.txt', 0]]);
+    });
+
+    it('killing and restarting the sandbox agent resumes forwarding without a join key', async () => {
+      await sandboxAgent!.kill('SIGKILL');
+      sandboxAgent = spawnNode(['bin/berth.js', 'agent', '--server', sandboxSide.url, '--dir', sandboxDir], {});
+      await sandboxAgent.waitFor(/forwarding echo/);
+      const back = await eventually(() => echoThrough(listen.echo!, Buffer.from('again')));
+      expect(back.toString()).toBe('again');
+    });
+
+    it('an out-share file is in the sandbox folder by the time the environment is stopped; the snapshot restores next time', async () => {
+      const out = join(nodeDir, envId, 'workspace', 'out');
+      await writeFile(join(out, 'result.txt'), 'built on the node\n');
+      expect((await api().del(`/v1/environments/${envId}`)).status).toBe(200);
+      await until(envId, 'stopped');
+      expect(await readFile(join(sandboxDir, 'results', 'result.txt'), 'utf8')).toBe('built on the node\n');
+
+      const next = await api().post('/v1/environments', { template: 'dev', snapshot: `e2e-${backend}` });
+      const restored = await until(next.body.environment.id, 'ready');
+      expect(restored.restored).toMatchObject({ key: `e2e-${backend}` });
+      expect(await readFile(join(nodeDir, restored.id, 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built on the node\n');
+      expect(await readFile(join(nodeDir, restored.id, 'workspace', 'src', 'main.txt'), 'utf8')).toBe('version 2\n');
+      envId = restored.id;
+    });
+
+    it('killing the node agent fails its environments with the reason', { timeout: 120_000 }, async () => {
+      await nodeAgent!.kill('SIGKILL');
+      const failed = await until(envId, 'failed');
+      expect(failed.error).toMatch(/^node builder was lost/);
+    });
+  });
+}
