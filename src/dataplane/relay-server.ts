@@ -29,7 +29,7 @@ import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
 import { DomainError, NotFoundError, UnavailableError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
-import { authorizeRelay, recordOutSynced } from '../services/relay';
+import { authorizeRelay, recordOutSynced, recordRelayed } from '../services/relay';
 import { environmentRoot } from './layout';
 import { type RelayJob, serveRelay } from './relay-node';
 import { CLOSE, joinSockets } from './ws-bridge';
@@ -73,6 +73,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       share: q('share'),
       final: q('final'),
     });
+    if (!env.relayed) await recordRelayed(deps, env.id);
     const finished = async (code: number) => {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };

@@ -99,6 +99,7 @@ const EnvironmentPayload = z.object({
   queueSeq: z.coerce.bigint().default(0n),
   workClaim: date.nullable(),
   outSynced: z.array(z.string()).default([]),
+  relayed: date.nullable().default(null),
   version: z.number().int(),
 }) satisfies z.ZodType<Environment, unknown>;
 

@@ -82,6 +82,11 @@ function requireState(env: Environment, states: string[]): void {
   }
 }
 
+/** The first relay of a sandbox agent for this environment: from now on its release waits for the last `out` pass. */
+export async function recordRelayed(deps: Deps, environmentId: string): Promise<void> {
+  await deps.prisma.environment.updateMany({ where: { id: environmentId, relayed: null }, data: { relayed: deps.clock.now() } });
+}
+
 /** An `out` share's last pass was acknowledged by the agent: the release need not wait for it. */
 export async function recordOutSynced(deps: Deps, environmentId: string, share: string): Promise<void> {
   await deps.prisma.$executeRaw`
@@ -92,11 +97,12 @@ export async function recordOutSynced(deps: Deps, environmentId: string, share: 
 
 /**
  * Whether the release of a stopping environment should wait: it is wired to a sandbox whose agent
- * runs (seen within AGENT_LIVE_MS), it has `out` shares the agent has not brought home yet, and
+ * opened a relay for it and still runs (seen within AGENT_LIVE_MS), it has `out` shares the agent has not brought home yet, and
  * it began stopping less than FINAL_SYNC_WAIT_MS ago.
  */
 export async function awaitingOutSync(deps: Deps, env: Environment): Promise<boolean> {
-  if (!env.sandboxId) return false;
+  // Only an environment a sandbox agent has worked on (opened a relay for) waits for one.
+  if (!env.sandboxId || !env.relayed) return false;
   const pending = sharesOf(env).filter((s) => s.direction === 'out' && !(env.outSynced ?? []).includes(s.name));
   if (pending.length === 0) return false;
   const now = deps.clock.now().getTime();

@@ -1,2 +1,0 @@
--- AlterTable
-ALTER TABLE "Environment" ADD COLUMN     "outSynced" TEXT[];

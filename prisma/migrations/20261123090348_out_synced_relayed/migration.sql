@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "Environment" ADD COLUMN     "outSynced" TEXT[],
+ADD COLUMN     "relayed" TIMESTAMPTZ(3);
