@@ -195,10 +195,20 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
     const expected = /^"([0-9a-f]{64})"$/.exec(res.headers.get('etag') ?? '')?.[1];
     if (!res.body) throw new CommandError('the server sent no content');
     let target = output;
+    let sink: Writable = process.stdout;
     if (output !== '-') {
-      const info = await stat(output).catch(() => undefined);
-      if (info?.isDirectory()) target = join(output, suggestedName(res, id));
-      temp = join(dirname(target), `.${basename(target)}.${randomBytes(6).toString('hex')}.part`);
+      let info = await stat(output).catch(() => undefined);
+      if (info?.isDirectory()) {
+        target = join(output, suggestedName(res, id));
+        info = await stat(target).catch(() => undefined);
+      }
+      if (info && !info.isFile()) {
+        // A device or pipe (/dev/null, a FIFO): written in place, never replaced by a rename.
+        sink = createWriteStream(target);
+      } else {
+        temp = join(dirname(target), `.${basename(target)}.${randomBytes(6).toString('hex')}.part`);
+        sink = createWriteStream(temp, { flags: 'wx' });
+      }
     }
     const bar = progress(`pull ${basename(target)}`, total);
     let received = 0;
@@ -206,14 +216,13 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
       received += n;
       bar.add(n);
     });
-    const sink: Writable = temp ? createWriteStream(temp, { flags: 'wx' }) : process.stdout;
     try {
       await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), measured.stream, sink, {
         end: sink !== process.stdout,
         signal: abort.signal,
       });
     } catch (error) {
-      if (abort.signal.aborted) throw new CommandError('interrupted: nothing was saved');
+      if (abort.signal.aborted) throw new CommandError(temp ? 'interrupted: nothing was saved' : 'interrupted');
       if ((error as NodeJS.ErrnoException).syscall)
         throw new CommandError(`cannot write ${target}: ${(error as NodeJS.ErrnoException).code}`);
       throw reachError(client.base, error);
