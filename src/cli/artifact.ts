@@ -15,9 +15,12 @@ import { Readable, Transform, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { SingleBar } from 'cli-progress';
 import { type Command, InvalidArgumentError } from 'commander';
-import { BerthClient, type ConnectionOptions, errorFromText, reachError, withConnection } from './client';
+import { BerthClient, type ConnectionOptions, errorFromText, networkDetail, reachError, withConnection } from './client';
 import { CommandError } from './errors';
 import { bytes } from './format';
+
+/** The interface's limit on an artifact's size (2 GiB). */
+const SPEC_MAX_BYTES = 2 * 1024 ** 3;
 
 interface Artifact {
   id: string;
@@ -121,10 +124,19 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
     label: options.label,
   });
   const bar = progress(`push ${basename(file)}`, size);
-  const measured = meter((n) => bar.add(n));
+  let sentBytes = 0;
+  const measured = meter((n) => {
+    sentBytes += n;
+    bar.add(n);
+  });
   const req = (url.protocol === 'https:' ? https : http).request(url, {
     method: 'POST',
     headers: { authorization: client.authorization, 'content-type': 'application/octet-stream', 'content-length': String(size) },
+  });
+  let connected = false;
+  req.once('socket', (socket) => {
+    if (!socket.connecting) connected = true;
+    else socket.once('connect', () => (connected = true));
   });
   const answered = new Promise<IncomingMessage>((resolve, reject) => {
     req.once('response', resolve);
@@ -142,7 +154,10 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
     await sent;
     const local = sendError as NodeJS.ErrnoException | undefined;
     if (local?.syscall === 'read' || local?.path) throw new CommandError(`cannot read ${file}: ${local.code ?? local.message}`);
-    throw reachError(client.base, error);
+    if (!connected) throw reachError(client.base, error);
+    throw new CommandError(
+      `the upload of ${file} broke off after ${sentBytes} of ${size} bytes (${networkDetail(error)}); nothing was stored`,
+    );
   }
   const chunks: Buffer[] = [];
   for await (const chunk of res) chunks.push(chunk as Buffer);
@@ -225,7 +240,10 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
       if (abort.signal.aborted) throw new CommandError(temp ? 'interrupted: nothing was saved' : 'interrupted');
       if ((error as NodeJS.ErrnoException).syscall)
         throw new CommandError(`cannot write ${target}: ${(error as NodeJS.ErrnoException).code}`);
-      throw reachError(client.base, error);
+      const of = total === undefined ? '' : ` of ${total}`;
+      throw new CommandError(
+        `the download of ${id} broke off after ${received}${of} bytes (${networkDetail(error)})${temp ? '; nothing was saved' : ''}`,
+      );
     } finally {
       bar.stop();
     }

@@ -48,13 +48,19 @@ function baseUrl(raw: string, from: string): string {
 /** The server could not be reached (refused, reset, DNS, TLS): worth trying again later. */
 export class UnreachableError extends CommandError {}
 
-/** Why a request did not get an answer, in one line: the system error code when there is one. */
-export function reachError(base: string, error: unknown): CommandError {
-  if (error instanceof CommandError) return error;
+/** The innermost cause of a network error, in a few words: a system code (ECONNREFUSED) or its message. */
+export function networkDetail(error: unknown): string {
   let cause: unknown = error;
   while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause;
-  const detail = cause instanceof Error ? ((cause as NodeJS.ErrnoException).code ?? cause.message) : String(cause);
-  return new UnreachableError(`cannot reach Berth at ${base}: ${detail}`);
+  if (!(cause instanceof Error)) return String(cause);
+  const code = (cause as NodeJS.ErrnoException).code;
+  return code && /^E[A-Z]+$/.test(code) ? code : cause.message;
+}
+
+/** Why a request did not get an answer, in one line. */
+export function reachError(base: string, error: unknown): CommandError {
+  if (error instanceof CommandError) return error;
+  return new UnreachableError(`cannot reach Berth at ${base}: ${networkDetail(error)}`);
 }
 
 /** An error answer's message: its `error` when the server sent `{error, code}`, else the status line. */
