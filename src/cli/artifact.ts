@@ -155,8 +155,11 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
     const local = sendError as NodeJS.ErrnoException | undefined;
     if (local?.syscall === 'read' || local?.path) throw new CommandError(`cannot read ${file}: ${local.code ?? local.message}`);
     if (!connected) throw reachError(client.base, error);
+    // An early refusal (413) races the body: the server closes the connection, and its answer
+    // may be lost to the broken pipe.
+    const hint = size > SPEC_MAX_BYTES ? `; artifacts are limited to ${SPEC_MAX_BYTES} bytes` : '';
     throw new CommandError(
-      `the upload of ${file} broke off after ${sentBytes} of ${size} bytes (${networkDetail(error)}); nothing was stored`,
+      `the upload of ${file} broke off after ${sentBytes} of ${size} bytes (${networkDetail(error)}); nothing was stored${hint}`,
     );
   }
   const chunks: Buffer[] = [];
