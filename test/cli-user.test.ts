@@ -77,7 +77,7 @@ async function cuttingProxy(target: string, limit: number): Promise<{ url: strin
 
 const TEMPLATES = {
   pools: [
-    { name: 'default', hotNodes: 2, maxQueued: 10 },
+    { name: 'default', hotNodes: 6, maxQueued: 10 },
     { name: 'remote', hotNodes: 0, maxQueued: 10 },
   ],
   templates: [
