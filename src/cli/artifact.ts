@@ -163,7 +163,11 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
     );
   }
   const chunks: Buffer[] = [];
-  for await (const chunk of res) chunks.push(chunk as Buffer);
+  try {
+    for await (const chunk of res) chunks.push(chunk as Buffer);
+  } catch {
+    // the connection closed mid-answer: what arrived (or the status line) says enough
+  }
   const text = Buffer.concat(chunks).toString('utf8');
   bar.stop();
   if (!res.statusCode || res.statusCode < 200 || res.statusCode >= 300) {
@@ -172,7 +176,12 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
   }
   await sent;
   if (sendError) throw new CommandError(`the upload of ${file} failed: ${String(sendError)}`);
-  const answer = JSON.parse(text) as { artifact: Artifact; link?: Link };
+  let answer: { artifact: Artifact; link?: Link };
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    throw new CommandError(`the server's answer to the upload of ${file} is not JSON (status ${res.statusCode})`);
+  }
   const sha256 = measured.digest();
   if (answer.artifact.sha256 !== sha256) {
     throw new CommandError(`the server stored ${answer.artifact.id} with SHA-256 ${answer.artifact.sha256}, but ${file} has ${sha256}`);
