@@ -215,6 +215,16 @@ describe('berth env and berth artifact', () => {
     expect(run.code).toBe(1);
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(new RegExp(`^berth: environment ${pending.name} \\(${pending.id}\\) is (stopping|stopped)$`, 'm'));
+
+    // --timeout gives up waiting and says so; the lease stays.
+    const timedOut = await berth('env', 'create', '--template', 'nodeless', '--timeout', '1s');
+    expect(timedOut.code).toBe(1);
+    const [, name, id] =
+      /^berth: environment (\S+) \((env_\w+)\) is still pending after 1s; it keeps its lease/m.exec(timedOut.stderr) ?? [];
+    expect(id).toBeTruthy();
+    expect((await api.get(`/v1/environments/${id}`)).body).toMatchObject({ name, state: 'pending' });
+    expect((await berth('env', 'rm', id)).code).toBe(0);
+    expect((await berth('env', 'create', '--template', 'nodeless', '--timeout', 'soon')).code).toBe(2);
   });
 
   it("prints the server's error and exits 1: unknown id, bad token; says what is missing or unreachable", async () => {

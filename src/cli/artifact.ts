@@ -14,10 +14,11 @@ import { basename, dirname, join } from 'node:path';
 import { Readable, Transform, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { SingleBar } from 'cli-progress';
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, errorFromText, networkDetail, reachError, withConnection } from './client';
 import { CommandError } from './errors';
 import { bytes } from './format';
+import { durationOption, labelList } from './options';
 
 /** The interface's limit on an artifact's size (2 GiB). */
 const SPEC_MAX_BYTES = 2 * 1024 ** 3;
@@ -79,17 +80,6 @@ function meter(onBytes: (n: number) => void) {
   });
   return { stream, digest: () => hash.digest('hex') };
 }
-
-/** A duration option: digits and a unit (the server checks the range). */
-function duration(value: string): string {
-  if (!/^\d+(\.\d+)?(ms|s|m|h|d|w)$/.test(value)) throw new InvalidArgumentError(`expected a duration such as 12h or 7d, got "${value}"`);
-  return value;
-}
-
-const labelList = (value: string, previous: string[] = []) => {
-  if (!value.includes('=')) throw new InvalidArgumentError(`expected key=value, got "${value}"`);
-  return [...previous, value];
-};
 
 interface PushOptions extends ConnectionOptions {
   project?: string;
@@ -285,8 +275,8 @@ export function registerArtifactCommands(program: Command): void {
       .command('push <file>')
       .description('upload a file (up to 2 GiB) as an artifact; prints its id, then its signed link with --link')
       .option('--project <name>', 'the project whose key seals it (default: default)')
-      .option('--retention <duration>', 'how long to keep it, e.g. 12h or 7d (default 7d, at most 30d)', duration)
-      .option('--link <duration>', 'also make a signed download link lasting this long, e.g. 24h', duration)
+      .option('--retention <duration>', 'how long to keep it, e.g. 12h or 7d (default 7d, at most 30d)', durationOption)
+      .option('--link <duration>', 'also make a signed download link lasting this long, e.g. 24h', durationOption)
       .option('--name <name>', "the name to store it under (default: the file's name)")
       .option('--label <key=value>', 'a label (repeatable)', labelList)
       .option('--json', 'print {artifact, link} as JSON'),

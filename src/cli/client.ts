@@ -120,7 +120,7 @@ export class BerthClient {
     try {
       res = await fetch(this.url(path, query), { ...rest, headers });
     } catch (error) {
-      if (rest.signal?.aborted) throw error;
+      if (rest.signal?.aborted) throw rest.signal.reason ?? error;
       throw reachError(this.base, error);
     }
     if (!res.ok) throw await answerError(res);
@@ -160,8 +160,16 @@ export class BerthClient {
    * server ends the stream (resolves), `next` returns true (resolves, the stream is closed), or
    * an error arrives (throws it with the server's message).
    */
-  async subscribe<T>(query: string, variables: Record<string, unknown>, next: (data: T) => boolean | undefined): Promise<void> {
+  async subscribe<T>(
+    query: string,
+    variables: Record<string, unknown>,
+    next: (data: T) => boolean | undefined,
+    signal?: AbortSignal,
+  ): Promise<void> {
     const abort = new AbortController();
+    const stop = () => abort.abort(signal?.reason);
+    signal?.addEventListener('abort', stop, { once: true });
+    if (signal?.aborted) stop();
     const res = await this.fetch('/graphql', {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
@@ -202,8 +210,10 @@ export class BerthClient {
         if (done) break;
       }
     } catch (error) {
+      if (signal?.aborted) throw signal.reason;
       if (!done) throw reachError(this.base, error);
     } finally {
+      signal?.removeEventListener('abort', stop);
       abort.abort();
     }
     if (failure) throw failure;

@@ -3,10 +3,13 @@
 //   berth env ls [filters] [--json]
 //   berth env get ID|NAME [--json]
 //   berth env rm ID|NAME
-import { type Command, InvalidArgumentError } from 'commander';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Command } from 'commander';
+import { parseDuration } from '../services/durations';
 import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
 import { CommandError } from './errors';
 import { age, table } from './format';
+import { durationOption, labelList, list, pairs } from './options';
 
 export interface Environment {
   id: string;
@@ -35,52 +38,42 @@ export interface Environment {
   restored?: { key: string; root: string; files: number; created: string };
 }
 
-/** A commander collector for repeatable `key=value` options into an object; a key given twice is a usage error. */
-function pairs(what: string) {
-  return (value: string, previous: Record<string, string> = {}): Record<string, string> => {
-    const at = value.indexOf('=');
-    if (at <= 0) throw new InvalidArgumentError(`expected ${what}, got "${value}"`);
-    const key = value.slice(0, at);
-    if (Object.hasOwn(previous, key)) throw new InvalidArgumentError(`"${key}" is given twice`);
-    return { ...previous, [key]: value.slice(at + 1) };
-  };
-}
-
-/** A commander collector for a repeatable option into an array. */
-const list = (value: string, previous: string[] = []) => [...previous, value];
-
-/** A commander collector for a repeatable `key=value` option kept as strings (the server checks them). */
-const labelList = (value: string, previous: string[] = []) => {
-  if (!value.includes('=')) throw new InvalidArgumentError(`expected key=value, got "${value}"`);
-  return [...previous, value];
-};
-
 const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state node error readyMs } }';
 const ENDED = new Set(['stopping', 'stopped', 'failed']);
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * Watches an environment (GraphQL subscription over SSE: the state now, then every change) until
  * it is `ready` or has ended. A dropped connection is picked up again with backoff: the
  * subscription starts with the current state, so no transition is missed.
  */
-export async function waitForReady(client: BerthClient, id: string, onChange: (env: Environment) => void): Promise<Environment> {
+export async function waitForReady(
+  client: BerthClient,
+  id: string,
+  onChange: (env: Environment) => void,
+  signal?: AbortSignal,
+): Promise<Environment> {
   let last: Environment | undefined;
   let failures = 0;
   for (;;) {
     try {
-      await client.subscribe<{ environment: Environment }>(SUBSCRIPTION, { id }, ({ environment }) => {
-        failures = 0;
-        if (environment.state !== last?.state) onChange(environment);
-        last = environment;
-        return environment.state === 'ready' || ENDED.has(environment.state);
-      });
+      await client.subscribe<{ environment: Environment }>(
+        SUBSCRIPTION,
+        { id },
+        ({ environment }) => {
+          failures = 0;
+          if (environment.state !== last?.state) onChange(environment);
+          last = environment;
+          return environment.state === 'ready' || ENDED.has(environment.state);
+        },
+        signal,
+      );
     } catch (error) {
       if (!(error instanceof UnreachableError) || ++failures > 6) throw error;
     }
     if (last && (last.state === 'ready' || ENDED.has(last.state))) return last;
-    await sleep(Math.min(500 * 2 ** failures, 10_000));
+    await sleep(Math.min(500 * 2 ** failures, 10_000), undefined, { signal }).catch(() => {
+      throw signal?.reason;
+    });
   }
 }
 
@@ -137,6 +130,7 @@ interface CreateOptions extends ConnectionOptions {
   include?: string[];
   ignore: boolean;
   wait?: boolean;
+  timeout?: string;
   json?: boolean;
 }
 
@@ -168,13 +162,14 @@ export function registerEnvCommands(program: Command): void {
       .option('--file <dest=source>', 'an extra file: destination share/path to a source on the sandbox (repeatable)', pairs('dest=source'))
       .option('--label <key=value>', 'a label (repeatable)', pairs('key=value'))
       .option('--project <name>', 'the project whose key seals its files')
-      .option('--idle <duration>', "idle time-out, e.g. 30m (default: the template's)")
-      .option('--hard <duration>', "hard time-out, at most 24h (default: the template's)")
+      .option('--idle <duration>', "idle time-out, e.g. 30m (default: the template's)", durationOption)
+      .option('--hard <duration>', "hard time-out, at most 24h (default: the template's)", durationOption)
       .option('--snapshot <key>', 'save its shares under this snapshot key when it ends')
       .option('--restore <key>', 'a snapshot key (or prefix) to start from (repeatable; default: --snapshot)', list)
       .option('--include <pattern>', 'sync this path or glob even if ignored (repeatable)', list)
       .option('--no-ignore', 'apply neither .gitignore files nor the default ignores')
       .option('--wait', 'wait until it is ready; exit 1 if it fails or ends first')
+      .option('--timeout <duration>', 'wait at most this long (e.g. 10m; implies --wait), then exit 1; the lease stays', durationOption)
       .option('--json', 'print the environment as JSON'),
   ).action(async (options: CreateOptions) => {
     const client = new BerthClient(options);
@@ -194,15 +189,29 @@ export function registerEnvCommands(program: Command): void {
     };
     const created = await client.post<{ environment: Environment; sandboxConfig?: unknown }>('/v1/environments', body);
     let environment = created.environment;
-    if (!options.wait) {
+    if (!options.wait && !options.timeout) {
       if (options.json) json(created);
       else console.log(`${environment.id} ${environment.name} ${environment.state}`);
       return;
     }
     console.error(`${environment.name}: ${environment.state}`);
-    const final = await waitForReady(client, environment.id, (e) => {
-      if (e.state !== environment.state) console.error(`${e.name}: ${e.state}${e.node ? ` on ${e.node}` : ''}`);
-      environment = e;
+    const { name } = environment;
+    const signal = options.timeout ? AbortSignal.timeout(parseDuration(options.timeout, 'timeout')) : undefined;
+    const final = await waitForReady(
+      client,
+      environment.id,
+      (e) => {
+        if (e.state !== environment.state) console.error(`${e.name}: ${e.state}${e.node ? ` on ${e.node}` : ''}`);
+        environment = e;
+      },
+      signal,
+    ).catch((error: unknown) => {
+      if (signal?.aborted) {
+        throw new CommandError(
+          `environment ${name} (${environment.id}) is still ${environment.state} after ${options.timeout}; it keeps its lease: \`berth env rm ${name}\` ends it`,
+        );
+      }
+      throw error;
     });
     const full = await client.get<Environment>(path(final.id)).catch(() => final);
     if (final.state !== 'ready') {
