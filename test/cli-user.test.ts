@@ -45,8 +45,11 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-/** A TCP proxy that cuts every connection once `limit` bytes went from the server to the client. */
-async function cuttingProxy(target: string, limit: number): Promise<{ url: string; close(): Promise<void> }> {
+/**
+ * A TCP proxy that, once `limit` bytes went from the server to the client, cuts the connection
+ * (`cut`) or forwards nothing more while keeping it open (`hold`).
+ */
+async function cuttingProxy(target: string, limit: number, mode: 'cut' | 'hold' = 'cut'): Promise<{ url: string; close(): Promise<void> }> {
   const { hostname, port } = new URL(target);
   const sockets = new Set<Socket>();
   const server: Server = createServer((downstream) => {
@@ -58,9 +61,11 @@ async function cuttingProxy(target: string, limit: number): Promise<{ url: strin
       const room = limit - sent;
       downstream.write(chunk.subarray(0, Math.max(0, room)));
       sent += chunk.length;
-      if (sent >= limit) {
+      if (sent >= limit && mode === 'cut') {
         upstream.destroy();
         downstream.destroy();
+      } else if (sent >= limit) {
+        upstream.pause();
       }
     });
     for (const s of [downstream, upstream]) s.on('error', () => undefined).on('close', () => sockets.delete(s));
@@ -289,7 +294,7 @@ describe('berth env and berth artifact', () => {
     expect(json.link).toBeUndefined();
   });
 
-  it('a failed download leaves no file: an unknown id, a connection cut mid-way', async () => {
+  it('a failed download leaves no file: an unknown id, a connection cut mid-way, Ctrl-C', async () => {
     const folder = await mkdtemp(join(dir, 'failed-'));
     const target = join(folder, 'x.bin');
     const unknown = await berth('artifact', 'pull', 'art_doesnotexist', '-o', target);
@@ -311,6 +316,19 @@ describe('berth env and berth artifact', () => {
       );
     } finally {
       await proxy.close();
+    }
+    expect(await readdir(folder)).toEqual([]);
+
+    // Interrupted (Ctrl-C) while the bytes are coming: the partial file is removed.
+    const stalled = await cuttingProxy(s.url, 1024 * 1024, 'hold');
+    try {
+      const pulling = start({ ...env, BERTH_URL: stalled.url }, ['artifact', 'pull', id, '-o', target]);
+      while (!(await readdir(folder)).some((f) => f.endsWith('.part'))) await new Promise((resolve) => setTimeout(resolve, 20));
+      pulling.child.kill('SIGINT');
+      const interrupted = await pulling.done;
+      expect(interrupted).toMatchObject({ code: 1, stderr: 'berth: interrupted: nothing was saved\n' });
+    } finally {
+      await stalled.close();
     }
     expect(await readdir(folder)).toEqual([]);
 
