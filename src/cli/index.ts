@@ -2,6 +2,8 @@
 // agent, the sandbox agent and the user's commands. Exit codes: 0 done, 1 the command failed
 // (the reason on stderr), 2 bad usage.
 import { Command, CommanderError } from 'commander';
+import { registerArtifactCommands } from './artifact';
+import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
@@ -15,6 +17,8 @@ const program = new Command('berth')
 registerOperatorCommands(program);
 registerNodeCommands(program);
 registerExecCommands(program);
+registerEnvCommands(program);
+registerArtifactCommands(program);
 
 try {
   await program.parseAsync(process.argv);
