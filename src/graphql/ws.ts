@@ -80,13 +80,15 @@ export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps
           return false;
         }
       },
-      onSubscribe: async (ctx, _id, payload) => {
+      onSubscribe: async (ctx, id, payload) => {
         const badVariables = variablesError(payload.variables);
         if (badVariables) return [toClientError(badVariables, log)];
         const enveloped = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
           socket: ctx.extra.socket,
+          // A shared subscription (src/graphql/fanout.ts) writes its frames to the socket itself.
+          subscriptionId: id,
           params: payload,
           actor: ctx.extra.actor,
           clientAddress: ctx.extra.clientAddress,
