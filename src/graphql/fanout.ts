@@ -5,6 +5,8 @@
 // each value once, serializes it once and writes the same bytes to every subscriber's socket
 // (a graphql-ws `next` frame differs only by the subscription id around the shared payload).
 // Each subscriber keeps only its writer: no iterator chain, no queue of its own beyond its socket's.
+import { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import {
   createSourceEventStream,
@@ -38,10 +40,13 @@ interface TransportContext extends Context {
   request?: Request;
 }
 
+const CRLF = Buffer.from('\r\n');
+
 /** One value, executed and serialized once; each transport's bytes made on first use. */
 class SharedEvent {
   private wsBytes: Buffer | undefined;
   private sseBytes: Buffer | undefined;
+  private sseChunkBytes: Buffer | undefined;
   constructor(
     readonly result: ExecutionResult,
     private readonly json: string,
@@ -57,6 +62,15 @@ class SharedEvent {
   get sse(): Buffer {
     this.sseBytes ??= Buffer.from(`event: next\ndata: ${this.json}\n\n`);
     return this.sseBytes;
+  }
+
+  /** The same as one chunk of a chunked HTTP/1.1 body. */
+  get sseChunk(): Buffer {
+    if (!this.sseChunkBytes) {
+      const sse = this.sse;
+      this.sseChunkBytes = Buffer.concat([Buffer.from(`${sse.length.toString(16)}\r\n`), sse, CRLF]);
+    }
+    return this.sseChunkBytes;
   }
 }
 
@@ -158,9 +172,21 @@ class PullWriter implements Writer {
 
 const TEXT = { binary: false };
 
-/** graphql-ws: `{"id":…,"type":"next","payload":` + the shared payload + `}`, one text frame. */
+/** What of `ws`'s WebSocket the writer reads: its TCP socket, its sender's state, the negotiated extensions. */
+interface WsInternals {
+  _socket?: Socket;
+  _sender?: { _state: number; _queue: unknown[] };
+  _extensions?: Record<string, unknown>;
+}
+
+/**
+ * graphql-ws: `{"id":…,"type":"next","payload":` + the shared payload + `}`, one text frame.
+ * Without extensions (no compression) and with nothing queued in ws's sender, the frame is built
+ * here, header included, and written to the TCP socket in one write; otherwise through ws.
+ */
 class WebSocketWriter implements Writer {
   private readonly prefix: Buffer;
+  private readonly plain: boolean;
 
   constructor(
     private readonly socket: WebSocket,
@@ -168,6 +194,7 @@ class WebSocketWriter implements Writer {
     private readonly sub: SharedSubscription,
   ) {
     this.prefix = Buffer.from(`{"id":${JSON.stringify(id)},"type":"next","payload":`);
+    this.plain = Object.keys((socket as unknown as WsInternals)._extensions ?? {}).length === 0;
   }
 
   write(event: SharedEvent): void {
@@ -179,10 +206,25 @@ class WebSocketWriter implements Writer {
       return;
     }
     const tail = event.wsTail;
-    const frame = Buffer.allocUnsafe(prefix.length + tail.length);
-    prefix.copy(frame, 0);
-    tail.copy(frame, prefix.length);
-    socket.send(frame, TEXT);
+    const length = prefix.length + tail.length;
+    const header = length < 126 ? 2 : length < 65536 ? 4 : 10;
+    const frame = Buffer.allocUnsafe(header + length);
+    frame[0] = 0x81; // FIN, text
+    if (header === 2) frame[1] = length;
+    else if (header === 4) {
+      frame[1] = 126;
+      frame.writeUInt16BE(length, 2);
+    } else {
+      frame[1] = 127;
+      frame.writeUInt32BE(Math.floor(length / 2 ** 32), 2);
+      frame.writeUInt32BE(length >>> 0, 6);
+    }
+    prefix.copy(frame, header);
+    tail.copy(frame, header + prefix.length);
+    const internals = socket as unknown as WsInternals;
+    const sender = internals._sender;
+    if (this.plain && internals._socket && sender && sender._state === 0 && sender._queue.length === 0) internals._socket.write(frame);
+    else socket.send(frame.subarray(header), TEXT);
   }
 
   end(): void {
@@ -190,7 +232,13 @@ class WebSocketWriter implements Writer {
   }
 }
 
-/** GraphQL over SSE (distinct connections), the bytes graphql-yoga writes: `:` pings, `next` and `complete` events. */
+/**
+ * GraphQL over SSE (distinct connections), the bytes graphql-yoga writes: a `:` ping first and
+ * every 12 s, `next` events, `complete` at the end. The response's body stream only carries the
+ * response's life (yoga's adapter pipes it to the Node response, which sends the headers); the
+ * events go to the Node response directly once it started, each as one chunk framed once for
+ * every subscriber and written to the socket.
+ */
 class SseWriter implements Writer {
   static readonly PING = Buffer.from(':\n\n');
   static readonly COMPLETE = Buffer.from('event: complete\ndata:\n\n');
@@ -198,30 +246,69 @@ class SseWriter implements Writer {
     `event: next\ndata: ${JSON.stringify({ errors: [{ message: TOO_SLOW, extensions: { code: 'too_slow' } }] })}\n\nevent: complete\ndata:\n\n`,
   );
 
+  readonly body: Readable;
+  private started = false;
+  private finished = false;
+  private backlog: SharedEvent[] = [];
+
   constructor(
-    readonly body: Readable,
     private readonly sub: SharedSubscription,
     private readonly writers: Set<SseWriter>,
+    private readonly res: ServerResponse | undefined,
   ) {
+    this.body = new Readable({
+      read: () => this.start(),
+      destroy: (error, callback) => {
+        this.closed();
+        callback(error);
+      },
+    });
     writers.add(this);
-    body.push(SseWriter.PING);
+  }
+
+  /** The response's headers are written: what waited goes out. */
+  private start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.send(SseWriter.PING);
+    const backlog = this.backlog;
+    this.backlog = [];
+    for (const event of backlog) this.write(event);
   }
 
   write(event: SharedEvent): void {
-    const { body } = this;
-    if (body.destroyed || body.readableEnded) return;
-    if (body.readableLength > MAX_UNSENT_BYTES) {
+    if (this.finished) return;
+    if (!this.started) {
+      this.backlog.push(event);
+      return;
+    }
+    if (this.unsent() > MAX_UNSENT_BYTES) {
       this.finish(SseWriter.TOO_SLOW);
       void this.sub.return();
       // A client that reads nothing more is cut off.
+      const body = this.body;
       setTimeout(() => body.destroy(), 30_000).unref();
       return;
     }
-    body.push(event.sse);
+    const res = this.res;
+    const socket = res?.socket;
+    // Straight to the socket when the response is chunked and nothing of it waits before the socket.
+    if (res?.chunkedEncoding && socket && res.writableLength === socket.writableLength) socket.write(event.sseChunk);
+    else this.send(event.sse);
+  }
+
+  private send(bytes: Buffer): void {
+    if (this.res) this.res.write(bytes);
+    else this.body.push(bytes);
+  }
+
+  private unsent(): number {
+    if (!this.res) return this.body.readableLength;
+    return this.res.writableLength; // its own buffer and its socket's
   }
 
   ping(): void {
-    if (this.body.readableLength === 0) this.body.push(SseWriter.PING);
+    if (this.started && !this.finished && this.unsent() === 0) this.send(SseWriter.PING);
   }
 
   end(): void {
@@ -230,12 +317,15 @@ class SseWriter implements Writer {
 
   private finish(last: Buffer): void {
     this.writers.delete(this);
-    if (this.body.destroyed || this.body.readableEnded) return;
-    this.body.push(last);
+    if (this.finished || this.body.destroyed) return;
+    this.finished = true;
+    if (this.started) this.send(last);
+    else this.body.push(last);
     this.body.push(null);
   }
 
   closed(): void {
+    this.finished = true;
     this.writers.delete(this);
     void this.sub.return();
   }
@@ -337,18 +427,8 @@ export function useSharedSubscriptions(mask: Mask, log: Log): Plugin {
     return key;
   };
 
-  const sseResponse = (sub: SharedSubscription, fetchAPI: { Response: typeof Response }) => {
-    const writer: SseWriter = new SseWriter(
-      new Readable({
-        read() {},
-        destroy(error, callback) {
-          writer.closed();
-          callback(error);
-        },
-      }),
-      sub,
-      sseWriters,
-    );
+  const sseResponse = (sub: SharedSubscription, fetchAPI: { Response: typeof Response }, res: ServerResponse | undefined) => {
+    const writer = new SseWriter(sub, sseWriters, res);
     sub.attach(writer);
     pings ??= setInterval(() => {
       for (const w of sseWriters) w.ping();
@@ -399,11 +479,14 @@ export function useSharedSubscriptions(mask: Mask, log: Log): Plugin {
         setResultAndStopExecution(sub);
       })();
     },
-    onResultProcess({ result, resultProcessor, setResultProcessor }) {
+    onResultProcess({ result, resultProcessor, setResultProcessor, serverContext }) {
       if (!(result instanceof SharedSubscription)) return;
       // Only SSE serves subscriptions over HTTP; without it yoga answers 406.
       if (!resultProcessor) return void result.return();
-      setResultProcessor((r, fetchAPI) => sseResponse(r as SharedSubscription, fetchAPI), 'text/event-stream');
+      // yoga's Node adapter puts the Node response in the server context.
+      const res = (serverContext as { res?: unknown }).res;
+      const nodeResponse = res instanceof ServerResponse ? res : undefined;
+      setResultProcessor((r, fetchAPI) => sseResponse(r as SharedSubscription, fetchAPI, nodeResponse), 'text/event-stream');
     },
   };
 }
