@@ -290,15 +290,19 @@ describeBackends('watching environments', (backend) => {
     const settle = () => new Promise((r) => setTimeout(r, 50));
     // graphql-ws acknowledges no subscription: changes until every subscriber has had one.
     const primers = { a: [] as string[], b: [] as string[] };
-    while (a1!.seen.length === 0 || a2!.seen.length === 0 || b1!.seen.length === 0) {
+    const primed = () => a1!.seen.length > 0 && a2!.seen.length > 0 && b1!.seen.length > 0;
+    while (!primed()) {
       primers.a.push(
         (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
       );
       primers.b.push(
         (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
       );
-      await settle();
+      for (let i = 0; i < 40 && !primed(); i++) await settle();
     }
+    // Out of the pool's way.
+    for (const id of primers.a) await admin.del(`/v1/environments/${id}`);
+    for (const id of primers.b) await theirAdmin.del(`/v1/environments/${id}`);
     const x = (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
     const y = (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
     await until(x.id, 'ready');

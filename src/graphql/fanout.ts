@@ -416,6 +416,7 @@ export function useSharedSubscriptions(mask: Mask, log: Log): Plugin {
   const groups = new Map<string, Group>();
   const documentKeys = new WeakMap<DocumentNode, string>();
   const sseWriters = new Set<SseWriter>();
+  const byRequest = new WeakMap<Request, SharedSubscription>();
   let pings: NodeJS.Timeout | undefined;
 
   const documentKey = (document: DocumentNode) => {
@@ -475,18 +476,23 @@ export function useSharedSubscriptions(mask: Mask, log: Log): Plugin {
         }
         if (context.socket && context.subscriptionId !== undefined) {
           sub.attach(new WebSocketWriter(context.socket, context.subscriptionId, sub));
+        } else if (context.request) {
+          // yoga wraps the result before it processes it: found again by request.
+          byRequest.set(context.request, sub);
         }
         setResultAndStopExecution(sub);
       })();
     },
-    onResultProcess({ result, resultProcessor, setResultProcessor, serverContext }) {
-      if (!(result instanceof SharedSubscription)) return;
+    onResultProcess({ request, resultProcessor, setResultProcessor, serverContext }) {
+      const sub = byRequest.get(request);
+      if (!sub) return;
+      byRequest.delete(request);
       // Only SSE serves subscriptions over HTTP; without it yoga answers 406.
-      if (!resultProcessor) return void result.return();
+      if (!resultProcessor) return void sub.return();
       // yoga's Node adapter puts the Node response in the server context.
       const res = (serverContext as { res?: unknown }).res;
       const nodeResponse = res instanceof ServerResponse ? res : undefined;
-      setResultProcessor((r, fetchAPI) => sseResponse(r as SharedSubscription, fetchAPI, nodeResponse), 'text/event-stream');
+      setResultProcessor((_wrapped, fetchAPI) => sseResponse(sub, fetchAPI, nodeResponse), 'text/event-stream');
     },
   };
 }
