@@ -41,4 +41,9 @@ export interface Context {
   actor: Actor;
   /** The client's address (TRUST_PROXY decides whether X-Forwarded-For names it); the 429 lock counts by it. */
   clientAddress: string;
+  /**
+   * Set by the GraphQL fan-out (src/graphql/fanout.ts) when it asks a shareable subscription field
+   * for its source: the field then answers a SharedSource instead of an iterator of its own.
+   */
+  shareSubscription?: boolean;
 }
