@@ -84,7 +84,6 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       const path = (req.url ?? '/').split('?')[0];
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping);
-      if (await rest.handle(req, res)) return;
       if (path === '/graphql') {
         if (req.method !== 'POST') return void (await graphql.handle(req, res, { req }));
         const handOver = await graphqlPost.handle(req, res);
@@ -94,6 +93,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
         const { context, authError } = handOver;
         return void (await graphql.handle(req, res, { req, ...context, authError }));
       }
+      if (await rest.handle(req, res)) return;
       if (await web.handle(req, res)) return;
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
