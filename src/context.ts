@@ -3,6 +3,7 @@ import type { Config } from './config';
 import type { Database, Prisma } from './db';
 import type { Events } from './events';
 import type { Background } from './scheduler/background';
+import type { CredentialCache } from './services/credential-cache';
 import type { Catalog } from './services/templates-file';
 import type { BlobStore } from './store';
 
@@ -13,6 +14,8 @@ export interface Deps {
   prisma: Prisma;
   clock: Clock;
   events: Events;
+  /** Credentials that authenticated, kept current through `events` (src/services/credential-cache.ts). */
+  credentials: CredentialCache;
   store: BlobStore;
   /** Wraps every project data key; never leaves the process. */
   masterKey: Buffer;

@@ -22,6 +22,8 @@ export interface GraphQLServerContext {
   req?: IncomingMessage;
   actor?: Actor;
   clientAddress?: string;
+  /** Authentication already failed (src/graphql/post.ts): answered as if it failed here. */
+  authError?: unknown;
 }
 
 export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
@@ -57,7 +59,8 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
       costLimitPlugin({ maxCost: 20_000 }),
       useErrorBodies(),
     ],
-    context: async ({ request, req, actor, clientAddress: known }) => {
+    context: async ({ request, req, actor, clientAddress: known, authError }) => {
+      if (authError) throw authError;
       const address = known ?? (req ? clientAddress(req, deps.config.trustProxy) : 'unknown');
       if (actor) return { deps, actor, clientAddress: address };
       return { deps, clientAddress: address, actor: await authenticate(deps, request.headers.get('authorization'), address) };
