@@ -9,6 +9,7 @@ import { createConsoleHandler } from './console';
 import type { Deps } from './context';
 import { createRelayServer, RELAY_NODE_PATH, RELAY_PATH } from './dataplane/relay-server';
 import { buildDeps, closeDeps, type Log } from './deps';
+import { createGraphQLPostPath } from './graphql/post';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
 import { corsPolicy } from './http/cors';
@@ -72,6 +73,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   const { config } = deps;
   const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
   const graphql = createGraphQLHandler(deps, log);
+  const graphqlPost = createGraphQLPostPath(deps, graphql);
   const rest = createRestHandler(deps, schema, buildRoutes(schema));
   const web = createConsoleHandler();
   let stopping = false;
@@ -84,8 +86,16 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       const path = (req.url ?? '/').split('?')[0];
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping);
+      if (path === '/graphql') {
+        if (req.method !== 'POST') return void (await graphql.handle(req, res, { req }));
+        const handOver = await graphqlPost.handle(req, res);
+        if (!handOver) return;
+        // yoga's node adapter reads a body already read from `req.body`.
+        if (handOver.body) (req as IncomingMessage & { body?: Buffer }).body = handOver.body;
+        const { context, authError } = handOver;
+        return void (await graphql.handle(req, res, { req, ...context, authError }));
+      }
       if (await rest.handle(req, res)) return;
-      if (path === '/graphql') return void (await graphql.handle(req, res, { req }));
       if (await web.handle(req, res)) return;
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {

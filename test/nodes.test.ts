@@ -1,6 +1,7 @@
 // Remote nodes end to end: Berth in-process, `berth node` as a real process over loopback.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -81,11 +82,45 @@ function berthExec(url: string, token: string, ...args: string[]): Promise<{ cod
   return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
 }
 
+/** A TCP proxy to `target` whose `cut()` drops every connection through it (it keeps listening). */
+async function startCutter(target: string) {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(Number(port), hostname);
+    sockets.add(client).add(upstream);
+    client.pipe(upstream).pipe(client);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cuts: 0,
+    cut() {
+      this.cuts++;
+      for (const socket of sockets) socket.destroy();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
 describeBackends('remote nodes', (backend) => {
   let s: TestServer;
   let peer: App | undefined;
   let dir: string;
   let agent: Agent | undefined;
+  let cutter: Awaited<ReturnType<typeof startCutter>> | undefined;
   const admin = client(() => s.url, BOOTSTRAP);
   // On PostgreSQL the node connects to one instance and leases are made on another.
   const leases = client(() => peer?.url ?? s.url, BOOTSTRAP);
@@ -99,6 +134,7 @@ describeBackends('remote nodes', (backend) => {
   }, 60_000);
   afterAll(async () => {
     agent?.child.kill('SIGKILL');
+    await cutter?.close();
     await s?.stop();
     await rm(dir, { recursive: true, force: true });
   });
@@ -227,12 +263,24 @@ describeBackends('remote nodes', (backend) => {
     const waiting = await leases.post('/v1/environments', { template: 'remote' });
     expect((await envState(waiting.body.environment.id)).state).toBe('pending');
 
-    agent = startAgent(s.url, secret, nodeDir());
+    cutter = await startCutter(s.url);
+    agent = startAgent(cutter.url, secret, nodeDir());
     const ready = await untilState(waiting.body.environment.id, 'ready');
     expect(ready.node).toBe('builder-1');
     // The restarted agent wiped the root the killed one left behind.
     expect(await exists(envRoot(live[0]))).toBe(false);
     expect((await readdir(nodeDir())).filter((n) => n.startsWith('env_'))).toEqual([ready.id]);
+  });
+
+  it('a dropped channel is reconnected with backoff; the node keeps the environments it still holds', async () => {
+    const [held] = (await nodeNamed('builder-1')).environments;
+    const before = agent!.output().split('online as builder-1').length;
+    cutter!.cut();
+    await until('the agent back online', async () => agent!.output().split('online as builder-1').length > before);
+    expect(agent!.output()).toMatch(/disconnected .*reconnecting in \d+ ms/);
+    expect(await nodeNamed('builder-1')).toMatchObject({ state: 'online', environments: [held] });
+    expect((await envState(held)).state).toBe('ready');
+    expect(await exists(envRoot(held))).toBe(true);
   });
 
   it('DELETE drains the node at once and revokes it once its environments have ended', async () => {

@@ -3,6 +3,8 @@
 // (the reason on stderr), 2 bad usage.
 import { Command, CommanderError } from 'commander';
 import { registerAgentCommands } from './agent';
+import { registerArtifactCommands } from './artifact';
+import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
@@ -17,6 +19,8 @@ registerOperatorCommands(program);
 registerAgentCommands(program);
 registerNodeCommands(program);
 registerExecCommands(program);
+registerEnvCommands(program);
+registerArtifactCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -97,18 +97,28 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
         const envs = await tx.$queryRaw<{ id: string; orgId: string }[]>`
           SELECT id, "orgId" FROM "Environment" WHERE pool = ${pool.name} AND state = 'pending'
           ORDER BY "queueSeq" LIMIT 50 FOR UPDATE SKIP LOCKED`;
+        if (envs.length === 0) return null;
+        // Every free slot of the pool whose node may take work; row locks keep other instances off them.
+        const slots = await tx.$queryRaw<{ id: string; remoteId: string | null; name: string; orgId: string | null }[]>`
+          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId"
+            FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+           WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
+             AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+           ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
         for (const pending of envs) {
-          // The node row is read under a share lock, so a drain or a lost mark waits for this claim.
-          const slots = await tx.$queryRaw<{ id: string; remoteId: string | null; name: string }[]>`
-            SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name
-              FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
-             WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
-               AND (n."remoteId" IS NULL
-                    OR (r."orgId" = ${pending.orgId} AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
-             ORDER BY n.id LIMIT 1 FOR UPDATE OF n SKIP LOCKED`;
-          const slot = slots[0];
+          const slot = slots.find((n) => n.remoteId === null || n.orgId === pending.orgId);
           if (!slot) continue;
-          if (slot.remoteId) await tx.$queryRaw`SELECT id FROM "RemoteNode" WHERE id = ${slot.remoteId} FOR SHARE`;
+          // A remote node is read again under a share lock: a drain or a lost mark that committed
+          // meanwhile is seen, and one that comes later waits for this claim.
+          if (slot.remoteId) {
+            const takes = await tx.$queryRaw<{ id: string }[]>`
+              SELECT id FROM "RemoteNode"
+               WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
+            if (takes.length === 0) {
+              slots.splice(slots.indexOf(slot), 1);
+              continue;
+            }
+          }
           const now = deps.clock.now();
           await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now } });
           const updated = await tx.environment.update({

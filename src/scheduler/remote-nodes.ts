@@ -24,7 +24,7 @@ async function sharesOf(deps: Deps, env: Environment) {
 function stillWanted(deps: Deps, env: Environment, state: string) {
   return async (): Promise<string | null> => {
     const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId ?? '' }, select: { state: true, name: true } });
-    if (!node || node.state !== 'online') return `node ${env.node} was lost`;
+    if (node?.state !== 'online') return `node ${env.node} was lost`;
     const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
     if (now?.state !== state) return `the environment is ${now?.state ?? 'gone'}`;
     return null;

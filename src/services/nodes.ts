@@ -333,12 +333,16 @@ export async function revokeDrained(deps: Deps): Promise<void> {
        AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
   for (const { id } of done) {
     const now = deps.clock.now();
-    await deps.prisma.$transaction(async (tx) => {
+    const revoked = await deps.prisma.$transaction(async (tx) => {
       await lockFor(tx, `berth:node:${id}`);
       await tx.remoteNode.update({ where: { id }, data: { revoked: now } });
+      const credentials = await tx.credential.findMany({ where: { nodeId: id, revoked: null }, select: { id: true } });
       await tx.credential.updateMany({ where: { nodeId: id, revoked: null }, data: { revoked: now } });
       await tx.node.deleteMany({ where: { remoteId: id, environmentId: null } });
+      return credentials.map((c) => c.id);
     });
+    // Remembered node credentials are forgotten on every instance before the channel is told.
+    await deps.credentials.publish({ credentials: revoked });
     await sendToNode(deps, id, { type: 'revoked' });
   }
 }
