@@ -61,9 +61,7 @@ export async function createEvents(opts: { databaseUrl?: string; schema?: string
   let receiving = false;
   await listener.connect();
   // A lost LISTEN connection means other instances' payloads no longer arrive (receiving() says so).
-  listener.on('error', () => {
-    receiving = false;
-  });
+  // Its 'error' is left unheard, as before: it ends the process.
   listener.on('end', () => {
     receiving = false;
   });

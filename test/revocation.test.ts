@@ -76,6 +76,17 @@ describeBackends('revocation', (backend) => {
     await expectRevoked(s.url, created.body.secret);
   });
 
+  it("refuses a removed sandbox's credential on the very next request", async () => {
+    const registered = await admin().post('/v1/sandboxes', { name: 'soon-removed' });
+    const joined = await client(() => s.url).post('/v1/sandboxes/join', { key: registered.body.key });
+    expect(joined.status).toBe(201);
+    const id = registered.body.sandbox.id;
+    const agent = client(() => s.url, joined.body.credential);
+    expect((await agent.get(`/v1/sandboxes/${id}/config`)).status).toBe(200);
+    expect((await admin().del(`/v1/sandboxes/${id}`)).status).toBe(200);
+    expect(await agent.get(`/v1/sandboxes/${id}/config`)).toMatchObject({ status: 401, body: { code: 'unauthorized' } });
+  });
+
   it.runIf(backend === 'postgres')('refuses it at once on every instance sharing the database', async () => {
     const peer: App = await s.startPeer();
     const created = await admin().post('/v1/tokens', { email: 'revoked-everywhere@example.com' });

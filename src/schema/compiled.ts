@@ -31,7 +31,19 @@ function interpret(schema: GraphQLSchema, document: DocumentNode, operationName:
   return async (contextValue, variableValues) => execute({ schema, document, operationName, contextValue, variableValues });
 }
 
+/**
+ * Compiled on its first run, not before: nothing is compiled at start, nor for a document whose
+ * caller never authenticates (the first run comes after authentication).
+ */
 function compileOperation(schema: GraphQLSchema, document: DocumentNode, operationName: string | undefined): CompiledOperation['run'] {
+  let run: CompiledOperation['run'] | undefined;
+  return (context, variables) => {
+    run ??= compileNow(schema, document, operationName);
+    return run(context, variables);
+  };
+}
+
+function compileNow(schema: GraphQLSchema, document: DocumentNode, operationName: string | undefined): CompiledOperation['run'] {
   const interpreted = interpret(schema, document, operationName);
   let jit: ReturnType<typeof compileQuery<Record<string, unknown>, Record<string, unknown>>>;
   try {
