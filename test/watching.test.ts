@@ -323,6 +323,68 @@ describeBackends('watching environments', (backend) => {
     await clients[2]!.dispose();
   });
 
+  it('drops a graphql-ws subscriber that stops reading (1008) without holding back the others', async () => {
+    const run = `slow-${backend}`;
+    // 64 long labels: each event is ~25 KB, so a few dozen fill what a socket may hold unsent.
+    const prefix = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}`;
+    const big = Object.fromEntries([
+      ['run', run],
+      ...Array.from({ length: 63 }, (_, i) => [`${prefix}/${`k${i}`.padEnd(63, 'x')}`, 'v'.repeat(63)]),
+    ]);
+    const query = print(WatchAll);
+    const variables = { filter: { label: [`run=${run}`] } };
+    const key = (e: Seen) => `${e.id} ${e.state}`;
+    const slow = new WebSocket(`${url().replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+    const got: string[] = [];
+    let acked!: () => void;
+    const ack = new Promise<void>((r) => (acked = r));
+    slow.on('message', (data) => {
+      const message = JSON.parse(String(data));
+      if (message.type === 'connection_ack') acked();
+      if (message.type === 'next') got.push(key(message.payload.data.environments));
+    });
+    const closed = new Promise<number>((r) => slow.on('close', (code) => r(code)));
+    await new Promise((r) => slow.once('open', r));
+    slow.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${BOOTSTRAP}` } }));
+    await ack;
+    slow.send(JSON.stringify({ id: 'slow', type: 'subscribe', payload: { query, variables } }));
+    const healthy: string[] = [];
+    const stop = ws.subscribe<{ environments: Watched }>(
+      { query, variables },
+      { next: (value) => healthy.push(key(value.data!.environments)), error: () => undefined, complete: () => undefined },
+    );
+    // Each environment is created and ended at once: two events, and the pool's queue stays short.
+    const churn = async () => {
+      const res = await admin.post('/v1/environments', { template: 'default', labels: big });
+      if (res.status !== 202) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.body)}`);
+      const id = res.body.environment.id as string;
+      await admin.del(`/v1/environments/${id}`);
+      return id;
+    };
+    const wait = () => new Promise((r) => setTimeout(r, 50));
+    const primers: string[] = [];
+    while (got.length === 0 || healthy.length === 0) {
+      primers.push(await churn());
+      for (let i = 0; i < 40 && (got.length === 0 || healthy.length === 0); i++) await wait();
+    }
+    const primed = (k: string) => primers.includes(k.split(' ')[0]!);
+    slow.pause();
+    const created: string[] = [];
+    for (let i = 0; i < 150; i++) created.push(await churn());
+    // The reading subscriber gets every one of them: two events each at least.
+    const seenTwice = () => created.every((id) => healthy.filter((k) => k.startsWith(`${id} `)).length >= 2);
+    while (!seenTwice()) await wait();
+    slow.resume();
+    expect(await closed).toBe(1008);
+    // The dropped one got what it was sent, in order, once each, and then nothing.
+    const all = healthy.filter((k) => !primed(k));
+    const sent = got.filter((k) => !primed(k));
+    expect(all.length).toBeGreaterThanOrEqual(2 * created.length);
+    expect(sent.length).toBeLessThan(all.length);
+    expect(sent).toEqual(all.slice(0, sent.length));
+    stop();
+  });
+
   it("refuses to watch an unknown environment or another organization's", async () => {
     const error = await watchOne('env_doesnotexist').catch((e: Error) => e.message);
     expect(error).toContain('not_found');

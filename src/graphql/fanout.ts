@@ -122,6 +122,7 @@ export class SharedSubscription implements AsyncIterableIterator<ExecutionResult
     if (!this.ended) {
       this.ended = true;
       this.group.leave(this);
+      if (this.writer instanceof PullWriter) this.writer.end();
       this.onEnd?.(DONE);
       this.onEnd = undefined;
     }
@@ -384,7 +385,15 @@ class Group {
   private deliver(executed: ExecutionResult): void {
     const result: ExecutionResult = executed.errors ? { ...executed, errors: executed.errors.map(this.mask) } : executed;
     const event = new SharedEvent(result, JSON.stringify(result));
-    for (const member of this.members) member.deliver(event);
+    for (const member of this.members) {
+      try {
+        member.deliver(event);
+      } catch (error) {
+        // One subscriber's broken socket is its own end, not the others'.
+        this.log('shared subscription delivery failed', error);
+        void member.return();
+      }
+    }
   }
 
   leave(member: SharedSubscription): void {
