@@ -305,7 +305,7 @@ describe('selectFiles', () => {
   it('reports size and permission bits', async () => {
     const files = [];
     for await (const f of selectFiles(root, { include: [], noIgnore: false })) files.push(f);
-    expect(files.find((f) => f.path === 'run.sh')).toEqual({ path: 'run.sh', size: 10, mode: 0o755 });
+    expect(files.find((f) => f.path === 'run.sh')).toEqual({ path: 'run.sh', size: 10, mode: 0o755, mtimeMs: expect.any(Number) });
     expect(files.find((f) => f.path === 'README.md')).toMatchObject({ size: 6 });
     expect(files.find((f) => f.path === 'README.md')!.mode & 0o600).toBe(0o600);
   });
