@@ -6,7 +6,8 @@ import { PassThrough, Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SEAL_OVERHEAD, SealError } from '../src/crypto/seal';
-import { AzureBlobStore, BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/store';
+import { BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/store';
+import { AzureBlobStore } from '../src/store/azure-store';
 import {
   deletePacked,
   EMPTY_SHA256,

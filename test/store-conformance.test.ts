@@ -5,7 +5,6 @@ import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  AzureBlobStore,
   BlobNotFoundError,
   BlobRangeError,
   BlobSizeMismatchError,
@@ -14,6 +13,7 @@ import {
   FsBlobStore,
   InvalidBlobNameError,
 } from '../src/store';
+import { AzureBlobStore } from '../src/store/azure-store';
 import { type Azurite, startAzurite } from './helpers/azurite';
 
 async function readAll(stream: Readable): Promise<Buffer> {

@@ -3,8 +3,8 @@
  * with a fresh PORT. Time from spawn to the first 200 of /healthz, first on an empty DATA_DIR
  * (migrations, keys, the default organization), then again on that now existing DATA_DIR; idle
  * RSS of the server process (the node process running src/main.ts) once it has answered and
- * settled, and of the whole process tree (npm, sh, tsx's launcher, the server) as the sum of RSS
- * and of PSS (shared pages counted once).
+ * settled, and of the whole process tree `npm start` makes (npm and the server; sh and a launcher
+ * too if the start script had them) as the sum of RSS and of PSS (shared pages counted once).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
@@ -19,6 +19,8 @@ export interface StartupRun {
   treeRss?: number;
   treePss?: number;
   processes?: number;
+  /** The tree's processes, by their first word (npm, node, …). */
+  names?: string;
 }
 
 export interface StartupResult {
@@ -124,7 +126,8 @@ async function startOnce(repo: string, dataDir: string, settleSeconds: number | 
       treeRss += await kib(`/proc/${p.pid}/status`, 'VmRSS');
       treePss += await kib(`/proc/${p.pid}/smaps_rollup`, 'Pss');
     }
-    return { ms, serverRss: await kib(`/proc/${server.pid}/status`, 'VmRSS'), treeRss, treePss, processes: all.length };
+    const names = all.map((p) => (p.cmdline.split(' ')[0] ?? '').split('/').at(-1)).join(', ');
+    return { ms, serverRss: await kib(`/proc/${server.pid}/status`, 'VmRSS'), treeRss, treePss, processes: all.length, names };
   } finally {
     await stop(child);
   }

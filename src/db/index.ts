@@ -32,6 +32,20 @@ export interface DatabaseOptions {
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /**
+ * The embedded PostgreSQL's settings beyond PGlite's defaults. PGlite's postgresql.conf asks for
+ * the server default shared_buffers of 128MB, and PGlite touches its shared memory at start, so
+ * all of it is resident from the first second. Berth's embedded database is small (artifact bytes
+ * live in the blob store): 16MB caches 2,048 pages, a page missing from it is read back from the
+ * operating system's cache, and wal_buffers follows at 1/32 of it. Measured in docs/benchmarks.md.
+ */
+export const PGLITE_SETTINGS: Readonly<Record<string, string>> = { shared_buffers: '16MB' };
+
+/** PGlite's start parameters with PGLITE_SETTINGS appended (`-c name=value` each). */
+export function pgliteStartParams(): string[] {
+  return [...PGlite.defaultStartParams, ...Object.entries(PGLITE_SETTINGS).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
+}
+
+/**
  * A pg Pool whose `query()` keeps the connection after a failed statement. pg-pool's own `query()`
  * releases the client *with the error*, which destroys the connection, though a statement error
  * (an ErrorResponse followed by ReadyForQuery) leaves the session healthy. On PostgreSQL that only
@@ -84,7 +98,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     });
   } else {
     await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
-    pglite = await PGlite.create(join(opts.dataDir, 'pg'));
+    pglite = await PGlite.create(join(opts.dataDir, 'pg'), { startParams: pgliteStartParams() });
     // A Unix socket inside DATA_DIR (mode 0700) keeps the database private to this user;
     // paths too long for a socket name fall back to loopback TCP.
     const path = join(opts.dataDir, '.s.PGSQL.5432');

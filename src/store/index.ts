@@ -1,9 +1,8 @@
 import { join } from 'node:path';
-import { AzureBlobStore } from './azure-store';
 import type { BlobStore } from './blob-store';
 import { FsBlobStore } from './fs-store';
 
-export { AzureBlobStore, type AzureBlobStoreOptions } from './azure-store';
+export type { AzureBlobStore, AzureBlobStoreOptions } from './azure-store';
 export * from './blob-store';
 export { FsBlobStore, type FsBlobStoreOptions } from './fs-store';
 
@@ -25,6 +24,8 @@ export const DEFAULT_AZURE_CONTAINER = 'berth';
  */
 export async function createBlobStore(config: BlobStoreConfig): Promise<BlobStore> {
   if (config.azureConnectionString) {
+    // Loaded only when configured: the Azure SDK holds ~35 MiB that the filesystem store never needs.
+    const { AzureBlobStore } = await import('./azure-store');
     const store = new AzureBlobStore({
       connectionString: config.azureConnectionString,
       container: config.azureContainer || DEFAULT_AZURE_CONTAINER,
