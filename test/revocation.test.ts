@@ -29,6 +29,24 @@ function wsOutcome(url: string, secret: string): Promise<string> {
   });
 }
 
+/** An open graphql-ws connection with a live subscription; resolves with the close code once it is closed. */
+async function openSubscription(url: string, secret: string): Promise<{ closed: Promise<number> }> {
+  const ws = createClient({
+    url: `${url.replace('http', 'ws')}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization: `Bearer ${secret}` },
+    retryAttempts: 0,
+  });
+  const closed = new Promise<number>((resolve) => ws.on('closed', (e) => resolve((e as { code: number }).code)));
+  const connected = new Promise<void>((resolve) => ws.on('connected', () => resolve()));
+  ws.subscribe(
+    { query: 'subscription { environments { id state } }' },
+    { next: () => undefined, error: () => undefined, complete: () => undefined },
+  );
+  await connected;
+  return { closed };
+}
+
 const VIEWER = { query: '{ viewer { name } }' };
 
 /** A GraphQL request refused for its credential (a request error: 401, no data). */
@@ -74,6 +92,23 @@ describeBackends('revocation', (backend) => {
     await expectAccepted(s.url, created.body.secret);
     expect((await admin().del(`/v1/keys/${created.body.key.id}`)).status).toBe(200);
     await expectRevoked(s.url, created.body.secret);
+  });
+
+  it('closes the open graphql-ws connections of a revoked credential with 4401, on every instance', async () => {
+    const created = await admin().post('/v1/tokens', { email: 'open-socket@example.com' });
+    const here = await openSubscription(s.url, created.body.secret);
+    const peer: App | undefined = backend === 'postgres' ? await s.startPeer() : undefined;
+    const there = peer ? await openSubscription(peer.url, created.body.secret) : undefined;
+    const other = await admin().post('/v1/tokens', { email: 'still-open@example.com' });
+    let otherClosed = false;
+    void (await openSubscription(s.url, other.body.secret)).closed.then(() => {
+      otherClosed = true;
+    });
+    expect((await admin().del(`/v1/tokens/${created.body.token.id}`)).status).toBe(200);
+    expect(await here.closed).toBe(4401);
+    if (there) expect(await there.closed).toBe(4401);
+    // Another credential's socket stays open.
+    expect(otherClosed).toBe(false);
   });
 
   it("refuses a removed sandbox's credential on the very next request", async () => {

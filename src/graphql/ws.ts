@@ -10,6 +10,7 @@ import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
+import { CREDENTIALS_TOPIC, type CredentialChange } from '../services/credential-cache';
 import { DomainError } from '../services/errors';
 import { variablesError } from './input';
 import type { GraphQLHandler } from './yoga';
@@ -114,6 +115,16 @@ export function serveGraphQLWebSocket(
     const method = /method/i.test(err.message);
     endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
   });
+  // A socket lives as long as its credential: revoking it (on any instance) closes the socket.
+  const credentialOf = new WeakMap<WebSocket, string>();
+  const stopRevocations = deps.events.listen(CREDENTIALS_TOPIC, (payload) => {
+    const revoked = new Set((payload as CredentialChange).credentials ?? []);
+    if (revoked.size === 0) return;
+    for (const client of wss.clients) {
+      const credential = credentialOf.get(client);
+      if (credential !== undefined && revoked.has(credential)) client.close(4401, 'this credential was revoked');
+    }
+  });
   const graphqlWs = useServer<Record<string, unknown>, SocketExtra>(
     {
       execute: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).execute(args),
@@ -125,6 +136,7 @@ export function serveGraphQLWebSocket(
         try {
           ctx.extra.actor = await authenticate(deps, header, address);
           ctx.extra.clientAddress = address;
+          credentialOf.set(ctx.extra.socket, ctx.extra.actor.credentialId);
           return true;
         } catch (error) {
           if (!(error instanceof DomainError)) {
@@ -174,6 +186,7 @@ export function serveGraphQLWebSocket(
   return {
     async close() {
       stopKeepAlive();
+      stopRevocations();
       await graphqlWs.dispose();
       for (const client of wss.clients) client.terminate();
       await new Promise<void>((resolve) => wss.close(() => resolve()));
