@@ -17,9 +17,15 @@
  * authenticated under the object key: nothing about the content (not even its hash) is readable
  * without the key, so shredding the key leaves nothing to learn from raw objects.
  *
- * Memory stays flat: the packer holds about three chunks (the one being filled, the previous one
- * held back until we know whether it is the last, and the sealed one in flight to the store), and
- * the unpacker one sealed chunk plus one plain chunk, whatever the size of the item.
+ * Throughput: AES-GCM runs off the main thread (WebCrypto, in libuv's pool; see sealPartsAsync),
+ * so sealing chunk n overlaps receiving and hashing chunk n+1 and writing chunk n-1; unpacking
+ * opens two chunks ahead of the one being delivered. The SHA-256 of the whole item is computed on
+ * the main thread as the bytes arrive (it is sequential by nature). Chunk buffers are reused.
+ *
+ * Memory stays flat: the packer holds about three chunks (the one being filled, the one being
+ * sealed, the one being written, handed to the store in 1 MiB pieces with backpressure), and the
+ * unpacker about four (one being read, two being opened, one being delivered), whatever the size
+ * of the item.
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { PassThrough, Readable } from 'node:stream';
