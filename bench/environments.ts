@@ -245,7 +245,7 @@ async function measureReads(backend: Backend, berth: Berth, id: string, peerChil
     profile,
     idOf: (b) => b.id,
   });
-  const bare = get('bare: node:http + pg', berth.bareUrl, {});
+  const bare = get('bare: node:http + pg', berth.bareUrl, {}, prof('bare'));
   const targets: [Target, HttpRow['kind']][] = [
     [get('bare + auth: one more indexed query (the credential by its hash)', berth.bareAuthUrl, auth), 'bare'],
     [get("bare + auth, Berth's credential statement (2 joins, 1 sub-select)", berth.bareBerthAuthUrl, auth), 'bare'],
@@ -274,6 +274,7 @@ async function measureReads(backend: Backend, berth: Berth, id: string, peerChil
         headers: json,
         body: JSON.stringify({ query: name === 'postgraphile' ? POSTGRAPHILE_QUERY : PEER_QUERY, variables: { id } }),
         server: peerChild,
+        profile: prof(`peer-${name}`),
         idOf: (b) => b.data?.environment?.id ?? b.data?.environmentByRowId?.rowId,
       },
       'peer',

@@ -27,6 +27,10 @@ export interface Config {
   artifactMaxBytes: number;
   artifactChunkSize: number;
   artifactSegmentSize: number;
+  /** A remote node not heard from for this long is lost (NODE_LOST_MS, default 30 s; docs/agents.md). */
+  nodeLostMs: number;
+  /** How often node agents send heartbeats (NODE_HEARTBEAT_MS, default 5 s; at most a third of nodeLostMs). */
+  nodeHeartbeatMs: number;
 }
 
 function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -71,6 +75,8 @@ function linkSecret(value: string | undefined): string | undefined {
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const opt = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
+  const nodeLostMs = intFrom(env, 'NODE_LOST_MS', 30_000);
+  if (nodeLostMs < 300 || nodeLostMs > 60_000) throw new Error(`NODE_LOST_MS must be between 300 and 60000, got "${nodeLostMs}"`);
   return {
     host: opt('HOST') ?? '127.0.0.1',
     port: intFrom(env, 'PORT', 8080),
@@ -91,5 +97,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
     artifactChunkSize: positive(intFrom(env, 'ARTIFACT_CHUNK_SIZE', 4 * 1024 ** 2), 'ARTIFACT_CHUNK_SIZE'),
     artifactSegmentSize: positive(intFrom(env, 'ARTIFACT_SEGMENT_SIZE', 64 * 1024 ** 2), 'ARTIFACT_SEGMENT_SIZE'),
+    nodeLostMs,
+    nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
   };
 }

@@ -3,6 +3,7 @@ import type { Config } from './config';
 import type { Database, Prisma } from './db';
 import type { Events } from './events';
 import type { Background } from './scheduler/background';
+import type { CredentialCache } from './services/credential-cache';
 import type { Catalog } from './services/templates-file';
 import type { BlobStore } from './store';
 
@@ -13,6 +14,8 @@ export interface Deps {
   prisma: Prisma;
   clock: Clock;
   events: Events;
+  /** Credentials that authenticated, kept current through `events` (src/services/credential-cache.ts). */
+  credentials: CredentialCache;
   store: BlobStore;
   /** Wraps every project data key; never leaves the process. */
   masterKey: Buffer;
@@ -24,10 +27,12 @@ export interface Deps {
 /** Who is calling: resolved from the bearer credential before any resolver runs. */
 export interface Actor {
   orgId: string;
-  kind: 'person' | 'apiKey' | 'sandbox';
+  kind: 'person' | 'apiKey' | 'sandbox' | 'node';
   credentialId: string;
   personId?: string;
   sandboxId?: string;
+  /** A node agent's credential: its RemoteNode. */
+  nodeId?: string;
   admin: boolean;
   /** What `createdBy` and exec `actor` show: the person's email or the API key's name. */
   name: string;
@@ -39,4 +44,9 @@ export interface Context {
   actor: Actor;
   /** The client's address (TRUST_PROXY decides whether X-Forwarded-For names it); the 429 lock counts by it. */
   clientAddress: string;
+  /**
+   * Set by the GraphQL fan-out (src/graphql/fanout.ts) when it asks a shareable subscription field
+   * for its source: the field then answers a SharedSource instead of an iterator of its own.
+   */
+  shareSubscription?: boolean;
 }

@@ -9,6 +9,8 @@ import { createEvents } from './events';
 import { callOperatorSocket } from './operator';
 import { createBackground } from './scheduler/background';
 import { backgroundJobs } from './scheduler/jobs';
+import { loadAddressLocks } from './services/auth';
+import { CredentialCache } from './services/credential-cache';
 import { applyCatalog } from './services/templates';
 import { loadCatalog } from './services/templates-file';
 import { createBlobStore } from './store';
@@ -44,7 +46,9 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       });
       await applyCatalog(db.prisma, catalog);
       const background = createBackground(backgroundJobs, log);
-      return { config, db, prisma: db.prisma, clock, events, store, masterKey, catalog, background };
+      const credentials = new CredentialCache(events);
+      await loadAddressLocks(db.prisma, credentials, clock.now());
+      return { config, db, prisma: db.prisma, clock, events, credentials, store, masterKey, catalog, background };
     } catch (err) {
       await events.close();
       throw err;
@@ -58,6 +62,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
 /** Stops the background jobs, then closes events and the database. */
 export async function closeDeps(deps: Deps): Promise<void> {
   await deps.background.stop();
+  deps.credentials.close();
   await deps.events.close();
   await deps.db.close();
 }

@@ -8,6 +8,7 @@ import type { Config } from './config';
 import { createConsoleHandler } from './console';
 import type { Deps } from './context';
 import { buildDeps, closeDeps, type Log } from './deps';
+import { createGraphQLPostPath } from './graphql/post';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
 import { corsPolicy } from './http/cors';
@@ -16,6 +17,7 @@ import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
 import { sendError } from './http/respond';
 import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
+import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
 import { buildRoutes } from './rest/routes';
 import { schema } from './schema';
 import { ensureDefaultOrganization } from './services/organizations';
@@ -70,6 +72,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   const { config } = deps;
   const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
   const graphql = createGraphQLHandler(deps, log);
+  const graphqlPost = createGraphQLPostPath(deps, graphql);
   const rest = createRestHandler(deps, schema, buildRoutes(schema));
   const web = createConsoleHandler();
   let stopping = false;
@@ -82,8 +85,16 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       const path = (req.url ?? '/').split('?')[0];
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping);
+      if (path === '/graphql') {
+        if (req.method !== 'POST') return void (await graphql.handle(req, res, { req }));
+        const handOver = await graphqlPost.handle(req, res);
+        if (!handOver) return;
+        // yoga's node adapter reads a body already read from `req.body`.
+        if (handOver.body) (req as IncomingMessage & { body?: Buffer }).body = handOver.body;
+        const { context, authError } = handOver;
+        return void (await graphql.handle(req, res, { req, ...context, authError }));
+      }
       if (await rest.handle(req, res)) return;
-      if (path === '/graphql') return void (await graphql.handle(req, res, { req }));
       if (await web.handle(req, res)) return;
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
@@ -101,7 +112,8 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log);
+  const nodeChannel = serveNodeChannel(deps, log);
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, { [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -109,6 +121,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   config.publicUrl ??= url;
 
   const closeServer = async () => {
+    await nodeChannel.close();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());

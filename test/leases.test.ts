@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const templatesFile = new URL('./fixtures/templates-small.json', import.meta.url).pathname;
 const WatchEnvironment = graphql(`subscription TestWatchEnvironment($id: String!) { environment(id: $id) { id state node error } }`);
@@ -159,6 +159,8 @@ describeBackends('queue, quotas and live state', (backend) => {
     const env = (await admin.post('/v1/environments', { template: 'many' })).body.environment;
     await s.app.deps.background.tick();
     await admin.del(`/v1/environments/${env.id}`);
+    // Let this instance's own release finish first, so only the claim below is in play.
+    await untilState(s, BOOTSTRAP, env.id, 'stopped');
     // As if another instance were releasing it right now.
     await s.app.deps.prisma.environment.update({ where: { id: env.id }, data: { state: 'stopping', workClaim: s.clock.now() } });
     await s.app.deps.background.tick();

@@ -30,7 +30,8 @@ describeBackends('snapshots', (backend) => {
   let check: ReturnType<typeof openApiValidator>;
   let orgId: string;
 
-  const workspace = (id: string, share: string) => join(s.dataDir, 'workspaces', id, share);
+  // The default template's shares sit at /workspace/<share> under the environment's root.
+  const workspace = (id: string, share: string) => join(s.dataDir, 'workspaces', id, 'workspace', share);
 
   async function until(id: string, state: string) {
     for (let i = 0; i < 50; i++) {

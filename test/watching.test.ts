@@ -261,6 +261,68 @@ describeBackends('watching environments', (backend) => {
     }
   });
 
+  it('gives graphql-ws subscribers of one selection the same events, in order, once each, and none of another organization', async () => {
+    const { createOrganization } = await import('../src/services/organizations');
+    const other = await createOrganization(s.app.deps.prisma, `share-other-${backend}`, 'x@share.test');
+    const theirAdmin = client(url, other.secret);
+    const connect = (token: string) =>
+      createClient({
+        url: `${url().replace('http', 'ws')}/graphql`,
+        webSocketImpl: WebSocket,
+        connectionParams: { authorization: `Bearer ${token}` },
+        retryAttempts: 0,
+      });
+    const clients = [ws, connect(BOOTSTRAP), connect(other.secret)];
+    const run = `run=share-${backend}`;
+    // The same document and variables in both organizations.
+    const [a1, a2, b1] = clients.map((c) => {
+      const seen: Watched[] = [];
+      const stop = c.subscribe<{ environments: Watched }>(
+        { query: print(WatchAll), variables: { filter: { label: [run] } } },
+        {
+          next: (value) => seen.push(value.data!.environments),
+          error: (e) => seen.push({ id: 'error', state: String(e) } as Watched),
+          complete: () => undefined,
+        },
+      );
+      return { seen, stop };
+    }) as { seen: Watched[]; stop: () => void }[];
+    const settle = () => new Promise((r) => setTimeout(r, 50));
+    // graphql-ws acknowledges no subscription: changes until every subscriber has had one.
+    const primers = { a: [] as string[], b: [] as string[] };
+    const primed = () => a1!.seen.length > 0 && a2!.seen.length > 0 && b1!.seen.length > 0;
+    while (!primed()) {
+      primers.a.push(
+        (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
+      );
+      primers.b.push(
+        (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
+      );
+      for (let i = 0; i < 40 && !primed(); i++) await settle();
+    }
+    // Out of the pool's way.
+    for (const id of primers.a) await admin.del(`/v1/environments/${id}`);
+    for (const id of primers.b) await theirAdmin.del(`/v1/environments/${id}`);
+    const x = (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
+    const y = (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
+    await until(x.id, 'ready');
+    await admin.del(`/v1/environments/${x.id}`);
+    await until(x.id, 'stopped');
+    const hasX = (w: { seen: Watched[] }) => w.seen.some((e) => e.id === x.id && e.state === 'stopped');
+    while (!hasX(a1!) || !hasX(a2!) || !b1!.seen.some((e) => e.id === y.id)) await settle();
+    const states = (w: { seen: Watched[] }) => w.seen.filter((e) => e.id === x.id).map((e) => e.state);
+    expect(states(a1!)).toEqual(['pending', 'starting', 'ready', 'stopping', 'stopped']);
+    expect(a2!.seen.filter((e) => e.id === x.id)).toEqual(a1!.seen.filter((e) => e.id === x.id));
+    // Each organization's subscribers saw their own organization's environments only.
+    const ours = new Set([...primers.a, x.id]);
+    const theirs = new Set([...primers.b, y.id]);
+    for (const w of [a1!, a2!]) expect(w.seen.filter((e) => !ours.has(e.id))).toEqual([]);
+    expect(b1!.seen.filter((e) => !theirs.has(e.id))).toEqual([]);
+    for (const w of [a1!, a2!, b1!]) w.stop();
+    await clients[1]!.dispose();
+    await clients[2]!.dispose();
+  });
+
   it("refuses to watch an unknown environment or another organization's", async () => {
     const error = await watchOne('env_doesnotexist').catch((e: Error) => e.message);
     expect(error).toContain('not_found');

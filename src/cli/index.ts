@@ -2,6 +2,10 @@
 // agent, the sandbox agent and the user's commands. Exit codes: 0 done, 1 the command failed
 // (the reason on stderr), 2 bad usage.
 import { Command, CommanderError } from 'commander';
+import { registerArtifactCommands } from './artifact';
+import { registerEnvCommands } from './env';
+import { registerExecCommands } from './exec';
+import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
 
 const program = new Command('berth')
@@ -11,6 +15,10 @@ const program = new Command('berth')
   .configureOutput({ outputError: (message, write) => write(message) });
 
 registerOperatorCommands(program);
+registerNodeCommands(program);
+registerExecCommands(program);
+registerEnvCommands(program);
+registerArtifactCommands(program);
 
 try {
   await program.parseAsync(process.argv);

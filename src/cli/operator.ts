@@ -2,16 +2,21 @@
 // or not a server is running on it.
 //   berth org create <name> --admin <email>
 //   berth token create --org <name> --admin [--email <admin's email>]
+// The database and services are imported when a command runs, so that `berth` starts quickly for
+// the commands that only talk HTTP.
 import type { Command } from 'commander';
-import { loadConfig } from '../config';
-import { openDatabase, type Prisma } from '../db';
-import { callOperatorSocket, type IssuedToken } from '../operator';
-import { DomainError } from '../services/errors';
-import { createOrganization, issueAdminToken } from '../services/organizations';
+import type { Prisma } from '../db';
+import type { IssuedToken } from '../operator';
 import { CommandError } from './errors';
 
 /** Runs a command through the server on DATA_DIR when one runs there (PGlite has one owner), else on the database itself. */
 async function run(path: string, body: Record<string, unknown>, local: (prisma: Prisma) => Promise<IssuedToken>): Promise<IssuedToken> {
+  const [{ loadConfig }, { openDatabase }, { callOperatorSocket }, { DomainError }] = await Promise.all([
+    import('../config'),
+    import('../db'),
+    import('../operator'),
+    import('../services/errors'),
+  ]);
   const config = loadConfig();
   if (!config.databaseUrl) {
     const reply = await callOperatorSocket(config.dataDir, path, body);
@@ -37,6 +42,7 @@ export function registerOperatorCommands(program: Command): void {
     .description('create an organization and its first admin; prints the admin token once')
     .requiredOption('--admin <email>', "the first admin's email")
     .action(async (name: string, options: { admin: string }) => {
+      const { createOrganization } = await import('../services/organizations');
       const { org, person, secret } = await run('/orgs', { name, admin: options.admin }, (p) => createOrganization(p, name, options.admin));
       console.log(`created organization ${org.name} (${org.id}) with admin ${person.email}`);
       console.log(`admin token (shown once): ${secret}`);
@@ -51,6 +57,7 @@ export function registerOperatorCommands(program: Command): void {
     .requiredOption('--admin', 'the token acts as an admin')
     .option('--email <email>', "the admin's email (default: the organization's first admin)")
     .action(async (options: { org: string; email?: string }) => {
+      const { issueAdminToken } = await import('../services/organizations');
       const issued = await run('/tokens', { org: options.org, email: options.email }, (p) =>
         issueAdminToken(p, options.org, options.email),
       );

@@ -2,7 +2,7 @@ import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { DocumentNode, ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
-import { WebSocketServer } from 'ws';
+import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
@@ -25,6 +25,52 @@ type SocketExtra = {
   clientAddress?: string;
 };
 
+/** How often sockets are looked at: an idle one is pinged, one that did not answer its last ping is dropped. */
+const KEEP_ALIVE_MS = 12_000;
+/** A socket that had traffic since the last look is pinged only every this many looks. */
+const BUSY_PING_EVERY = 5;
+
+/**
+ * Keep-alive for every socket on one timer (instead of graphql-ws's timer and ping per socket):
+ * idle sockets are pinged every 12 s, as graphql-ws does, sockets kept busy by deliveries every
+ * 60 s (their own traffic keeps proxies from timing them out, and a socket that stops taking
+ * deliveries is closed by the fan-out's unsent-bytes limit); no pong by the next look, terminated.
+ */
+function keepAlive(wss: WebSocketServer): () => void {
+  interface Liveness {
+    tcp: Duplex & { bytesWritten?: number };
+    written: number;
+    looks: number;
+    waiting: boolean;
+  }
+  const sockets = new Map<WebSocket, Liveness>();
+  wss.on('connection', (client: WebSocket, req: IncomingMessage) => {
+    const liveness: Liveness = { tcp: req.socket, written: 0, looks: 0, waiting: false };
+    sockets.set(client, liveness);
+    client.on('pong', () => {
+      liveness.waiting = false;
+    });
+    client.once('close', () => sockets.delete(client));
+  });
+  const timer = setInterval(() => {
+    for (const [client, liveness] of sockets) {
+      if (client.readyState !== client.OPEN) continue;
+      if (liveness.waiting) {
+        client.terminate();
+        continue;
+      }
+      const written = liveness.tcp.bytesWritten ?? 0;
+      const busy = written !== liveness.written;
+      liveness.written = written;
+      if (busy && ++liveness.looks < BUSY_PING_EVERY) continue;
+      liveness.looks = 0;
+      liveness.waiting = true;
+      client.ping();
+    }
+  }, KEEP_ALIVE_MS).unref();
+  return () => clearInterval(timer);
+}
+
 /** A WebSocket close reason is at most 123 bytes. */
 function closeReason(message: string): string {
   let reason = message;
@@ -37,11 +83,21 @@ function closeReason(message: string): string {
  * input checks, depth and cost limits and context as HTTP); credentials come from
  * `connectionParams.authorization`, checked once when the socket connects.
  */
-export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps: Deps, cors: CorsPolicy, log: Log) {
+export function serveGraphQLWebSocket(
+  server: Server,
+  yoga: GraphQLHandler,
+  deps: Deps,
+  cors: CorsPolicy,
+  log: Log,
+  /** Other WebSocket endpoints by path (the node control channel), served before any origin check: agents are not browsers. */
+  others: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {},
+) {
   const wss = new WebSocketServer({ noServer: true });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '/').split('?')[0];
+    const other = path === undefined ? undefined : others[path];
+    if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
     if (!cors.allows(req)) {
@@ -80,13 +136,15 @@ export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps
           return false;
         }
       },
-      onSubscribe: async (ctx, _id, payload) => {
+      onSubscribe: async (ctx, id, payload) => {
         const badVariables = variablesError(payload.variables);
         if (badVariables) return [toClientError(badVariables, log)];
         const enveloped = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
           socket: ctx.extra.socket,
+          // A shared subscription (src/graphql/fanout.ts) writes its frames to the socket itself.
+          subscriptionId: id,
           params: payload,
           actor: ctx.extra.actor,
           clientAddress: ctx.extra.clientAddress,
@@ -110,9 +168,12 @@ export function serveGraphQLWebSocket(server: Server, yoga: GraphQLHandler, deps
       },
     },
     wss,
+    0, // keep-alive below, one timer for all sockets
   );
+  const stopKeepAlive = keepAlive(wss);
   return {
     async close() {
+      stopKeepAlive();
       await graphqlWs.dispose();
       for (const client of wss.clients) client.terminate();
       await new Promise<void>((resolve) => wss.close(() => resolve()));

@@ -12,6 +12,7 @@ import { schema } from '../schema';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { useErrorBodies } from './error-bodies';
+import { useSharedSubscriptions } from './fanout';
 import { useStorableInput } from './input';
 import { useParseLimits } from './limits';
 import { toRequestError, useRequestErrors } from './request-errors';
@@ -21,6 +22,8 @@ export interface GraphQLServerContext {
   req?: IncomingMessage;
   actor?: Actor;
   clientAddress?: string;
+  /** Authentication already failed (src/graphql/post.ts): answered as if it failed here. */
+  authError?: unknown;
 }
 
 export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
@@ -30,6 +33,10 @@ export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
  * goes through the same envelop, so both get the same plugins, context and authentication.
  */
 export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
+  // Errors with a path happened while executing (200, beside the other fields' data); the
+  // others are errors of the request itself (4xx).
+  const maskError = (error: unknown) =>
+    error instanceof GraphQLError && error.path ? toClientError(error, log) : toRequestError(error, log);
   return createYoga<GraphQLServerContext, Context>({
     schema,
     graphqlEndpoint: '/graphql',
@@ -40,12 +47,10 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
     maxRequestBodySize: MAX_JSON_BODY_BYTES,
     // Unexpected errors are logged once, by toClientError; domain errors are answers, not faults.
     logging: false,
-    maskedErrors: {
-      // Errors with a path happened while executing (200, beside the other fields' data); the
-      // others are errors of the request itself (4xx).
-      maskError: (error) => (error instanceof GraphQLError && error.path ? toClientError(error, log) : toRequestError(error, log)),
-    },
+    maskedErrors: { maskError },
     plugins: [
+      // First: a shared subscription stops the plugins' own subscribe hooks (it masks its errors itself).
+      useSharedSubscriptions((error) => maskError(error) as GraphQLError, log),
       useParseLimits(),
       useStorableInput(),
       useRequestErrors(log),
@@ -54,7 +59,8 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
       costLimitPlugin({ maxCost: 20_000 }),
       useErrorBodies(),
     ],
-    context: async ({ request, req, actor, clientAddress: known }) => {
+    context: async ({ request, req, actor, clientAddress: known, authError }) => {
+      if (authError) throw authError;
       const address = known ?? (req ? clientAddress(req, deps.config.trustProxy) : 'unknown');
       if (actor) return { deps, actor, clientAddress: address };
       return { deps, clientAddress: address, actor: await authenticate(deps, request.headers.get('authorization'), address) };

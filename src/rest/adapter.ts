@@ -15,6 +15,7 @@ import type { Context, Deps } from '../context';
 import { clientAddress } from '../http/client-address';
 import { sendError, sendJson } from '../http/respond';
 import { textProblem } from '../http/text';
+import { type CompiledOperation, compileOperations } from '../schema/compiled';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { BadRequestError, ValidationError } from '../services/errors';
@@ -25,6 +26,8 @@ import { statusOf } from './status';
 
 interface CompiledRoute {
   route: Route;
+  /** A query route's operation, compiled once (src/graphql/compiled.ts). */
+  query?: CompiledOperation;
   pattern: RegExp;
   pathParams: string[];
   /** The GraphQL input type the JSON body is checked against (operation routes with a body). */
@@ -173,15 +176,23 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
         if (!bodyType) throw new Error(`route ${route.method} ${route.path}: no variable $${route.body.variable}`);
       }
     }
-    return { route, bodyType, ...compilePath(route.path) };
+    const operation = isStreamRoute(route) ? undefined : compileOperations(schema, route.document).get('');
+    return { route, bodyType, query: operation?.kind === 'query' ? operation : undefined, ...compilePath(route.path) };
   });
 
   async function run(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
-    const matches = compiled
-      .map((c) => ({ c, m: c.pattern.exec(url.pathname) }))
-      .filter((x): x is { c: CompiledRoute; m: RegExpExecArray } => x.m !== null);
+    const matches: { c: CompiledRoute; m: RegExpExecArray }[] = [];
+    let hit: { c: CompiledRoute; m: RegExpExecArray } | undefined;
+    for (const c of compiled) {
+      const m = c.pattern.exec(url.pathname);
+      if (!m) continue;
+      matches.push({ c, m });
+      if (c.route.method === req.method || (req.method === 'HEAD' && c.route.method === 'GET')) {
+        hit = { c, m };
+        break;
+      }
+    }
     if (matches.length === 0) return sendError(res, 404, `no route for ${url.pathname}`, 'not_found');
-    const hit = matches.find((x) => x.c.route.method === req.method || (req.method === 'HEAD' && x.c.route.method === 'GET'));
     if (!hit) {
       const allow = [...new Set(matches.map((x) => x.c.route.method))].join(', ');
       return sendError(res, 405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, 'method_not_allowed', { allow });
@@ -212,7 +223,12 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     } else {
       req.resume();
     }
-    const result = await execute({ schema, document: route.document, variableValues: variables, contextValue: ctx });
+    let result = hit.c.query ? await hit.c.query.run(ctx!, variables) : undefined;
+    // An answer with errors comes from graphql-js, whose errors the REST answers are made of (a
+    // query reads again, changing nothing); mutations always run there.
+    if (!result || result.errors?.length) {
+      result = await execute({ schema, document: route.document, variableValues: variables, contextValue: ctx });
+    }
     if (result.errors?.length) return sendClientError(res, result.errors[0], route);
     sendJson(res, route.status, stripNulls(shapeResult(route, result.data as Record<string, unknown>)));
   }

@@ -16,6 +16,8 @@ export const STATUS_BY_CODE: Record<string, number> = {
   invalid_transition: 409,
   key_used: 409,
   name_taken: 409,
+  no_snapshot: 409,
+  shredded: 409,
   no_free_port: 409,
   gone: 410,
   link_expired: 410,

@@ -1,6 +1,7 @@
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Deps } from '../context';
+import { environmentRoot, shareDir } from '../dataplane/layout';
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from '../services/environment-events';
@@ -24,24 +25,27 @@ function workspacesRoot(deps: Deps): string {
 }
 
 export function workspaceDir(deps: Deps, envId: string): string {
-  return join(workspacesRoot(deps), envId);
+  return environmentRoot(workspacesRoot(deps), envId);
 }
 
 /**
- * The built-in provider: every node is a folder per environment under DATA_DIR/workspaces, one
- * sub-folder per template share. Snapshots move as plain archive streams through the snapshot
+ * The built-in provider: every node is a folder per environment under DATA_DIR/workspaces, each
+ * template share at its envPath under it (src/dataplane/layout.ts), as on a remote node. Snapshots move as plain archive streams through the snapshot
  * service, the same calls a remote node agent makes over HTTP (docs/snapshots.md).
  */
 export const hotPoolProvider: NodeProvider = {
   async prepare(deps, env) {
     const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
     const dir = workspaceDir(deps, env.id);
-    for (const share of template?.shares ?? []) await mkdir(join(dir, share.name), { recursive: true });
+    await mkdir(dir, { recursive: true });
+    for (const share of template?.shares ?? []) await mkdir(shareDir(dir, share.envPath), { recursive: true });
     const plan = await planRestore(deps, env);
     if (!plan) return;
     let files = 0;
     for (const snapshot of plan.shares) {
-      const target = join(dir, snapshot.share);
+      // A share the template no longer has is restored where its name would put it.
+      const envPath = template?.shares.find((s) => s.name === snapshot.share)?.envPath ?? `/${snapshot.share}`;
+      const target = shareDir(dir, envPath);
       await mkdir(target, { recursive: true });
       files += (await extractArchive(await openSnapshotShare(deps, snapshot), target)).files;
     }
@@ -53,7 +57,7 @@ export const hotPoolProvider: NodeProvider = {
       const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
       const done = await savedShares(deps, env);
       for (const share of template?.shares ?? []) {
-        const root = join(dir, share.name);
+        const root = shareDir(dir, share.envPath);
         if (done.includes(share.name) || !(await isDir(root))) continue;
         await saveSnapshotShare(deps, env, share.name, archiveStream(root, selectFiles(root, shareRules(env, share.name))));
       }
@@ -66,7 +70,7 @@ export const hotPoolProvider: NodeProvider = {
 };
 
 /** The environment's sync rules for one share (`files` keys are `<share>/<path>`). */
-function shareRules(env: Environment, share: string): SyncRules {
+export function shareRules(env: Environment, share: string): SyncRules {
   const sync = syncOf(env);
   const files: Record<string, string> = {};
   for (const [dest, source] of Object.entries(sync.files)) {
@@ -79,28 +83,51 @@ async function isDir(path: string): Promise<boolean> {
   return (await stat(path).catch(() => null))?.isDirectory() ?? false;
 }
 
-/** Claims queued environments onto free nodes, oldest first per pool; SKIP LOCKED keeps instances apart. */
+/**
+ * Claims queued environments onto free slots, oldest first per pool; SKIP LOCKED keeps instances
+ * apart. A built-in hot node serves every organization; a remote node's slot only its own
+ * organization's leases, and only while the node is online and not draining.
+ */
 async function claimQueued(deps: Deps): Promise<Environment[]> {
   const claimed: Environment[] = [];
   for (const pool of deps.catalog.pools) {
     for (;;) {
       const env = await deps.prisma.$transaction(async (tx) => {
-        const envs = await tx.$queryRaw<{ id: string }[]>`
-          SELECT id FROM "Environment" WHERE pool = ${pool.name} AND state = 'pending'
-          ORDER BY "queueSeq" LIMIT 1 FOR UPDATE SKIP LOCKED`;
+        const envs = await tx.$queryRaw<{ id: string; orgId: string }[]>`
+          SELECT id, "orgId" FROM "Environment" WHERE pool = ${pool.name} AND state = 'pending'
+          ORDER BY "queueSeq" LIMIT 50 FOR UPDATE SKIP LOCKED`;
         if (envs.length === 0) return null;
-        const nodes = await tx.$queryRaw<{ id: string }[]>`
-          SELECT id FROM "Node" WHERE pool = ${pool.name} AND "environmentId" IS NULL
-          ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`;
-        if (nodes.length === 0) return null;
-        const now = deps.clock.now();
-        await tx.node.update({ where: { id: nodes[0]!.id }, data: { environmentId: envs[0]!.id, updated: now } });
-        const updated = await tx.environment.update({
-          where: { id: envs[0]!.id },
-          data: { state: 'starting', node: nodes[0]!.id, starting: now, version: { increment: 1 } },
-        });
-        await recordEvent(tx, updated);
-        return updated;
+        // Every free slot of the pool whose node may take work; row locks keep other instances off them.
+        const slots = await tx.$queryRaw<{ id: string; remoteId: string | null; name: string; orgId: string | null }[]>`
+          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId"
+            FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+           WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
+             AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+           ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
+        for (const pending of envs) {
+          const slot = slots.find((n) => n.remoteId === null || n.orgId === pending.orgId);
+          if (!slot) continue;
+          // A remote node is read again under a share lock: a drain or a lost mark that committed
+          // meanwhile is seen, and one that comes later waits for this claim.
+          if (slot.remoteId) {
+            const takes = await tx.$queryRaw<{ id: string }[]>`
+              SELECT id FROM "RemoteNode"
+               WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
+            if (takes.length === 0) {
+              slots.splice(slots.indexOf(slot), 1);
+              continue;
+            }
+          }
+          const now = deps.clock.now();
+          await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now } });
+          const updated = await tx.environment.update({
+            where: { id: pending.id },
+            data: { state: 'starting', node: slot.name, nodeId: slot.remoteId, starting: now, version: { increment: 1 } },
+          });
+          await recordEvent(tx, updated);
+          return updated;
+        }
+        return null;
       });
       if (!env) break;
       claimed.push(env);
@@ -130,33 +157,38 @@ async function claimWork(deps: Deps, id: string, state: string): Promise<boolean
 /** Starting environments whose start time has passed: prepared, then ready; or failed past the bound. */
 async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void> {
   const now = deps.clock.now();
-  const due = await deps.prisma.$queryRaw<{ id: string }[]>`
-    SELECT id FROM "Environment"
+  const due = await deps.prisma.$queryRaw<{ id: string; nodeId: string | null }[]>`
+    SELECT id, "nodeId" FROM "Environment"
      WHERE state = 'starting' AND starting + ("startMs" * interval '1 millisecond') <= ${now}
      ORDER BY starting`;
-  for (const { id } of due) {
-    const env = await deps.prisma.environment.findUnique({ where: { id } });
-    if (env?.state !== 'starting' || !env.starting) continue;
-    const bound = startBound(env.startMs);
-    if (now.getTime() - env.starting.getTime() > bound) {
-      await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
-      continue;
-    }
-    if (!(await claimWork(deps, id, 'starting'))) continue;
-    try {
-      await provider.prepare(deps, env);
-    } catch (error) {
-      await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
-      continue;
-    }
-    const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({
-      ready: at,
-      readyMs: at.getTime() - current.created.getTime(),
-      idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
-    }));
-    // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
-    if (!ready) await discardIfEnded(deps, provider, id);
+  // A remote node prepares on its own machine: one waiting for a slow node holds up no other.
+  const remote = Promise.all(due.filter((e) => e.nodeId).map(({ id }) => prepareOne(deps, provider, id, now)));
+  for (const { id } of due.filter((e) => !e.nodeId)) await prepareOne(deps, provider, id, now);
+  await remote;
+}
+
+async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date): Promise<void> {
+  const env = await deps.prisma.environment.findUnique({ where: { id } });
+  if (env?.state !== 'starting' || !env.starting) return;
+  const bound = startBound(env.startMs);
+  if (now.getTime() - env.starting.getTime() > bound) {
+    await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
+    return;
   }
+  if (!(await claimWork(deps, id, 'starting'))) return;
+  try {
+    await provider.prepare(deps, env);
+  } catch (error) {
+    await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
+    return;
+  }
+  const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({
+    ready: at,
+    readyMs: at.getTime() - current.created.getTime(),
+    idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
+  }));
+  // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
+  if (!ready) await discardIfEnded(deps, provider, id);
 }
 
 /** Ends an environment as failed, then wipes what its node holds of it. */
@@ -196,16 +228,20 @@ async function enforceTimeouts(deps: Deps): Promise<void> {
 /** Stopping environments: released by their node, then stopped and the node freed. */
 async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void> {
   const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
-  for (const env of stopping) {
-    if (!(await claimWork(deps, env.id, 'stopping'))) continue;
-    try {
-      await provider.release(deps, env);
-    } catch (error) {
-      await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
-      continue;
-    }
-    await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
+  const remote = Promise.all(stopping.filter((e) => e.nodeId).map((env) => releaseOne(deps, provider, env)));
+  for (const env of stopping.filter((e) => !e.nodeId)) await releaseOne(deps, provider, env);
+  await remote;
+}
+
+async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment): Promise<void> {
+  if (!(await claimWork(deps, env.id, 'stopping'))) return;
+  try {
+    await provider.release(deps, env);
+  } catch (error) {
+    await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
+    return;
   }
+  await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
 }
 
 /** Deletes event-log rows nobody can still be catching up on. */
@@ -214,7 +250,7 @@ async function pruneEvents(deps: Deps): Promise<void> {
   await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: before } } });
 }
 
-export function environmentJob(provider: NodeProvider = hotPoolProvider): BackgroundJob {
+export function environmentJob(provider: NodeProvider): BackgroundJob {
   return {
     name: ENVIRONMENT_JOB,
     intervalMs: 1000,

@@ -1,7 +1,7 @@
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
 import { environmentFilter } from '../services/environment-filter';
-import { watchEnvironment, watchEnvironments } from '../services/environment-watch';
+import { shareEnvironments, watchEnvironment, watchEnvironments } from '../services/environment-watch';
 import { createEnvironment, findEnvironment, keepAlive, stopEnvironment } from '../services/environments';
 import {
   type Export as ExportShape,
@@ -183,7 +183,10 @@ builder.subscriptionFields((t) => ({
     type: EnvironmentRef,
     description: 'Every change of every environment of the organization from now on, optionally filtered',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    subscribe: (_root, { filter }, ctx) => watchEnvironments(ctx.deps, ctx.actor, filter ?? {}),
+    // Subscribers with the same organization, filter, document and variables share each delivery (src/graphql/fanout.ts).
+    extensions: { sharedSource: true },
+    subscribe: (_root, { filter }, ctx) =>
+      ctx.shareSubscription ? shareEnvironments(ctx.deps, ctx.actor, filter ?? {}) : watchEnvironments(ctx.deps, ctx.actor, filter ?? {}),
     resolve: (env: Environment) => env,
   }),
 }));

@@ -1,4 +1,5 @@
 import { listExecs, recordExec, watchExecs } from '../services/environments';
+import { type ExecEvent, runCommand } from '../services/exec';
 import { builder } from './builder';
 
 const Exec = builder.prismaObject('Exec', {
@@ -49,5 +50,49 @@ builder.subscriptionField('execs', (t) =>
     },
     subscribe: (_root, { environment, after }, ctx) => watchExecs(ctx.deps, ctx.actor, environment, after),
     resolve: (exec) => exec,
+  }),
+);
+
+type ExecEventShape = ExecEvent;
+
+const ExecOutput = builder.objectRef<ExecEventShape>('ExecOutput').implement({
+  description: "A piece of a running command's output, or its end (then `exec` is the recorded Exec)",
+  fields: (t) => ({
+    stream: t.string({
+      nullable: true,
+      description: 'stdout or stderr (output only)',
+      resolve: (e) => (e.kind === 'output' ? e.stream : null),
+    }),
+    data: t.string({
+      nullable: true,
+      description: 'The bytes, base64 (output only)',
+      resolve: (e) => (e.kind === 'output' ? e.data.toString('base64') : null),
+    }),
+    exitCode: t.int({
+      nullable: true,
+      description: "The command's exit code (the end only)",
+      resolve: (e) => (e.kind === 'exit' ? e.exec.exitCode : null),
+    }),
+    exec: t.field({
+      type: Exec,
+      nullable: true,
+      description: 'The recorded Exec (the end only)',
+      resolve: (e) => (e.kind === 'exit' ? e.exec : null),
+    }),
+  }),
+});
+
+builder.subscriptionField('runCommand', (t) =>
+  t.field({
+    type: ExecOutput,
+    description:
+      "Runs a command on the environment's node (members; ready environments) with the environment root as working directory: " +
+      'its output as it comes, then its end with the Exec the server recorded. Ending the subscription stops the command.',
+    args: {
+      environment: t.arg.string({ required: true, description: 'Id or name' }),
+      command: t.arg.stringList({ required: true, description: 'The program and its arguments' }),
+    },
+    subscribe: (_root, { environment, command }, ctx) => runCommand(ctx.deps, ctx.actor, environment, command),
+    resolve: (event) => event,
   }),
 );

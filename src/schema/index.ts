@@ -9,5 +9,6 @@ import './execs';
 import './quotas';
 import './sandboxes';
 import './snapshots';
+import './nodes';
 
 export const schema = withNullableRoots(builder.toSchema());

@@ -13,7 +13,7 @@ const Organization = builder.prismaObject('Organization', {
 const Viewer = builder.objectRef<Actor>('Viewer').implement({
   description: 'Who the credential of this request acts as',
   fields: (t) => ({
-    kind: t.exposeString('kind', { description: 'person, apiKey or sandbox' }),
+    kind: t.exposeString('kind', { description: 'person, apiKey, sandbox or node' }),
     name: t.exposeString('name', { description: 'What createdBy shows for things this caller creates' }),
     admin: t.exposeBoolean('admin'),
     organization: t.prismaField({

@@ -1,4 +1,6 @@
 import type { Actor, Deps } from '../context';
+import type { Prisma } from '../db';
+import type { CachedCredential, CredentialCache } from './credential-cache';
 import { RateLimitedError, UnauthorizedError } from './errors';
 import { hashSecret } from './secrets';
 
@@ -11,6 +13,7 @@ interface CredentialRow {
   orgId: string;
   personId: string | null;
   sandboxId: string | null;
+  nodeId: string | null;
   name: string;
   expires: Date | null;
   revoked: Date | null;
@@ -20,6 +23,7 @@ interface CredentialRow {
   admin: boolean | null;
   blockedUntil: Date | null;
   sandboxRemoved: Date | null;
+  nodeRevoked: Date | null;
 }
 
 function retryAfter(until: Date, now: Date): RateLimitedError {
@@ -40,17 +44,32 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     await assertNotBlocked(deps, address, now);
     throw new UnauthorizedError('missing bearer credentials: send "Authorization: Bearer <token>"');
   }
+  const hash = hashSecret(secret);
+  const cache = deps.credentials;
+  const cached = cache.get(hash, now);
+  if (cached) {
+    // Remembered (src/services/credential-cache.ts): no statement unless the address is locked.
+    const until = cache.blockedUntil(address, now);
+    if (until !== undefined) throw retryAfter(new Date(until), now);
+    touch(deps, cached, now);
+    return cached.actor;
+  }
+  const version = cache.snapshot();
   // One round trip on the happy path: the credential, its person and the address's lock together.
   const rows = await deps.prisma.$queryRaw<CredentialRow[]>`
-    SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
-           p.email, p.admin, s.removed AS "sandboxRemoved",
+    SELECT c.id, c.kind, c."orgId", c."personId", c."sandboxId", c."nodeId", c.name, c.admin AS "keyAdmin", c.expires, c.revoked, c."lastUsed",
+           p.email, p.admin, s.removed AS "sandboxRemoved", r.revoked AS "nodeRevoked",
            (SELECT f."blockedUntil" FROM "AuthFailure" f WHERE f.address = ${address}) AS "blockedUntil"
       FROM "Credential" c
       LEFT JOIN "Person" p ON p.id = c."personId"
       LEFT JOIN "Sandbox" s ON s.id = c."sandboxId"
-     WHERE c."secretHash" = ${hashSecret(secret)}`;
+      LEFT JOIN "RemoteNode" r ON r.id = c."nodeId"
+     WHERE c."secretHash" = ${hash}`;
   const row = rows[0];
-  if (row?.blockedUntil && row.blockedUntil > now) throw retryAfter(row.blockedUntil, now);
+  if (row?.blockedUntil && row.blockedUntil > now) {
+    cache.noteBlocked(address, row.blockedUntil.getTime());
+    throw retryAfter(row.blockedUntil, now);
+  }
   const problem = !row
     ? 'invalid credentials'
     : row.revoked
@@ -59,32 +78,48 @@ export async function authenticate(deps: Deps, header: string | null | undefined
         ? 'this credential has expired'
         : row.sandboxRemoved
           ? 'this sandbox was removed'
-          : undefined;
+          : row.nodeRevoked
+            ? 'this node was removed'
+            : undefined;
   if (problem || !row) {
     await recordFailure(deps, address, now);
     throw new UnauthorizedError(problem);
   }
-  if (!row.lastUsed || now.getTime() - row.lastUsed.getTime() > 60_000) {
-    // Informational; at most one write a minute per credential, off the request's path.
-    deps.prisma.credential.update({ where: { id: row.id }, data: { lastUsed: now } }).catch(() => undefined);
-  }
-  const kind = row.kind === 'cli' ? 'person' : row.kind === 'api' ? 'apiKey' : 'sandbox';
-  return {
+  const kind = row.kind === 'cli' ? 'person' : row.kind === 'api' ? 'apiKey' : row.kind === 'node' ? 'node' : 'sandbox';
+  const actor: Actor = Object.freeze({
     orgId: row.orgId,
     kind,
     credentialId: row.id,
     personId: row.personId ?? undefined,
     sandboxId: row.sandboxId ?? undefined,
+    nodeId: row.nodeId ?? undefined,
     // An API key is an admin key when it was created as one (POST /v1/keys {admin: true}).
     admin: kind === 'person' ? row.admin === true : kind === 'apiKey' && row.keyAdmin,
     name: kind === 'person' ? (row.email ?? row.name) : row.name,
-  };
+  });
+  const entry: CachedCredential = { actor, expires: row.expires?.getTime() ?? null, lastUsed: row.lastUsed?.getTime() ?? null };
+  touch(deps, entry, now);
+  cache.set(hash, entry, version);
+  return actor;
+}
+
+/** `lastUsed` is informational: at most one write a minute per credential, off the request's path. */
+function touch(deps: Deps, entry: CachedCredential, now: Date): void {
+  if (entry.lastUsed !== null && now.getTime() - entry.lastUsed <= 60_000) return;
+  entry.lastUsed = now.getTime();
+  deps.prisma.credential.update({ where: { id: entry.actor.credentialId }, data: { lastUsed: now } }).catch(() => undefined);
 }
 
 function parseBearer(header: string | null | undefined): string | undefined {
   if (!header) return undefined;
   const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
   return match?.[1] ?? '';
+}
+
+/** The address locks in force at start, so a remembered credential is refused from a locked address. */
+export async function loadAddressLocks(prisma: Prisma, cache: CredentialCache, now: Date): Promise<void> {
+  const locks = await prisma.authFailure.findMany({ where: { blockedUntil: { gt: now } }, select: { address: true, blockedUntil: true } });
+  for (const lock of locks) if (lock.blockedUntil) cache.noteBlocked(lock.address, lock.blockedUntil.getTime());
 }
 
 export async function assertNotBlocked(deps: Deps, address: string, now: Date): Promise<void> {
@@ -110,5 +145,11 @@ export async function recordFailure(deps: Deps, address: string, now: Date): Pro
         ELSE "AuthFailure"."blockedUntil" END
     RETURNING "blockedUntil"`;
   const until = rows[0]?.blockedUntil;
-  if (until && until > now) throw retryAfter(until, now);
+  if (until && until > now) {
+    // Every instance refuses the address from now on, also for credentials it remembers.
+    if (deps.credentials.blockedUntil(address, now) !== until.getTime()) {
+      await deps.credentials.publish({ blocked: { address, until: until.getTime() } });
+    }
+    throw retryAfter(until, now);
+  }
 }

@@ -173,6 +173,8 @@ export async function revokeCredential(deps: Deps, actor: Actor, kind: 'cli' | '
   if (!found) throw new NotFoundError(kind === 'cli' ? `token ${id}` : `key ${id}`);
   if (found.revoked) return found;
   const revoked = await deps.prisma.credential.update({ where: { id }, data: { revoked: deps.clock.now() } });
+  // No instance may serve it from memory once this answers (src/services/credential-cache.ts).
+  await deps.credentials.publish({ credentials: [id] });
   await announce(deps, actor.orgId, kind === 'cli' ? 'token' : 'key', 'revoked', id);
   return revoked;
 }

@@ -27,11 +27,14 @@ export interface EnvironmentFilter {
   where: P.EnvironmentWhereInput;
   /** The same condition on one environment (live feeds). */
   matches(env: Environment): boolean;
+  /** Equal for two filters that match the same environments (the organization included). */
+  key: string;
 }
 
 interface Condition {
   where: P.EnvironmentWhereInput;
   test(env: Environment): boolean;
+  key: string;
 }
 
 const STATES: Record<string, readonly string[]> = {
@@ -40,7 +43,7 @@ const STATES: Record<string, readonly string[]> = {
   ...Object.fromEntries([...LIVE_STATES, ...ENDED_STATES].map((state) => [state, [state]])),
 };
 
-const NOTHING: Condition = { where: { id: { in: [] } }, test: () => false };
+const NOTHING: Condition = { where: { id: { in: [] } }, test: () => false, key: 'nothing' };
 
 /**
  * Checks a filter and compiles it for the caller's organization. A sandbox is resolved once, now:
@@ -49,24 +52,31 @@ const NOTHING: Condition = { where: { id: { in: [] } }, test: () => false };
 export async function environmentFilter(deps: Deps, actor: Actor, input: EnvironmentFilterInput): Promise<EnvironmentFilter> {
   requireMember(actor);
   const { orgId } = actor;
-  const conditions: Condition[] = [{ where: { orgId }, test: (env) => env.orgId === orgId }];
+  const conditions: Condition[] = [{ where: { orgId }, test: (env) => env.orgId === orgId, key: `org=${orgId}` }];
   if (input.state) {
     const states = STATES[input.state];
     if (!states) throw new ValidationError(`state must be one of ${Object.keys(STATES).join(', ')}`, 'state');
-    conditions.push({ where: { state: { in: [...states] } }, test: (env) => states.includes(env.state) });
+    conditions.push({ where: { state: { in: [...states] } }, test: (env) => states.includes(env.state), key: `state=${states.join('|')}` });
   }
   const { template, project } = input;
-  if (template) conditions.push({ where: { template }, test: (env) => env.template === template });
-  if (project) conditions.push({ where: { project }, test: (env) => env.project === project });
+  if (template) conditions.push({ where: { template }, test: (env) => env.template === template, key: `template=${template}` });
+  if (project) conditions.push({ where: { project }, test: (env) => env.project === project, key: `project=${project}` });
   for (const [key, value] of Object.entries(parseLabelPairs(input.label ?? [], 'label'))) {
-    conditions.push({ where: { labels: { path: [key], equals: value } }, test: (env) => labelsOf(env)[key] === value });
+    conditions.push({
+      where: { labels: { path: [key], equals: value } },
+      test: (env) => labelsOf(env)[key] === value,
+      key: `label=${JSON.stringify([key, value])}`,
+    });
   }
   if (input.sandbox) {
     const sandboxId = (await findSandboxRow(deps.prisma, orgId, input.sandbox))?.id;
-    conditions.push(sandboxId ? { where: { sandboxId }, test: (env) => env.sandboxId === sandboxId } : NOTHING);
+    conditions.push(
+      sandboxId ? { where: { sandboxId }, test: (env) => env.sandboxId === sandboxId, key: `sandbox=${sandboxId}` } : NOTHING,
+    );
   }
   return {
     where: { AND: conditions.map((c) => c.where) },
     matches: (env) => conditions.every((c) => c.test(env)),
+    key: JSON.stringify(conditions.map((c) => c.key).sort()),
   };
 }

@@ -9,6 +9,7 @@ import { ENDED_STATES } from './environment-events';
 import { joinEnvironmentFeed } from './environment-feed';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
 import { findEnvironment } from './environments';
+import { SharedSource } from './shared-source';
 
 const isEnded = (env: Environment) => (ENDED_STATES as readonly string[]).includes(env.state);
 
@@ -59,4 +60,20 @@ export async function watchEnvironments(deps: Deps, actor: Actor, input: Environ
     for (const { environment } of events) if (filter.matches(environment)) channel.push(environment);
   });
   return channel;
+}
+
+/**
+ * The same stream as `watchEnvironments`, as a source that every subscriber with the same
+ * organization and the same resolved filter shares (GraphQL subscriptions, src/graphql/fanout.ts).
+ */
+export async function shareEnvironments(deps: Deps, actor: Actor, input: EnvironmentFilterInput): Promise<SharedSource<Environment>> {
+  requireMember(actor);
+  const filter = await environmentFilter(deps, actor, input);
+  return new SharedSource(`environments ${filter.key}`, (emit) =>
+    joinEnvironmentFeed(deps, actor.orgId, (events) => {
+      const matching: Environment[] = [];
+      for (const { environment } of events) if (filter.matches(environment)) matching.push(environment);
+      if (matching.length > 0) emit(matching);
+    }),
+  );
 }

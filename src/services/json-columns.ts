@@ -55,7 +55,8 @@ export const labelsOf = (row: { labels: Prisma.JsonValue }): Labels => Labels.pa
 export const exportsOf = (row: { exports: Prisma.JsonValue }): Export[] => Exports.parse(row.exports);
 export const sharesOf = (row: { shares: Prisma.JsonValue }): WiredShare[] => Shares.parse(row.shares);
 export const syncOf = (row: { sync: Prisma.JsonValue }): SyncSpec => SyncSpec.parse(row.sync ?? {});
-export const restoredOf = (row: { restored: Prisma.JsonValue }): Restored | null => Restored.nullable().parse(row.restored);
+const RestoredOrNull = Restored.nullable();
+export const restoredOf = (row: { restored: Prisma.JsonValue }): Restored | null => RestoredOrNull.parse(row.restored);
 export const segmentsOf = (row: { segments: Prisma.JsonValue }): Segment[] => Segments.parse(row.segments);
 
 const date = z.coerce.date();
@@ -73,6 +74,7 @@ const EnvironmentPayload = z.object({
   pool: z.string(),
   state: z.string(),
   node: z.string().nullable(),
+  nodeId: z.string().nullable().default(null),
   sandboxId: z.string().nullable(),
   labels: json,
   project: z.string(),

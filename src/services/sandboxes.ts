@@ -213,6 +213,7 @@ export async function requireSandbox(deps: Deps, actor: Actor, ref: string): Pro
     if (!own || (ref !== own.id && ref !== own.name)) throw new ForbiddenError(SANDBOX_ONLY_OWN);
     return own.id;
   }
+  requireMember(actor);
   const row = await findSandboxRow(deps.prisma, actor.orgId, ref);
   if (!row) throw new NotFoundError(`sandbox ${ref}`);
   return row.id;
@@ -290,6 +291,10 @@ export async function removeSandbox(deps: Deps, actor: Actor, ref: string): Prom
     await tx.credential.updateMany({ where: { sandboxId: row.id, kind: 'sandbox', revoked: null }, data: { revoked: now } });
     return { id: row.id, changed: true };
   });
-  if (changed) await notifySandboxConfig(deps, actor.orgId, id);
+  if (changed) {
+    // Its credentials were revoked: no instance may serve them from memory once this answers.
+    await deps.credentials.publish({ sandbox: id });
+    await notifySandboxConfig(deps, actor.orgId, id);
+  }
   return (await entry(deps, actor.orgId, id)).sandbox;
 }

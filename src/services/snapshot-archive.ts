@@ -1,179 +1,172 @@
-// The plain byte stream of one snapshot share (what packStream seals): a minimal archive, so a
-// share is one packed item however many files it has.
-//
-//   per file:  u32 BE header length | header JSON {"path","size","mode"} | exactly `size` bytes
-//   end:       u32 BE 0
+// The plain byte stream of one snapshot share (what packStream seals): a POSIX tar archive (ustar
+// with pax headers for long paths, written and read by `tar-stream`), so a share is one packed
+// item however many files it has and any `tar` can read it.
 //
 // Paths are POSIX, relative to the share folder (as selectFiles yields them). Only regular files
 // are stored; folders are implied by paths. A file that shrinks while it is read is padded with
-// zeros and one that grows is cut at the size recorded in its header, so the framing always holds.
+// zeros and one that grows is cut at the size recorded in its header, so the entry's size holds.
 import { createReadStream } from 'node:fs';
-import { mkdir, open } from 'node:fs/promises';
+import { constants, mkdir, open, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
+import * as tar from 'tar-stream';
 import { type SelectedFile, validateRelativePath } from './sync-rules';
 
-const MAX_HEADER = 64 * 1024;
+/** The media type of a share's archive on the node HTTP calls (docs/snapshots.md). */
+export const ARCHIVE_CONTENT_TYPE = 'application/x-tar';
 
 export interface ArchiveStats {
   files: number;
   bytes: number;
 }
 
-interface Header {
-  path: string;
-  size: number;
-  mode: number;
-}
-
-function frame(header: Header): Buffer {
-  const json = Buffer.from(JSON.stringify(header));
-  const len = Buffer.alloc(4);
-  len.writeUInt32BE(json.length);
-  return Buffer.concat([len, json]);
-}
-
-/** Streams the archive of `files` (relative to `root`). */
-export function archiveStream(root: string, files: AsyncIterable<SelectedFile>): Readable {
-  async function* generate(): AsyncGenerator<Buffer> {
-    for await (const file of files) {
-      yield frame({ path: file.path, size: file.size, mode: file.mode });
-      let sent = 0;
-      if (file.size > 0) {
-        for await (const piece of createReadStream(path.join(root, file.path), { start: 0, end: file.size - 1 })) {
-          sent += (piece as Buffer).length;
-          yield piece as Buffer;
-        }
-      }
-      if (sent < file.size) yield Buffer.alloc(file.size - sent);
+/** The content of one file, exactly `size` bytes long whatever the file does meanwhile. */
+async function* exactly(file: string, size: number): AsyncGenerator<Buffer> {
+  let sent = 0;
+  if (size > 0) {
+    for await (const piece of createReadStream(file, { start: 0, end: size - 1 })) {
+      sent += (piece as Buffer).length;
+      yield piece as Buffer;
     }
-    yield Buffer.alloc(4);
   }
-  return Readable.from(generate(), { objectMode: false });
+  if (sent < size) yield Buffer.alloc(size - sent);
+}
+
+/** Streams the tar archive of `files` (relative to `root`). */
+export function archiveStream(root: string, files: AsyncIterable<SelectedFile>): Readable {
+  const pack = tar.pack();
+  (async () => {
+    for await (const file of files) {
+      await new Promise<void>((resolve, reject) => {
+        const entry = pack.entry({ name: file.path, size: file.size, mode: file.mode & 0o777, type: 'file' }, (err) =>
+          err ? reject(err) : resolve(),
+        );
+        Readable.from(exactly(path.join(root, file.path), file.size))
+          .on('error', reject)
+          .pipe(entry as unknown as NodeJS.WritableStream);
+      });
+    }
+    pack.finalize();
+  })().catch((err: Error) => pack.destroy(err));
+  // tar-stream streams are streamx streams; this makes a Node stream of it for pipeline().
+  return Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false });
+}
+
+/** What an entry's header must be: a regular file with a safe relative path and a size. */
+function checkedEntry(header: tar.Header): { rel: string; size: number; mode: number } {
+  if (header.type !== 'file') throw new Error(`snapshot archive entry ${JSON.stringify(header.name)} is not a regular file`);
+  const size = header.size ?? 0;
+  if (!Number.isSafeInteger(size) || size < 0) throw new Error('snapshot archive header is malformed');
+  return { rel: validateRelativePath(header.name, 'path'), size, mode: (header.mode ?? 0o644) & 0o777 };
 }
 
 /**
- * Passes an archive through unchanged while checking its framing and counting its files and
- * bytes, so the server records what it received rather than what a node says it sent. Bytes after
- * the end marker, a header that is not JSON or a stream that stops early are errors.
+ * Passes an archive through unchanged while checking it (a valid tar of regular files with safe
+ * paths) and counting its files and bytes, so the server records what it received rather than
+ * what a node says it sent. A stream that stops early or is not a tar archive is an error.
  */
 export class ArchiveCounter extends Transform {
   readonly stats: ArchiveStats = { files: 0, bytes: 0 };
-  private pending = Buffer.alloc(0);
-  /** Bytes of file content still to pass before the next header. */
-  private content = 0;
-  private ended = false;
+  private readonly extract = tar.extract();
+  private failure: Error | undefined;
+  private readonly finished: Promise<void>;
+
+  constructor() {
+    super();
+    this.extract.on('entry', (header, body, next) => {
+      try {
+        const { size } = checkedEntry(header);
+        this.stats.files++;
+        this.stats.bytes += size;
+      } catch (err) {
+        // Remembered, and the stream fails on its next chunk or at its end.
+        this.failure ??= err as Error;
+      }
+      body.on('end', () => next());
+      body.resume();
+    });
+    this.finished = new Promise((resolve, reject) => {
+      this.extract.on('finish', () => resolve());
+      this.extract.on('error', (err: Error) => {
+        this.failure ??= err;
+        reject(err);
+      });
+    });
+    this.finished.catch(() => undefined);
+  }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
-    try {
-      this.scan(chunk);
-      done(null, chunk);
-    } catch (err) {
-      done(err as Error);
-    }
+    if (this.failure) return void done(archiveError(this.failure));
+    if (this.extract.write(chunk)) return void done(null, chunk);
+    // Backpressure: the next chunk waits until the checker has taken this one.
+    const onDrain = () => {
+      this.extract.off('error', onError);
+      done(this.failure ? archiveError(this.failure) : null, chunk);
+    };
+    const onError = (err: Error) => {
+      this.extract.off('drain', onDrain);
+      done(archiveError(err));
+    };
+    this.extract.once('drain', onDrain);
+    this.extract.once('error', onError);
   }
 
   override _flush(done: TransformCallback): void {
-    done(this.ended ? null : new Error('snapshot archive is truncated'));
-  }
-
-  private scan(chunk: Buffer): void {
-    let data = chunk;
-    while (data.length > 0) {
-      if (this.ended) throw new Error('snapshot archive has bytes after its end');
-      if (this.content > 0) {
-        const n = Math.min(this.content, data.length);
-        this.content -= n;
-        data = data.subarray(n);
-        continue;
-      }
-      this.pending = Buffer.concat([this.pending, data]);
-      data = Buffer.alloc(0);
-      if (this.pending.length < 4) return;
-      const length = this.pending.readUInt32BE(0);
-      if (length === 0) {
-        this.ended = true;
-        data = this.pending.subarray(4);
-        this.pending = Buffer.alloc(0);
-        continue;
-      }
-      if (length > MAX_HEADER) throw new Error('snapshot archive header is too large');
-      if (this.pending.length < 4 + length) return;
-      const header = JSON.parse(this.pending.subarray(4, 4 + length).toString('utf8')) as Header;
-      if (!Number.isSafeInteger(header.size) || header.size < 0) throw new Error('snapshot archive header is malformed');
-      this.stats.files++;
-      this.stats.bytes += header.size;
-      this.content = header.size;
-      data = this.pending.subarray(4 + length);
-      this.pending = Buffer.alloc(0);
-    }
+    if (this.failure) return void done(archiveError(this.failure));
+    (this.extract as unknown as NodeJS.WritableStream).end();
+    this.finished.then(
+      () => done(this.failure ? archiveError(this.failure) : null),
+      (err: Error) => done(archiveError(err)),
+    );
   }
 }
 
-/** Reads exact byte counts from a stream. */
-class Reader {
-  private readonly it: AsyncIterator<Buffer>;
-  private rest: Buffer = Buffer.alloc(0);
-
-  constructor(stream: Readable) {
-    this.it = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  }
-
-  /** Up to `max` bytes (at least one), or throws at the end of the stream. */
-  async some(max: number): Promise<Buffer> {
-    if (this.rest.length === 0) {
-      const { value, done } = await this.it.next();
-      if (done) throw new Error('snapshot archive is truncated');
-      this.rest = value;
-    }
-    const out = this.rest.subarray(0, max);
-    this.rest = this.rest.subarray(out.length);
-    return out;
-  }
-
-  async exact(n: number): Promise<Buffer> {
-    const parts: Buffer[] = [];
-    let fill = 0;
-    while (fill < n) {
-      const piece = await this.some(n - fill);
-      parts.push(Buffer.from(piece));
-      fill += piece.length;
-    }
-    return Buffer.concat(parts, n);
-  }
+function archiveError(err: Error): Error {
+  if (/unexpected end/i.test(err.message)) return new Error('snapshot archive is truncated');
+  return err.message.startsWith('snapshot archive') || err.name === 'ValidationError'
+    ? err
+    : new Error(`snapshot archive is invalid: ${err.message}`);
 }
 
-/** Writes the archive's files under `root` (overwriting); refuses paths that leave it. */
+/**
+ * Writes the archive's files under `root` (overwriting). Nothing is written outside `root`: paths
+ * are relative without `..`, every folder on the way must resolve inside `root` (a symbolic link
+ * to elsewhere is refused), and the file itself is opened without following a link.
+ */
 export async function extractArchive(stream: Readable, root: string): Promise<ArchiveStats> {
-  const reader = new Reader(stream);
+  const extract = tar.extract();
   const stats: ArchiveStats = { files: 0, bytes: 0 };
+  await mkdir(root, { recursive: true });
+  const realRoot = await realpath(root);
+  const source = stream.on('error', (err) => extract.destroy(err));
+  source.pipe(extract as unknown as NodeJS.WritableStream);
   try {
-    for (;;) {
-      const length = (await reader.exact(4)).readUInt32BE(0);
-      if (length === 0) return stats;
-      if (length > MAX_HEADER) throw new Error('snapshot archive header is too large');
-      const header = JSON.parse((await reader.exact(length)).toString('utf8')) as Header;
-      if (!Number.isSafeInteger(header.size) || header.size < 0 || !Number.isSafeInteger(header.mode)) {
-        throw new Error('snapshot archive header is malformed');
-      }
-      const rel = validateRelativePath(header.path, 'path');
-      const target = path.join(root, rel);
+    for await (const entry of extract) {
+      const { rel, size, mode } = checkedEntry(entry.header);
+      const target = path.join(realRoot, rel);
       await mkdir(path.dirname(target), { recursive: true });
-      const handle = await open(target, 'w', header.mode & 0o777);
+      const folder = await realpath(path.dirname(target));
+      if (folder !== realRoot && !folder.startsWith(realRoot + path.sep)) {
+        throw new Error(`snapshot archive path ${JSON.stringify(rel)} leads outside the share folder`);
+      }
+      const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, mode);
       try {
-        let left = header.size;
-        while (left > 0) {
-          const piece = await reader.some(left);
+        let written = 0;
+        for await (const piece of entry as AsyncIterable<Buffer>) {
           await handle.write(piece);
-          left -= piece.length;
+          written += piece.length;
         }
-        await handle.chmod(header.mode & 0o777);
+        if (written !== size) throw new Error('snapshot archive is truncated');
+        await handle.chmod(mode);
       } finally {
         await handle.close();
       }
       stats.files++;
-      stats.bytes += header.size;
+      stats.bytes += size;
     }
+    return stats;
+  } catch (err) {
+    throw archiveError(err as Error);
   } finally {
     stream.destroy();
   }

@@ -10,7 +10,7 @@ const CATALOG = '';
 
 /**
  * Makes the database match the catalog file at start: catalog templates replaced, one node row
- * per hot node of each pool (free surplus nodes removed when a pool shrinks).
+ * per hot node of each pool (free surplus hot nodes removed when a pool shrinks).
  */
 export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<void> {
   await prisma.$transaction(async (tx) => {
@@ -27,9 +27,10 @@ export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<vo
     for (const pool of catalog.pools) {
       const wanted = Array.from({ length: pool.hotNodes }, (_, i) => `${pool.name}-${i + 1}`);
       await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: pool.name })), skipDuplicates: true });
-      await tx.node.deleteMany({ where: { pool: pool.name, id: { notIn: wanted }, environmentId: null } });
+      await tx.node.deleteMany({ where: { pool: pool.name, id: { notIn: wanted }, environmentId: null, remoteId: null } });
     }
-    await tx.node.deleteMany({ where: { pool: { notIn: catalog.pools.map((p) => p.name) }, environmentId: null } });
+    // Remote nodes' slots are the agents' business (src/services/nodes.ts), never the catalog's.
+    await tx.node.deleteMany({ where: { pool: { notIn: catalog.pools.map((p) => p.name) }, environmentId: null, remoteId: null } });
   });
 }
 

@@ -5,6 +5,7 @@ import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';
 import { credentialRoutes } from './credentials';
 import { environmentRoutes } from './environments';
+import { execRoute, nodeRoutes } from './nodes';
 import { sandboxRoutes } from './sandboxes';
 import { snapshotRoutes } from './snapshots';
 
@@ -13,7 +14,15 @@ import { snapshotRoutes } from './snapshots';
  * (method, path, operation, success status, response shape). The OpenAPI document comes from it.
  */
 export function buildRoutes(schema: GraphQLSchema): Route[] {
-  const routes: Route[] = [...credentialRoutes, ...artifactRoutes(schema), ...environmentRoutes, ...sandboxRoutes, ...snapshotRoutes];
+  const routes: Route[] = [
+    ...credentialRoutes,
+    ...artifactRoutes(schema),
+    ...environmentRoutes,
+    ...sandboxRoutes,
+    ...snapshotRoutes,
+    ...nodeRoutes,
+    execRoute,
+  ];
   const openapi = {
     method: 'GET' as const,
     path: '/v1/openapi.json',

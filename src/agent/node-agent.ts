@@ -1,0 +1,279 @@
+// `berth node`: a build machine serving one pool of a Berth server (docs/agents.md).
+//
+// It keeps one control channel (a WebSocket at /v1/nodes/channel, opened with its bnd_
+// credential) and reconnects with backoff. On that channel it says hello with its slots, sends a
+// heartbeat at the interval the server names, and does what the server asks, by message `type`:
+// `prepare` (make the environment's root and restore its snapshot there), `release` (save the
+// shares, then remove the root), `discard` (remove the root). It moves snapshot archives over the
+// node HTTP calls (docs/snapshots.md) with the same credential. Environment roots live under
+// `--dir` (src/dataplane/layout.ts); a fresh start holds nothing, so it wipes every root it finds.
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { WebSocket } from 'ws';
+import { environmentRoot, shareDir } from '../dataplane/layout';
+import { NODE_CHANNEL_PATH } from '../dataplane/protocol';
+import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
+import { type SyncRules, selectFiles } from '../services/sync-rules';
+
+export interface NodeAgentOptions {
+  /** The Berth server's base URL, e.g. http://127.0.0.1:8080. */
+  server: string;
+  /** The node credential (bnd_…). */
+  token: string;
+  /** Where environment roots live. */
+  dir: string;
+  slots: number;
+  log?: (line: string) => void;
+}
+
+interface ShareSpec {
+  name: string;
+  envPath: string;
+  rules?: SyncRules;
+}
+
+interface EnvMessage {
+  id: string;
+  shares?: ShareSpec[];
+  snapshot?: boolean;
+  saved?: string[];
+}
+
+/** Server messages by type; the sandbox engineer's `relay` and exec plug in here. */
+export type NodeAgentHandler = (agent: NodeAgent, message: Record<string, unknown>) => Promise<Record<string, unknown> | undefined>;
+
+const MIN_BACKOFF_MS = 250;
+const MAX_BACKOFF_MS = 10_000;
+
+export class RefusedError extends Error {}
+
+export class NodeAgent {
+  readonly server: string;
+  /** Environments this process holds (prepared or being prepared, not yet released or discarded). */
+  readonly held = new Set<string>();
+  private ws: WebSocket | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly work = new Map<string, Promise<unknown>>();
+  readonly handlers = new Map<string, NodeAgentHandler>();
+  private readonly log: (line: string) => void;
+
+  constructor(private readonly opts: NodeAgentOptions) {
+    this.server = opts.server.replace(/\/+$/, '');
+    this.log = opts.log ?? ((line) => console.log(`berth node: ${line}`));
+  }
+
+  get dir(): string {
+    return this.opts.dir;
+  }
+
+  /** Runs until stop() or until the server refuses the credential (then rejects with RefusedError). */
+  async run(): Promise<void> {
+    await mkdir(this.opts.dir, { recursive: true });
+    // A fresh start holds no environment: whatever roots an earlier run left are wiped.
+    for (const name of await readdir(this.opts.dir))
+      if (name.startsWith('env_')) await rm(`${this.opts.dir}/${name}`, { recursive: true, force: true });
+    let backoff = MIN_BACKOFF_MS;
+    while (!this.stopped) {
+      const outcome = await this.connectOnce(() => {
+        backoff = MIN_BACKOFF_MS;
+      });
+      if (outcome instanceof RefusedError) throw outcome;
+      if (this.stopped) break;
+      this.log(`disconnected (${outcome}); reconnecting in ${backoff} ms`);
+      await new Promise((resolve) => setTimeout(resolve, backoff));
+      backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.heartbeat);
+    this.ws?.close(1000, 'node agent stopping');
+  }
+
+  /** One connection: resolves with why it ended (a string), or a RefusedError when the server refused the credential. */
+  private connectOnce(onWelcome: () => void): Promise<string | RefusedError> {
+    return new Promise((resolve) => {
+      const url = `${this.server.replace(/^http/, 'ws')}${NODE_CHANNEL_PATH}`;
+      const ws = new WebSocket(url, { headers: { authorization: `Bearer ${this.opts.token}` } });
+      this.ws = ws;
+      let settled = false;
+      const done = (why: string | RefusedError) => {
+        clearInterval(this.heartbeat);
+        if (!settled) resolve(why);
+        settled = true;
+      };
+      ws.on('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => {
+          let message = body;
+          try {
+            message = (JSON.parse(body) as { error: string }).error;
+          } catch {
+            // not JSON
+          }
+          const status = res.statusCode ?? 0;
+          done(
+            status === 401 || status === 403
+              ? new RefusedError(`the server refused the node credential: ${message}`)
+              : `${status} ${message}`,
+          );
+          ws.terminate();
+        });
+      });
+      ws.on('open', () => this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held] }));
+      ws.on('message', (data) => {
+        let message: Record<string, unknown>;
+        try {
+          message = JSON.parse(data.toString());
+        } catch {
+          return;
+        }
+        void this.dispatch(message, onWelcome).catch((err) => this.log(`${String(message.type)} failed: ${(err as Error).message}`));
+      });
+      ws.on('close', (code, reason) => {
+        if (code === 4401) done(new RefusedError(`the server closed the channel: ${reason.toString() || 'credential refused'}`));
+        else done(`closed ${code}${reason.length ? ` ${reason.toString()}` : ''}`);
+      });
+      ws.on('error', (err) => done(err.message));
+    });
+  }
+
+  send(message: Record<string, unknown>): void {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(message));
+  }
+
+  private async dispatch(message: Record<string, unknown>, onWelcome: () => void): Promise<void> {
+    switch (message.type) {
+      case 'welcome': {
+        onWelcome();
+        const node = message.node as { name: string; pool: string };
+        this.log(`online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`);
+        clearInterval(this.heartbeat);
+        this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), Number(message.heartbeatMs) || 5000);
+        // Roots of environments the server no longer counts as live on this node are wiped.
+        const live = new Set(message.environments as string[]);
+        for (const id of [...this.held]) if (!live.has(id)) await this.discard(id);
+        return;
+      }
+      case 'hello-again':
+        this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held] });
+        return;
+      case 'error':
+        this.log(`server: ${String(message.error)}`);
+        return;
+      case 'discard':
+        await this.discard((message.environment as EnvMessage).id);
+        return;
+      case 'prepare':
+      case 'release':
+        return this.answer(message, () =>
+          this.once(`${message.type}:${(message.environment as EnvMessage).id}`, () =>
+            message.type === 'prepare' ? this.prepare(message.environment as EnvMessage) : this.release(message.environment as EnvMessage),
+          ),
+        );
+      default: {
+        const handler = this.handlers.get(String(message.type));
+        if (handler) return this.answer(message, () => handler(this, message));
+        this.log(`ignored a message of unknown type ${JSON.stringify(message.type)}`);
+      }
+    }
+  }
+
+  /** Runs `work` and, when the message asked for one, sends the reply (with `error` on failure). */
+  private async answer(message: Record<string, unknown>, work: () => Promise<unknown>): Promise<void> {
+    try {
+      const result = (await work()) as Record<string, unknown> | undefined;
+      if (typeof message.reply === 'string') this.send({ ...(result ?? {}), type: 'reply', reply: message.reply });
+    } catch (err) {
+      this.log(`${String(message.type)} failed: ${(err as Error).message}`);
+      if (typeof message.reply === 'string') this.send({ type: 'reply', reply: message.reply, error: (err as Error).message });
+    }
+  }
+
+  /** The same work asked twice (a retry after a server restart) runs once. */
+  private once<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const running = this.work.get(key) as Promise<T> | undefined;
+    if (running) return running;
+    const started = fn().finally(() => this.work.delete(key));
+    this.work.set(key, started);
+    return started;
+  }
+
+  root(id: string): string {
+    return environmentRoot(this.opts.dir, id);
+  }
+
+  /** The node HTTP calls: bearer credential, `{error, code}` failures thrown with the server's words. */
+  async call(method: string, path: string, init: { body?: Readable | string; type?: string } = {}): Promise<Response> {
+    const res = await fetch(`${this.server}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${this.opts.token}`, ...(init.type ? { 'content-type': init.type } : {}) },
+      body: init.body instanceof Readable ? (Readable.toWeb(init.body) as unknown as BodyInit) : init.body,
+      ...(init.body instanceof Readable ? { duplex: 'half' } : {}),
+    } as RequestInit);
+    if (res.status >= 400) {
+      const text = await res.text();
+      let message = text;
+      try {
+        message = (JSON.parse(text) as { error: string }).error;
+      } catch {
+        // not JSON
+      }
+      throw new Error(`${method} ${path}: ${res.status} ${message}`);
+    }
+    return res;
+  }
+
+  private async prepare(env: EnvMessage): Promise<void> {
+    const root = this.root(env.id);
+    this.held.add(env.id);
+    const shares = env.shares ?? [];
+    await mkdir(root, { recursive: true });
+    for (const share of shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
+    const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
+    if (planned.status === 204) return this.log(`${env.id} prepared in ${root}`);
+    const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
+    let files = 0;
+    for (const { share, snapshot } of plan.shares) {
+      const envPath = shares.find((s) => s.name === share)?.envPath ?? `/${share}`;
+      const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
+      const body = Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
+      files += (await extractArchive(body, shareDir(root, envPath))).files;
+    }
+    await this.call('POST', `/v1/environments/${env.id}/restored`, {
+      body: JSON.stringify({ root: plan.root, files }),
+      type: 'application/json',
+    });
+    this.log(`${env.id} prepared in ${root}, ${files} files restored from ${plan.key}`);
+  }
+
+  private async release(env: EnvMessage): Promise<void> {
+    const root = this.root(env.id);
+    if (env.snapshot) {
+      for (const share of env.shares ?? []) {
+        const dir = shareDir(root, share.envPath);
+        if (env.saved?.includes(share.name) || !(await isDir(dir))) continue;
+        const rules = share.rules ?? { include: [], noIgnore: false, files: {} };
+        await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share.name)}`, {
+          body: archiveStream(dir, selectFiles(dir, rules)),
+          type: ARCHIVE_CONTENT_TYPE,
+        });
+      }
+    }
+    await this.discard(env.id);
+    this.log(`${env.id} released`);
+  }
+
+  async discard(id: string): Promise<void> {
+    await rm(this.root(id), { recursive: true, force: true });
+    this.held.delete(id);
+  }
+}
+
+async function isDir(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => null))?.isDirectory() ?? false;
+}

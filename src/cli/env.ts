@@ -1,0 +1,285 @@
+// The user's environment commands (docs/cli.md):
+//   berth env create --template T [--sandbox S] [--share name=path]… [--label k=v]… [--wait]
+//   berth env ls [filters] [--json]
+//   berth env get ID|NAME [--json]
+//   berth env rm ID|NAME
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Command } from 'commander';
+import { parseDuration } from '../services/durations';
+import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
+import { CommandError } from './errors';
+import { age, table } from './format';
+import { durationOption, labelList, list, pairs } from './options';
+
+export interface Environment {
+  id: string;
+  name: string;
+  template: string;
+  state: string;
+  node?: string;
+  sandbox?: string;
+  pool?: string;
+  project?: string;
+  labels?: Record<string, string>;
+  error?: string;
+  readyMs?: number;
+  created?: string;
+  ready?: string;
+  stopped?: string;
+  expires?: string;
+  idleUntil?: string;
+  idle?: string;
+  hard?: string;
+  createdBy?: string;
+  stoppedBy?: string;
+  snapshot?: string;
+  exports?: { service: string; listen: string; target: string }[];
+  shares?: { name: string; direction: string; envPath: string; localPath?: string; files?: string[] }[];
+  restored?: { key: string; root: string; files: number; created: string };
+}
+
+const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state node error readyMs } }';
+const ENDED = new Set(['stopping', 'stopped', 'failed']);
+
+/**
+ * Watches an environment (GraphQL subscription over SSE: the state now, then every change) until
+ * it is `ready` or has ended. A dropped connection is picked up again with backoff: the
+ * subscription starts with the current state, so no transition is missed.
+ */
+export async function waitForReady(
+  client: BerthClient,
+  id: string,
+  onChange: (env: Environment) => void,
+  signal?: AbortSignal,
+): Promise<Environment> {
+  let last: Environment | undefined;
+  let failures = 0;
+  for (;;) {
+    try {
+      await client.subscribe<{ environment: Environment }>(
+        SUBSCRIPTION,
+        { id },
+        ({ environment }) => {
+          failures = 0;
+          if (environment.state !== last?.state) onChange(environment);
+          last = environment;
+          return environment.state === 'ready' || ENDED.has(environment.state);
+        },
+        signal,
+      );
+    } catch (error) {
+      if (!(error instanceof UnreachableError) || ++failures > 6) throw error;
+    }
+    if (last && (last.state === 'ready' || ENDED.has(last.state))) return last;
+    await sleep(Math.min(500 * 2 ** failures, 10_000), undefined, { signal }).catch(() => {
+      throw signal?.reason;
+    });
+  }
+}
+
+function printEnvironment(env: Environment): void {
+  const rows: [string, string | undefined][] = [
+    ['id', env.id],
+    ['name', env.name],
+    ['template', env.template],
+    ['state', env.state],
+    ['error', env.error],
+    ['pool', env.pool],
+    ['node', env.node],
+    ['sandbox', env.sandbox],
+    ['project', env.project],
+    [
+      'labels',
+      env.labels && Object.keys(env.labels).length
+        ? Object.entries(env.labels)
+            .map(([k, v]) => `${k}=${v}`)
+            .join(', ')
+        : undefined,
+    ],
+    ['created', env.created && `${env.created}${env.createdBy ? ` by ${env.createdBy}` : ''}`],
+    ['ready', env.ready && `${env.ready}${env.readyMs !== undefined ? ` (${env.readyMs} ms)` : ''}`],
+    ['idle', env.idle && `${env.idle}${env.idleUntil ? ` (until ${env.idleUntil})` : ''}`],
+    ['hard', env.hard && `${env.hard}${env.expires ? ` (expires ${env.expires})` : ''}`],
+    ['stopped', env.stopped && `${env.stopped}${env.stoppedBy ? ` by ${env.stoppedBy}` : ''}`],
+    ['snapshot', env.snapshot],
+    ['restored', env.restored && `${env.restored.key} (${env.restored.files} files, ${env.restored.created})`],
+  ];
+  for (const share of env.shares ?? []) {
+    rows.push([`share ${share.name}`, `${share.direction} ${share.envPath}${share.localPath ? ` <- ${share.localPath}` : ''}`]);
+  }
+  for (const ex of env.exports ?? []) rows.push([`export ${ex.service}`, `${ex.listen} -> ${ex.target}`]);
+  const shown = rows.filter((r): r is [string, string] => r[1] !== undefined && r[1] !== '');
+  const width = Math.max(...shown.map(([k]) => k.length));
+  for (const [k, v] of shown) console.log(`${`${k}:`.padEnd(width + 2)}${v}`);
+}
+
+const json = (value: unknown) => console.log(JSON.stringify(value, null, 2));
+const path = (id: string) => `/v1/environments/${encodeURIComponent(id)}`;
+
+interface CreateOptions extends ConnectionOptions {
+  template: string;
+  sandbox?: string;
+  share?: Record<string, string>;
+  file?: Record<string, string>;
+  label?: Record<string, string>;
+  project?: string;
+  idle?: string;
+  hard?: string;
+  snapshot?: string;
+  restore?: string[];
+  include?: string[];
+  ignore: boolean;
+  wait?: boolean;
+  timeout?: string;
+  json?: boolean;
+}
+
+interface ListOptions extends ConnectionOptions {
+  state?: string;
+  template?: string;
+  label?: string[];
+  sandbox?: string;
+  project?: string;
+  limit?: string;
+  cursor?: string;
+  json?: boolean;
+}
+
+export function registerEnvCommands(program: Command): void {
+  const env = program.command('env').description('environments: lease, list, inspect and end them');
+
+  withConnection(
+    env
+      .command('create')
+      .description('lease an environment from a template')
+      .requiredOption('--template <name>', 'the template to lease from')
+      .option('--sandbox <id or name>', 'wire it to this sandbox (needed for shares and services on localhost)')
+      .option(
+        '--share <name=path>',
+        "put a template share at this folder, relative to the sandbox agent's folder (repeatable)",
+        pairs('name=path'),
+      )
+      .option('--file <dest=source>', 'an extra file: destination share/path to a source on the sandbox (repeatable)', pairs('dest=source'))
+      .option('--label <key=value>', 'a label (repeatable)', pairs('key=value'))
+      .option('--project <name>', 'the project whose key seals its files')
+      .option('--idle <duration>', "idle time-out, e.g. 30m (default: the template's)", durationOption)
+      .option('--hard <duration>', "hard time-out, at most 24h (default: the template's)", durationOption)
+      .option('--snapshot <key>', 'save its shares under this snapshot key when it ends')
+      .option('--restore <key>', 'a snapshot key (or prefix) to start from (repeatable; default: --snapshot)', list)
+      .option('--include <pattern>', 'sync this path or glob even if ignored (repeatable)', list)
+      .option('--no-ignore', 'apply neither .gitignore files nor the default ignores')
+      .option('--wait', 'wait until it is ready; exit 1 if it fails or ends first')
+      .option('--timeout <duration>', 'wait at most this long (e.g. 10m; implies --wait), then exit 1; the lease stays', durationOption)
+      .option('--json', 'print the environment as JSON'),
+  ).action(async (options: CreateOptions) => {
+    const client = new BerthClient(options);
+    const body = {
+      template: options.template,
+      sandbox: options.sandbox,
+      shares: options.share,
+      files: options.file,
+      labels: options.label,
+      project: options.project,
+      idle: options.idle,
+      hard: options.hard,
+      snapshot: options.snapshot,
+      restore: options.restore,
+      include: options.include,
+      noIgnore: options.ignore === false ? true : undefined,
+    };
+    const created = await client.post<{ environment: Environment; sandboxConfig?: unknown }>('/v1/environments', body);
+    let environment = created.environment;
+    if (!options.wait && !options.timeout) {
+      if (options.json) json(created);
+      else console.log(`${environment.id} ${environment.name} ${environment.state}`);
+      return;
+    }
+    console.error(`${environment.name}: ${environment.state}`);
+    const { name } = environment;
+    const signal = options.timeout ? AbortSignal.timeout(parseDuration(options.timeout, 'timeout')) : undefined;
+    const final = await waitForReady(
+      client,
+      environment.id,
+      (e) => {
+        if (e.state !== environment.state) console.error(`${e.name}: ${e.state}${e.node ? ` on ${e.node}` : ''}`);
+        environment = e;
+      },
+      signal,
+    ).catch((error: unknown) => {
+      if (signal?.aborted) {
+        throw new CommandError(
+          `environment ${name} (${environment.id}) is still ${environment.state} after ${options.timeout}; it keeps its lease: \`berth env rm ${name}\` ends it`,
+        );
+      }
+      throw error;
+    });
+    const full = await client.get<Environment>(path(final.id)).catch(() => final);
+    if (final.state !== 'ready') {
+      if (options.json) json(full);
+      throw new CommandError(`environment ${final.name} (${final.id}) is ${final.state}${final.error ? `: ${final.error}` : ''}`);
+    }
+    if (options.json) json(full);
+    else console.log(`${full.id} ${full.name} ready${full.node ? ` on ${full.node}` : ''}`);
+  });
+
+  withConnection(
+    env
+      .command('ls')
+      .description('list environments, newest first')
+      .option('--state <state>', 'a state, or live / ended')
+      .option('--template <name>', 'only this template')
+      .option('--label <key=value>', 'only with this label (repeatable; all must match)', labelList)
+      .option('--sandbox <id or name>', 'only wired to this sandbox')
+      .option('--project <name>', 'only of this project')
+      .option('--limit <n>', 'at most this many (default 50, at most 500)')
+      .option('--cursor <next>', 'the page after the one that printed this cursor')
+      .option('--json', 'print {environments, next} as JSON'),
+  ).action(async (options: ListOptions) => {
+    const client = new BerthClient(options);
+    const page = await client.get<{ environments: Environment[]; next?: string }>('/v1/environments', {
+      state: options.state,
+      template: options.template,
+      label: options.label,
+      sandbox: options.sandbox,
+      project: options.project,
+      limit: options.limit,
+      cursor: options.cursor,
+    });
+    if (options.json) return json(page);
+    const now = Date.now();
+    const rows = page.environments.map((e) => [
+      e.id,
+      e.name,
+      e.template,
+      e.state,
+      e.node ?? '-',
+      e.sandbox ?? '-',
+      e.created ? age(now - Date.parse(e.created)) : '-',
+      Object.entries(e.labels ?? {})
+        .map(([k, v]) => `${k}=${v}`)
+        .join(','),
+    ]);
+    if (rows.length === 0) console.error('no environments');
+    else console.log(table(['ID', 'NAME', 'TEMPLATE', 'STATE', 'NODE', 'SANDBOX', 'AGE', 'LABELS'], rows));
+    if (page.next) console.error(`more: berth env ls --cursor ${page.next}`);
+  });
+
+  withConnection(env.command('get <id>').description('show one environment, by id or name').option('--json', 'print it as JSON')).action(
+    async (id: string, options: ConnectionOptions & { json?: boolean }) => {
+      const environment = await new BerthClient(options).get<Environment>(path(id));
+      if (options.json) json(environment);
+      else printEnvironment(environment);
+    },
+  );
+
+  withConnection(
+    env
+      .command('rm <id>')
+      .description('end an environment (by id or name); its shares are saved if it has a snapshot key')
+      .option('--json', 'print the environment as JSON'),
+  ).action(async (id: string, options: ConnectionOptions & { json?: boolean }) => {
+    const { environment } = await new BerthClient(options).delete<{ environment: Environment }>(path(id));
+    if (options.json) json(environment);
+    else console.log(`${environment.id} ${environment.name} ${environment.state}`);
+  });
+}

@@ -1,0 +1,135 @@
+// The node control channel (docs/agents.md): a WebSocket at /v1/nodes/channel that a node agent
+// opens with its node credential (`Authorization: Bearer bnd_…` on the upgrade). Frames are JSON
+// text, one message each, dispatched by `type`:
+//
+//   agent → server  {type: 'hello', slots, environments}   {type: 'heartbeat'}
+//                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
+//                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
+//   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}
+//                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
+//                   {type: 'error', error, code}
+//
+// This instance forwards what any instance publishes for the node while the socket is open; the
+// node's liveness is its `lastSeen` in the database, not this socket.
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocket, WebSocketServer } from 'ws';
+import type { Actor, Deps } from '../context';
+import type { Log } from '../deps';
+import type { EventPayload } from '../events';
+import { clientAddress } from '../http/client-address';
+import { endWithError } from '../http/protocol-errors';
+import { toClientError } from '../schema/errors';
+import { authenticate } from '../services/auth';
+import { DomainError, ForbiddenError } from '../services/errors';
+import { execTopic } from '../services/exec';
+import { nodeTopic } from '../services/node-messages';
+import { nodeHeartbeat, nodeHello } from '../services/nodes';
+import { statusOf } from './status';
+
+export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
+
+/** Agent → server messages this edge handles itself; any other type goes to `handlers`. */
+export type NodeMessageHandler = (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>;
+
+export interface NodeChannel {
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  close(): Promise<void>;
+}
+
+const MAX_FRAME = 1024 * 1024;
+
+export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, NodeMessageHandler> = {}): NodeChannel {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME });
+
+  function serve(ws: WebSocket, actor: Actor): void {
+    const nodeId = actor.nodeId!;
+    const send = (message: EventPayload) => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
+    };
+    const fail = (error: unknown) => {
+      const err = toClientError(error, log);
+      send({ type: 'error', error: err.message, code: String(err.extensions.code ?? 'internal') });
+    };
+    // Messages for this node from any instance.
+    const inbox = deps.events.subscribe(nodeTopic(nodeId))[Symbol.asyncIterator]();
+    void (async () => {
+      for (let next = await inbox.next(); !next.done; next = await inbox.next()) {
+        if (next.value.type === 'revoked') {
+          ws.close(4401, 'this node was removed');
+          break;
+        }
+        send(next.value);
+      }
+    })().catch((err) => log('node channel forwarding failed', err));
+    ws.on('close', () => void inbox.return?.());
+    let queue = Promise.resolve();
+    ws.on('message', (data, isBinary) => {
+      // One message at a time, in order.
+      queue = queue.then(async () => {
+        let message: Record<string, unknown>;
+        try {
+          const parsed: unknown = isBinary ? undefined : JSON.parse(data.toString());
+          if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not a JSON object');
+          message = parsed as Record<string, unknown>;
+        } catch {
+          return fail(new DomainError('every frame must be one JSON object with a type', 'bad_request'));
+        }
+        try {
+          switch (message.type) {
+            case 'hello':
+              send({ type: 'welcome', ...(await nodeHello(deps, actor, message as never)) });
+              return;
+            case 'heartbeat': {
+              const state = await nodeHeartbeat(deps, nodeId);
+              if (state === 'revoked') ws.close(4401, 'this node was removed');
+              else if (state === 'lost') send({ type: 'hello-again' });
+              return;
+            }
+            case 'reply':
+              if (typeof message.reply !== 'string' || !message.reply.startsWith('node-reply:')) {
+                throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
+              }
+              await deps.events.publish(message.reply, message);
+              return;
+            case 'exec-output':
+            case 'exec-exit':
+              // A node speaks only for the commands it was sent: the topic carries its own id.
+              if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {
+                throw new DomainError('exec: must be the id of the exec message answered', 'invalid');
+              }
+              await deps.events.publish(execTopic(nodeId, message.exec), message);
+              return;
+            default: {
+              const handler = handlers[String(message.type)];
+              if (!handler) throw new DomainError(`unknown message type ${JSON.stringify(message.type)}`, 'bad_request');
+              await handler(deps, actor, message);
+            }
+          }
+        } catch (error) {
+          fail(error);
+        }
+      });
+    });
+  }
+
+  return {
+    handleUpgrade(req, socket, head) {
+      const address = clientAddress(req, deps.config.trustProxy);
+      authenticate(deps, req.headers.authorization, address)
+        .then((actor) => {
+          if (actor.kind !== 'node' || !actor.nodeId) throw new ForbiddenError('the node channel takes a node credential (bnd_…)');
+          wss.handleUpgrade(req, socket, head, (ws) => serve(ws, actor));
+        })
+        .catch((error) => {
+          const err = toClientError(error, log);
+          const code = String(err.extensions.code ?? 'internal');
+          endWithError(socket, statusOf(code), code, err.message);
+        });
+    },
+    async close() {
+      for (const client of wss.clients) client.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}

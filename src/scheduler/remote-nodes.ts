@@ -1,0 +1,73 @@
+// The remote provider: an environment's prepare, release and discard happen on the remote node
+// that holds it (`berth node`), asked over its control channel (src/services/node-messages.ts).
+// The node moves the snapshot archives itself, over the node HTTP calls (docs/snapshots.md).
+import type { Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+import { askNode, sendToNode } from '../services/node-messages';
+import { markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
+import { savedShares } from '../services/snapshots';
+import { findTemplate } from '../services/templates';
+import type { BackgroundJob } from './background';
+import { hotPoolProvider, shareRules, startBound } from './hot-pool';
+import type { NodeProvider } from './provider';
+
+/** The longest a node may take to save an environment's shares. */
+const RELEASE_MS = 10 * 60_000;
+
+/** What the node needs to know of an environment: where its shares go under its root. */
+async function sharesOf(deps: Deps, env: Environment) {
+  const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
+  return (template?.shares ?? []).map((s) => ({ name: s.name, envPath: s.envPath }));
+}
+
+/** Gives up on a node's answer once its node is no longer online or the environment left `state`. */
+function stillWanted(deps: Deps, env: Environment, state: string) {
+  return async (): Promise<string | null> => {
+    const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId ?? '' }, select: { state: true, name: true } });
+    if (node?.state !== 'online') return `node ${env.node} was lost`;
+    const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
+    if (now?.state !== state) return `the environment is ${now?.state ?? 'gone'}`;
+    return null;
+  };
+}
+
+export const remoteProvider: NodeProvider = {
+  async prepare(deps, env) {
+    await askNode(
+      deps,
+      env.nodeId!,
+      { type: 'prepare', environment: { id: env.id, shares: await sharesOf(deps, env) } },
+      { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting') },
+    );
+  },
+  async release(deps, env) {
+    const shares = (await sharesOf(deps, env)).map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+    await askNode(
+      deps,
+      env.nodeId!,
+      { type: 'release', environment: { id: env.id, snapshot: env.snapshot !== null, saved: await savedShares(deps, env), shares } },
+      { timeoutMs: RELEASE_MS, check: stillWanted(deps, env, 'stopping') },
+    );
+  },
+  async discard(deps, env) {
+    // A node that is not connected wipes every root it does not hold when it says hello again.
+    await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
+  },
+};
+
+/** Each environment's work goes to the node it runs on: a remote node, else the built-in hot pool. */
+export const nodeProvider: NodeProvider = {
+  prepare: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).prepare(deps, env),
+  release: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).release(deps, env),
+  discard: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).discard(deps, env),
+};
+
+/** Liveness (lost nodes fail their environments) and draining (revoked once empty). */
+export const nodeJob: BackgroundJob = {
+  name: NODE_JOB,
+  intervalMs: 1000,
+  async run(deps) {
+    await markLostNodes(deps);
+    await revokeDrained(deps);
+  },
+};

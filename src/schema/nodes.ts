@@ -1,0 +1,58 @@
+import { createNode, listNodes, type NodeRecord, removeNode } from '../services/nodes';
+import { builder } from './builder';
+
+export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
+  description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name', { description: "What an environment's `node` field shows (a DNS label)" }),
+    pool: t.exposeString('pool'),
+    state: t.exposeString('state', {
+      description: 'online (heard from within the liveness bound), lost (not heard from), draining (removed: no new environments)',
+    }),
+    slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
+    environments: t.exposeStringList('environments', { description: 'Ids of the live environments on it' }),
+    lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
+    createdBy: t.exposeString('createdBy'),
+    created: t.expose('created', { type: 'DateTime' }),
+  }),
+});
+
+const CreatedNode = builder.objectRef<{ node: NodeRecord; secret: string }>('CreatedNode').implement({
+  fields: (t) => ({
+    node: t.field({ type: NodeRef, resolve: (r) => r.node }),
+    secret: t.exposeString('secret', {
+      description: 'The node credential (bnd_…) for `berth node --token`; shown once, only its hash is kept',
+    }),
+  }),
+});
+
+const CreateNodeInput = builder.inputType('CreateNodeInput', {
+  fields: (t) => ({
+    pool: t.string({ required: true, description: 'A pool of the templates catalog' }),
+    name: t.string({ required: true, description: "The node's name (a DNS label, unique among the organization's nodes)" }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  nodes: t.field({
+    type: [NodeRef],
+    description: "The organization's remote nodes (revoked ones are gone), oldest first",
+    resolve: (_root, _args, ctx) => listNodes(ctx.deps, ctx.actor),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  createNode: t.field({
+    type: CreatedNode,
+    description: 'A node credential for one pool (admins)',
+    args: { input: t.arg({ type: CreateNodeInput, required: true }) },
+    resolve: (_root, { input }, ctx) => createNode(ctx.deps, ctx.actor, input),
+  }),
+  removeNode: t.field({
+    type: NodeRef,
+    description: 'Drains the node at once (no new environments); it is revoked when its live environments have ended (admins)',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => removeNode(ctx.deps, ctx.actor, String(id)),
+  }),
+}));

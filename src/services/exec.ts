@@ -1,0 +1,177 @@
+// Running a command in an environment (docs/agents.md, "Exec"): on its node, with the
+// environment's root as working directory; output streamed to the caller as it comes; the Exec
+// row (command, exit code, duration, actor) written here, by the server, when the command ends.
+//
+// Output travels as events on the topic `exec:<node>:<run id>`: a remote node's agent sends
+// `exec-output` / `exec-exit` on its control channel and the instance holding the channel
+// publishes them under that node's id only (src/rest/node-channel.ts); the built-in hot pool runs
+// the command in this process and publishes the same events. The run id is random and lives only
+// as long as the caller's request: a caller that goes away stops the command.
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { constants } from 'node:os';
+import { join } from 'node:path';
+import type { Actor, Deps } from '../context';
+import { environmentRoot } from '../dataplane/layout';
+import type { Exec } from '../generated/prisma/client';
+import { requireMember } from './access';
+import { findEnvironment, recordExecRow } from './environments';
+import { ConflictError, DomainError, ValidationError } from './errors';
+import { sendToNode } from './node-messages';
+
+export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
+
+/** The most bytes of output in one event (events cross PostgreSQL NOTIFY, 8000 bytes a payload). */
+export const EXEC_CHUNK = 4096;
+const MAX_ARGS = 1024;
+const MAX_COMMAND = 64 * 1024;
+/** The hot pool's own node name in exec topics. */
+const HOT = 'hot';
+
+export const execTopic = (node: string, run: string) => `exec:${node}:${run}`;
+
+/** `argv` as one line a shell would read back the same (what the Exec row's `command` shows). */
+export function commandLine(argv: string[]): string {
+  return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
+}
+
+/** An exit code as a shell reports it: the code, or 128 + the signal's number. */
+export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number {
+  if (code !== null) return code;
+  return 128 + (signal ? (constants.signals[signal] ?? 0) : 0);
+}
+
+function validateArgv(argv: unknown): string[] {
+  if (!Array.isArray(argv) || argv.length === 0) throw new ValidationError('command: must be a non-empty list of strings', 'command');
+  if (argv.length > MAX_ARGS) throw new ValidationError(`command: at most ${MAX_ARGS} arguments`, 'command');
+  if (argv.some((a) => typeof a !== 'string')) throw new ValidationError('command: must be a list of strings', 'command');
+  if ((argv as string[]).some((a) => a.includes('\0'))) throw new ValidationError('command: arguments must not contain NUL', 'command');
+  if (argv[0] === '') throw new ValidationError('command: the program must not be empty', 'command');
+  if (commandLine(argv as string[]).length > MAX_COMMAND)
+    throw new ValidationError(`command: longer than ${MAX_COMMAND} characters`, 'command');
+  return argv as string[];
+}
+
+/**
+ * Runs `argv` on the environment's node (members of its organization; `ready` environments only)
+ * and yields its output, then its recorded Exec. Ending the iteration early stops the command.
+ */
+export async function runCommand(
+  deps: Deps,
+  actor: Actor,
+  envRef: string,
+  command: unknown,
+  signal?: AbortSignal,
+): Promise<AsyncIterable<ExecEvent>> {
+  requireMember(actor);
+  const argv = validateArgv(command);
+  const env = await findEnvironment(deps, actor, envRef);
+  if (env.state !== 'ready')
+    throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
+  const run = randomUUID();
+  const node = env.nodeId ?? HOT;
+  const events = deps.events.subscribe(execTopic(node, run))[Symbol.asyncIterator]();
+  // Listening starts with the first next(), before the command starts.
+  let pending = events.next();
+  const started = Date.now();
+  let stopLocal: (() => void) | undefined;
+  if (env.nodeId) {
+    await sendToNode(deps, env.nodeId, { type: 'exec', exec: run, environment: { id: env.id }, argv });
+  } else {
+    stopLocal = runLocally(deps, environmentRoot(join(deps.config.dataDir, 'workspaces'), env.id), run, argv);
+  }
+  let finished = false;
+  const stop = () => {
+    if (finished) return;
+    if (stopLocal) stopLocal();
+    else if (env.nodeId) sendToNode(deps, env.nodeId, { type: 'exec-kill', exec: run }).catch(() => undefined);
+  };
+  // The caller went away: the command is stopped (and recorded with the signal's exit code).
+  signal?.addEventListener('abort', stop, { once: true });
+  const output = (async function* (): AsyncGenerator<ExecEvent, void> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      for (;;) {
+        const tick = new Promise<'tick'>((resolve) => {
+          timer = setTimeout(() => resolve('tick'), 1000);
+        });
+        const got = await Promise.race([pending, tick]);
+        clearTimeout(timer);
+        if (got === 'tick') {
+          const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true, error: true } });
+          if (now?.state !== 'ready' && now?.state !== 'stopping') {
+            throw new DomainError(`environment ${env.name} is ${now?.state}${now?.error ? `: ${now.error}` : ''}`, 'invalid_transition');
+          }
+          continue;
+        }
+        if (got.done) throw new DomainError('the events bus closed', 'unavailable');
+        pending = events.next();
+        const event = got.value;
+        if (event.type === 'exec-output') {
+          const stream = event.stream === 'stderr' ? 'stderr' : 'stdout';
+          yield { kind: 'output', stream, data: Buffer.from(String(event.data), 'base64') };
+        } else if (event.type === 'exec-exit') {
+          finished = true;
+          const exitCode = Number(event.exitCode);
+          const exec = await recordExecRow(deps, actor, env.id, {
+            command: commandLine(argv),
+            exitCode: Number.isInteger(exitCode) ? exitCode : 255,
+            durationMs: Date.now() - started,
+          });
+          yield { kind: 'exit', exec };
+          return;
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+      stop();
+      signal?.removeEventListener('abort', stop);
+      await events.return?.();
+    }
+  })();
+  // Ending the iteration early (an unsubscribe) stops the command at once, not at its next output.
+  return {
+    [Symbol.asyncIterator]: () => ({
+      next: () => output.next(),
+      return: (value?: unknown) => {
+        stop();
+        return output.return(value as undefined);
+      },
+    }),
+  };
+}
+
+/** The hot pool's runner: the command in the environment's workspace, events on the same topic. */
+function runLocally(deps: Deps, cwd: string, run: string, argv: string[]): () => void {
+  const topic = execTopic(HOT, run);
+  let chain = Promise.resolve();
+  const publish = (payload: Record<string, unknown>) => {
+    chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
+  };
+  const forward = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
+    for (let i = 0; i < data.length; i += EXEC_CHUNK)
+      publish({ type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+  };
+  if (!existsSync(cwd)) {
+    forward('stderr')(Buffer.from(`berth: the environment's workspace ${cwd} is not on this Berth instance\n`));
+    publish({ type: 'exec-exit', exitCode: 126 });
+    return () => undefined;
+  }
+  const child = spawn(argv[0]!, argv.slice(1), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout.on('data', forward('stdout'));
+  child.stderr.on('data', forward('stderr'));
+  let exited = false;
+  child.on('error', (err: NodeJS.ErrnoException) => {
+    if (exited) return;
+    exited = true;
+    forward('stderr')(Buffer.from(`berth: ${argv[0]}: ${err.code === 'ENOENT' ? 'command not found' : err.message}\n`));
+    publish({ type: 'exec-exit', exitCode: err.code === 'ENOENT' ? 127 : 126 });
+  });
+  child.on('close', (code, signal) => {
+    if (exited) return;
+    exited = true;
+    publish({ type: 'exec-exit', exitCode: exitCodeOf(code, signal) });
+  });
+  return () => child.kill('SIGKILL');
+}

@@ -1,0 +1,348 @@
+// Remote nodes: build machines running `berth node` (docs/agents.md).
+//
+// An admin creates a node credential (`bnd_…`, stored as a Credential of kind "node", only its
+// SHA-256 kept) for one pool; the node serves only its organization's leases of that pool. The
+// agent opens the control channel with it (src/http/node-channel.ts), says hello with its slots,
+// and heartbeats; everything about a node is in the database (RemoteNode, its Node slot rows, the
+// environments' `nodeId`), so any instance can claim onto it, fail it or revoke it.
+import type { Readable } from 'node:stream';
+import type { Actor, Deps } from '../context';
+import { lockFor } from '../db';
+import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
+import { requireAdmin, requireMember, requireNodeAgent } from './access';
+import { formatDuration } from './durations';
+import { LIVE_STATES } from './environment-events';
+import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors';
+import { newId } from './names';
+import { sendToNode } from './node-messages';
+import { SANDBOX_NAME } from './sandboxes';
+import { hashSecret, newSecret, secretPrefix } from './secrets';
+import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, savedShares, saveSnapshotShare } from './snapshots';
+import { findTemplate } from './templates';
+
+export { MAX_SLOTS } from '../dataplane/protocol';
+
+import { MAX_SLOTS } from '../dataplane/protocol';
+
+export type NodeState = 'online' | 'lost' | 'draining';
+
+export interface NodeRecord {
+  id: string;
+  name: string;
+  pool: string;
+  state: NodeState;
+  /** The slots its agent holds (`--slots`), as it said when it last connected. */
+  slots: number;
+  /** Ids of the live environments on it. */
+  environments: string[];
+  lastSeen: Date | null;
+  createdBy: string;
+  created: Date;
+}
+
+export interface CreateNodeInput {
+  pool: string;
+  name: string;
+}
+
+function stateOf(node: RemoteNode): NodeState {
+  return node.draining ? 'draining' : node.state === 'online' ? 'online' : 'lost';
+}
+
+async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
+  const envs = await deps.prisma.environment.findMany({
+    where: { nodeId: { in: nodes.map((n) => n.id) }, state: { in: [...LIVE_STATES] } },
+    select: { id: true, nodeId: true },
+    orderBy: { created: 'asc' },
+  });
+  return nodes.map((n) => ({
+    id: n.id,
+    name: n.name,
+    pool: n.pool,
+    state: stateOf(n),
+    slots: n.slots,
+    environments: envs.filter((e) => e.nodeId === n.id).map((e) => e.id),
+    lastSeen: n.lastSeen,
+    createdBy: n.createdBy,
+    created: n.created,
+  }));
+}
+
+/** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */
+async function findNode(deps: Deps, orgId: string, id: string): Promise<RemoteNode> {
+  const node = await deps.prisma.remoteNode.findFirst({ where: { id, orgId, revoked: null } });
+  if (!node) throw new NotFoundError(`node ${id}`);
+  return node;
+}
+
+function validateNodeName(value: unknown): string {
+  if (typeof value !== 'string') throw new ValidationError('name: must be a string', 'name');
+  const name = value.trim().toLowerCase();
+  if (!SANDBOX_NAME.test(name)) {
+    throw new ValidationError(
+      `name: ${JSON.stringify(value)} must be a DNS label: 1-63 letters, digits and "-", starting and ending with a letter or digit`,
+      'name',
+    );
+  }
+  return name;
+}
+
+/** POST /v1/nodes (admins): a node credential for one pool; the secret is shown once. */
+export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInput): Promise<{ node: NodeRecord; secret: string }> {
+  requireAdmin(actor, 'only admins can create node credentials');
+  const name = validateNodeName(input.name);
+  if (typeof input.pool !== 'string' || !deps.catalog.pools.some((p) => p.name === input.pool)) {
+    const pools = deps.catalog.pools.map((p) => p.name).join(', ');
+    throw new ValidationError(`pool: ${JSON.stringify(input.pool)} is not a pool of the templates catalog (${pools})`, 'pool');
+  }
+  const secret = newSecret('bnd');
+  const id = newId('nod');
+  const node = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node-names:${actor.orgId}`);
+    if (await tx.remoteNode.findFirst({ where: { orgId: actor.orgId, name, revoked: null }, select: { id: true } })) {
+      throw new ConflictError(`a node named ${name} already exists; remove it first or choose another name`, 'name_taken');
+    }
+    const created = await tx.remoteNode.create({
+      data: { id, orgId: actor.orgId, name, pool: input.pool, createdBy: actor.name, created: deps.clock.now() },
+    });
+    await tx.credential.create({
+      data: {
+        id: newId('cred'),
+        kind: 'node',
+        orgId: actor.orgId,
+        nodeId: id,
+        name,
+        secretHash: hashSecret(secret),
+        prefix: secretPrefix(secret),
+        createdBy: actor.name,
+        created: deps.clock.now(),
+      },
+    });
+    return created;
+  });
+  const [record] = await records(deps, [node]);
+  return { node: record!, secret };
+}
+
+/** GET /v1/nodes: the organization's nodes (revoked ones are gone), oldest first. */
+export async function listNodes(deps: Deps, actor: Actor): Promise<NodeRecord[]> {
+  requireMember(actor);
+  const nodes = await deps.prisma.remoteNode.findMany({
+    where: { orgId: actor.orgId, revoked: null },
+    orderBy: [{ created: 'asc' }, { id: 'asc' }],
+  });
+  return records(deps, nodes);
+}
+
+/**
+ * DELETE /v1/nodes/{id} (admins): drains the node at once (no new environments; the live ones
+ * run to their end), then the node job revokes it when none is left (its secret then answers 401).
+ */
+export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<NodeRecord> {
+  requireAdmin(actor, 'only admins can remove nodes');
+  const node = await findNode(deps, actor.orgId, id);
+  const drained = node.draining
+    ? node
+    : await deps.prisma.remoteNode.update({ where: { id: node.id }, data: { draining: deps.clock.now() } });
+  const [record] = await records(deps, [drained]);
+  await revokeDrained(deps);
+  return record!;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's side (its bnd_ credential)
+
+export interface HelloInput {
+  slots: number;
+  /** The environments the agent still holds (after a reconnect without a restart). */
+  environments: string[];
+}
+
+export interface Welcome {
+  node: { id: string; name: string; pool: string };
+  heartbeatMs: number;
+  /** The live environments on the node: the agent wipes any other root it holds. */
+  environments: string[];
+}
+
+/**
+ * The agent's hello on the control channel: the node is online with `slots` free slots (plus
+ * those holding the environments it still has). Live environments on the node that the agent
+ * no longer holds (it restarted) fail, naming the node.
+ */
+export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Promise<Welcome> {
+  const nodeId = requireNodeAgent(actor);
+  if (!Number.isInteger(input.slots) || input.slots < 1 || input.slots > MAX_SLOTS) {
+    throw new ValidationError(`slots: must be an integer from 1 to ${MAX_SLOTS}`, 'slots');
+  }
+  if (!Array.isArray(input.environments) || input.environments.some((e) => typeof e !== 'string') || input.environments.length > 1000) {
+    throw new ValidationError('environments: must be a list of environment ids', 'environments');
+  }
+  const now = deps.clock.now();
+  const { node, stale } = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node:${nodeId}`);
+    const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
+    if (!found || found.revoked) throw new UnauthorizedError('this node was removed');
+    const node = await tx.remoteNode.update({ where: { id: nodeId }, data: { state: 'online', lastSeen: now, slots: input.slots } });
+    const wanted = Array.from({ length: input.slots }, (_, i) => `${nodeId}-${i + 1}`);
+    if (!found.draining) {
+      await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: node.pool, remoteId: nodeId })), skipDuplicates: true });
+    }
+    await tx.node.deleteMany({ where: { remoteId: nodeId, environmentId: null, id: found.draining ? undefined : { notIn: wanted } } });
+    const stale = await tx.environment.findMany({
+      where: { nodeId, state: { in: [...LIVE_STATES] }, id: { notIn: input.environments } },
+      select: { id: true },
+    });
+    return { node, stale };
+  });
+  // Imported lazily: environments.ts → sandbox-wiring → … would otherwise form a cycle at load.
+  const { transition } = await import('./environments');
+  for (const env of stale) {
+    await transition(deps, env.id, ['starting', 'ready', 'stopping'], 'failed', (at) => ({
+      error: `node ${node.name} restarted and no longer holds the environment`,
+      stopped: at,
+    }));
+  }
+  const live = await deps.prisma.environment.findMany({ where: { nodeId, state: { in: [...LIVE_STATES] } }, select: { id: true } });
+  return {
+    node: { id: node.id, name: node.name, pool: node.pool },
+    heartbeatMs: deps.config.nodeHeartbeatMs,
+    environments: live.map((e) => e.id),
+  };
+}
+
+/**
+ * A heartbeat: the node was heard from. Answers 'online', 'lost' (the node was declared lost
+ * meanwhile: the agent must say hello again) or 'revoked' (the channel closes).
+ */
+export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'revoked'> {
+  const now = deps.clock.now();
+  const { count } = await deps.prisma.remoteNode.updateMany({
+    where: { id: nodeId, revoked: null, state: 'online' },
+    data: { lastSeen: now },
+  });
+  if (count === 1) return 'online';
+  const node = await deps.prisma.remoteNode.findUnique({ where: { id: nodeId }, select: { revoked: true } });
+  return !node || node.revoked ? 'revoked' : 'lost';
+}
+
+/**
+ * The environment `envId` if it is on the caller's node and in one of `states`. Another
+ * organization's or an unknown id is 404; one of the organization not on this node 403.
+ */
+async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readonly string[]): Promise<Environment> {
+  const nodeId = requireNodeAgent(actor);
+  const env = await deps.prisma.environment.findFirst({ where: { id: envId, orgId: actor.orgId } });
+  if (!env) throw new NotFoundError(`environment ${envId}`);
+  if (env.nodeId !== nodeId || !(LIVE_STATES as readonly string[]).includes(env.state)) {
+    throw new ForbiddenError('a node credential can only act on the environments currently on its node');
+  }
+  if (!states.includes(env.state)) throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
+  return env;
+}
+
+/** GET /v1/environments/{id}/restore: what the starting environment restores (null: nothing). */
+export async function nodeRestorePlan(deps: Deps, actor: Actor, envId: string): Promise<RestorePlan | null> {
+  const env = await envOnNode(deps, actor, envId, ['starting']);
+  return planRestore(deps, env);
+}
+
+/** POST /v1/environments/{id}/restored {root, files}: records what was restored (only while starting). */
+export async function nodeRecordRestored(deps: Deps, actor: Actor, envId: string, input: { root?: unknown; files?: unknown }) {
+  const env = await envOnNode(deps, actor, envId, ['starting']);
+  if (!Number.isSafeInteger(input.files) || (input.files as number) < 0)
+    throw new ValidationError('files: must be an integer >= 0', 'files');
+  const plan = await planRestore(deps, env);
+  if (!plan || plan.root !== input.root) {
+    throw new ConflictError(`root: ${JSON.stringify(input.root)} is not the save this environment restores`, 'conflict');
+  }
+  await recordRestored(deps, env.id, plan, input.files as number);
+  return deps.prisma.environment.findUniqueOrThrow({ where: { id: env.id } });
+}
+
+/**
+ * GET /v1/snapshots/{snapshot}/archive: a share's archive, for a node with an environment of the
+ * snapshot's project starting on it.
+ */
+export async function nodeOpenArchive(deps: Deps, actor: Actor, snapshotId: string): Promise<Readable> {
+  const nodeId = requireNodeAgent(actor);
+  const snapshot = await deps.prisma.snapshot.findFirst({ where: { id: snapshotId, orgId: actor.orgId } });
+  if (!snapshot) throw new NotFoundError(`snapshot ${snapshotId}`);
+  const starting = await deps.prisma.environment.count({
+    where: { nodeId, state: 'starting', orgId: actor.orgId, project: snapshot.project },
+  });
+  if (starting === 0) throw new ForbiddenError('a node credential can only read snapshots for an environment starting on its node');
+  return openSnapshotShare(deps, snapshot);
+}
+
+/**
+ * PUT /v1/snapshots/{lease}/{share}: saves one share of an environment stopping on the node.
+ * Answers the snapshot and whether it was created now (false: that share was already saved).
+ */
+export async function nodeSaveShare(
+  deps: Deps,
+  actor: Actor,
+  lease: string,
+  share: string,
+  body: Readable,
+): Promise<{ snapshot: Snapshot; created: boolean }> {
+  const env = await envOnNode(deps, actor, lease, ['stopping']);
+  if (!env.snapshot) throw new ConflictError(`environment ${env.name} has no snapshot key`, 'no_snapshot');
+  const template = await findTemplate(deps.prisma, env.orgId, env.template);
+  if (!template.shares.some((s) => s.name === share)) {
+    throw new ValidationError(`share: ${JSON.stringify(share)} is not a share of template ${template.name}`, 'share');
+  }
+  const existed = (await savedShares(deps, env)).includes(share);
+  const snapshot = await saveSnapshotShare(deps, env, share, body);
+  if (!snapshot) throw new ConflictError(`project ${env.project} was shredded since the environment began: nothing is saved`, 'shredded');
+  return { snapshot, created: !existed };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Liveness and draining (the node job)
+
+export const NODE_JOB = 'nodes';
+
+/** Nodes not heard from within the bound become lost; their live environments fail, naming the node. */
+export async function markLostNodes(deps: Deps): Promise<void> {
+  const now = deps.clock.now();
+  const bound = deps.config.nodeLostMs;
+  const cutoff = new Date(now.getTime() - bound);
+  await deps.prisma.remoteNode.updateMany({
+    where: { state: 'online', revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
+    data: { state: 'lost' },
+  });
+  // Apart from the update, so an instance that stops between the two leaves nothing behind.
+  const stranded = await deps.prisma.$queryRaw<{ id: string; name: string }[]>`
+    SELECT e.id, r.name FROM "Environment" e JOIN "RemoteNode" r ON r.id = e."nodeId"
+     WHERE r.state = 'lost' AND e.state = ANY(${[...LIVE_STATES]}::text[])`;
+  const { transition } = await import('./environments');
+  for (const env of stranded) {
+    await transition(deps, env.id, ['starting', 'ready', 'stopping'], 'failed', (at) => ({
+      error: `node ${env.name} was lost: not heard from for ${formatDuration(bound)}`,
+      stopped: at,
+    }));
+  }
+}
+
+/** Draining nodes with no live environment left are revoked: credential, slots and channel. */
+export async function revokeDrained(deps: Deps): Promise<void> {
+  const done = await deps.prisma.$queryRaw<{ id: string }[]>`
+    SELECT r.id FROM "RemoteNode" r
+     WHERE r.draining IS NOT NULL AND r.revoked IS NULL
+       AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
+  for (const { id } of done) {
+    const now = deps.clock.now();
+    const revoked = await deps.prisma.$transaction(async (tx) => {
+      await lockFor(tx, `berth:node:${id}`);
+      await tx.remoteNode.update({ where: { id }, data: { revoked: now } });
+      const credentials = await tx.credential.findMany({ where: { nodeId: id, revoked: null }, select: { id: true } });
+      await tx.credential.updateMany({ where: { nodeId: id, revoked: null }, data: { revoked: now } });
+      await tx.node.deleteMany({ where: { remoteId: id, environmentId: null } });
+      return credentials.map((c) => c.id);
+    });
+    // Remembered node credentials are forgotten on every instance before the channel is told.
+    await deps.credentials.publish({ credentials: revoked });
+    await sendToNode(deps, id, { type: 'revoked' });
+  }
+}
