@@ -270,8 +270,6 @@ class SegmentWriter {
   readonly pass: PassThrough;
   readonly done: Promise<void>;
   private failure: { error: unknown } | undefined;
-  /** Sealed bytes written so far. */
-  size = 0;
 
   constructor(
     store: BlobStore,
