@@ -17,13 +17,19 @@
  * authenticated under the object key: nothing about the content (not even its hash) is readable
  * without the key, so shredding the key leaves nothing to learn from raw objects.
  *
- * Memory stays flat: the packer holds about three chunks (the one being filled, the previous one
- * held back until we know whether it is the last, and the sealed one in flight to the store), and
- * the unpacker one sealed chunk plus one plain chunk, whatever the size of the item.
+ * Throughput: AES-GCM runs off the main thread (WebCrypto, in libuv's pool; see sealPartsAsync),
+ * so sealing chunk n overlaps receiving and hashing chunk n+1 and writing chunk n-1; unpacking
+ * opens two chunks ahead of the one being delivered. The SHA-256 of the whole item is computed on
+ * the main thread as the bytes arrive (it is sequential by nature). Chunk buffers are reused.
+ *
+ * Memory stays flat: the packer holds about three chunks (the one being filled, the one being
+ * sealed, the one being written, handed to the store in 1 MiB pieces with backpressure), and the
+ * unpacker about four (one being read, two being opened, one being delivered), whatever the size
+ * of the item.
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { PassThrough, Readable } from 'node:stream';
-import { encodeChunkAad, openChunk, openRaw, SEAL_OVERHEAD, SealError, sealParts, sealRaw } from '../crypto/seal';
+import { encodeChunkAad, importSealKey, openRaw, openRawAsync, SEAL_OVERHEAD, SealError, sealPartsAsync, sealRaw } from '../crypto/seal';
 import { type BlobStore, validateBlobName } from './blob-store';
 
 export const DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024;
@@ -32,6 +38,12 @@ export const MANIFEST_NAME = 'manifest';
 /** A manifest object larger than this is refused unread (about 2M chunks). */
 export const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const MAX_CHUNK_SIZE = 256 * 1024 * 1024;
+/**
+ * Chunks sealed (packing) or opened (unpacking) off the main thread ahead of the one being written
+ * or delivered. Each takes one of libuv's 4 pool threads, which the filesystem store needs too.
+ */
+const SEALS_IN_FLIGHT = 1;
+const OPENS_IN_FLIGHT = 2;
 const EMPTY_SHA256 = createHash('sha256').digest('hex');
 
 // ---------------------------------------------------------------------------------------------
@@ -258,13 +270,12 @@ class SegmentWriter {
   readonly pass: PassThrough;
   readonly done: Promise<void>;
   private failure: { error: unknown } | undefined;
-  /** Sealed bytes written so far. */
-  size = 0;
 
   constructor(
     store: BlobStore,
     readonly name: string,
     highWaterMark: number,
+    private readonly pieceSize: number,
   ) {
     this.pass = new PassThrough({ highWaterMark });
     this.pass.on('error', () => {}); // failures surface through `done`
@@ -274,12 +285,21 @@ class SegmentWriter {
     });
   }
 
+  /**
+   * Hands `parts` to the store (without copying them) in pieces of at most `pieceSize` bytes, with
+   * backpressure between pieces: the store's stream holds a few pieces, not whole sealed chunks.
+   */
   async write(parts: Buffer[], signal: AbortSignal | undefined): Promise<void> {
-    if (this.failure) throw this.failure.error;
-    let ok = true;
-    for (const part of parts) ok = this.pass.write(part);
-    if (ok) return;
-    // Wait for the store to take the data, or for its put to fail, or for an abort.
+    for (const part of parts) {
+      for (let at = 0; at < part.length; at += this.pieceSize) {
+        if (this.failure) throw this.failure.error;
+        if (!this.pass.write(part.subarray(at, at + this.pieceSize))) await this.drained(signal);
+      }
+    }
+  }
+
+  /** Waits for the store to take the data, or for its put to fail, or for an abort. */
+  private async drained(signal: AbortSignal | undefined): Promise<void> {
     const drained = new Promise<void>((resolve) => this.pass.once('drain', resolve));
     const failed = this.done.then(() => {
       throw new Error(`store finished ${this.name} before the segment was complete`);
@@ -336,6 +356,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   const { prefix, chunkSize, segmentSize, maxBytes } = checked;
 
   const okey = objectKey(key, objectId);
+  const pieceSize = Math.min(1024 * 1024, Math.ceil(chunkSize / 4));
   const manifestName = `${prefix}/${MANIFEST_NAME}`;
   const started: string[] = []; // every object name we began writing, for cleanup
   const segments: PackManifest['segments'] = [];
@@ -343,33 +364,83 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   let received = 0;
   let chunkIndex = 0;
   let writer: SegmentWriter | undefined;
+  let writerSegment = -1;
   // The previous segment, completing in the background (store flush, fsync, rename, commit) while
   // the next one is produced; at most one at a time.
   let finishing: { writer: SegmentWriter; done: Promise<void> } | undefined;
+  // Chunks being sealed off this thread, oldest first; written to the store in that order. A full
+  // chunk is sealed as soon as it is full, as not the last one; should the source end right after
+  // it, it is sealed again as the last one (once per item). Its plain buffer goes back to `free`
+  // once it is both sealed and known not to be needed again.
+  interface Sealing {
+    segment: number;
+    chunk: number;
+    plain: Buffer;
+    sealed: Promise<[Buffer, Buffer]>;
+    settled: boolean;
+    held: boolean;
+  }
+  const sealing: Sealing[] = [];
+  const free: Buffer[] = [];
+  const takeBuffer = () => free.pop() ?? Buffer.allocUnsafeSlow(chunkSize);
+  const recycle = (s: Sealing) => {
+    if (s.plain.length === chunkSize) free.push(s.plain);
+  };
+  const gcmKey = await importSealKey(okey);
 
-  const sealAndWrite = async (plain: Buffer, final: boolean): Promise<void> => {
-    if (!writer || writer.size >= segmentSize) {
+  const seal = (s: Sealing, final: boolean) => {
+    s.settled = false;
+    s.sealed = sealPartsAsync(gcmKey, s.plain, encodeChunkAad({ objectId, segment: s.segment, chunk: s.chunk, final }));
+    const sealed = s.sealed;
+    sealed.then(
+      () => {
+        if (s.sealed !== sealed) return;
+        s.settled = true;
+        if (!s.held) recycle(s);
+      },
+      () => {},
+    );
+  };
+
+  /** Places the chunk (segment, extent) and starts sealing it. */
+  const startSealing = (plain: Buffer, final: boolean): Sealing => {
+    let segment = segments[segments.length - 1];
+    if (!segment || segment.size >= segmentSize) {
+      segment = { name: segmentName(segments.length), size: 0, firstChunk: chunkIndex, chunks: [] };
+      segments.push(segment);
+    }
+    const length = plain.length + SEAL_OVERHEAD;
+    segment.chunks.push([segment.size, length]);
+    segment.size += length;
+    const s: Sealing = { segment: segments.length - 1, chunk: chunkIndex++, plain, sealed: undefined!, settled: false, held: !final };
+    seal(s, final);
+    sealing.push(s);
+    return s;
+  };
+
+  /** More bytes follow `s`: its seal (as not the last chunk) stands. */
+  const release = (s: Sealing) => {
+    s.held = false;
+    if (s.settled) recycle(s);
+  };
+
+  /** Writes the oldest sealed chunk to its segment object, opening a new one when it starts one. */
+  const writeOldest = async (): Promise<void> => {
+    const { segment, sealed } = sealing.shift()!;
+    const parts = await raceAbort(sealed, signal);
+    if (segment !== writerSegment) {
       if (writer) {
         if (finishing) await raceAbort(finishing.done, signal);
         const done = writer.finish();
         done.catch(() => {}); // awaited at the next roll, at the end, or in the cleanup
         finishing = { writer, done };
       }
-      const name = segmentName(segments.length);
-      started.push(`${prefix}/${name}`);
-      writer = new SegmentWriter(store, `${prefix}/${name}`, Math.min(chunkSize + SEAL_OVERHEAD, 16 * 1024 * 1024));
-      segments.push({ name, size: 0, firstChunk: chunkIndex, chunks: [] });
+      const name = `${prefix}/${segments[segment]!.name}`;
+      started.push(name);
+      writer = new SegmentWriter(store, name, 2 * pieceSize, pieceSize);
+      writerSegment = segment;
     }
-    const segment = segments[segments.length - 1]!;
-    const aad = encodeChunkAad({ objectId, segment: segments.length - 1, chunk: chunkIndex, final });
-    const parts = sealParts(okey, plain, aad);
-    const length = plain.length + SEAL_OVERHEAD;
-    hash.update(plain);
-    segment.chunks.push([segment.size, length]);
-    segment.size += length;
-    writer.size += length;
-    chunkIndex++;
-    await writer.write(parts, signal);
+    await writer!.write(parts, signal);
   };
 
   const iterator: AsyncIterator<unknown> = opts.keepSourceOpen
@@ -378,10 +449,9 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   let sourceDone = false;
   try {
     if (signal?.aborted) throw new PackAbortedError(signal.reason);
-    let buf: Buffer = Buffer.allocUnsafeSlow(chunkSize);
+    let buf: Buffer = takeBuffer();
     let fill = 0;
-    let pending: Buffer | undefined; // a full chunk held back until we know whether it is the last
-    let spare: Buffer | undefined; // a sealed chunk's buffer, reused
+    let last: Sealing | undefined; // the newest full chunk, until we know whether it is the last
     for (;;) {
       const next = iterator.next();
       next.catch(() => {}); // an abort may leave it pending; never an unhandled rejection
@@ -394,31 +464,34 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       if (piece.length === 0) continue;
       received += piece.length;
       if (maxBytes !== undefined && received > maxBytes) throw new TooLargeError(maxBytes);
+      hash.update(piece);
       let off = 0;
       while (off < piece.length) {
-        if (pending) {
-          await sealAndWrite(pending, false); // more bytes follow, so it is not the last chunk
-          spare = pending;
-          pending = undefined;
+        if (last) {
+          release(last); // more bytes follow, so it is not the last chunk
+          last = undefined;
+          // Write what is sealed, keeping up to SEALS_IN_FLIGHT chunks being sealed meanwhile.
+          while (sealing.length > SEALS_IN_FLIGHT) await writeOldest();
         }
         const n = Math.min(chunkSize - fill, piece.length - off);
         piece.copy(buf, fill, off, off + n);
         fill += n;
         off += n;
         if (fill === chunkSize) {
-          pending = buf;
-          buf = spare ?? Buffer.allocUnsafeSlow(chunkSize);
-          spare = undefined;
+          last = startSealing(buf, false);
+          buf = takeBuffer();
           fill = 0;
         }
       }
     }
     if (fill > 0) {
-      if (pending) await sealAndWrite(pending, false);
-      await sealAndWrite(buf.subarray(0, fill), true);
-    } else if (pending) {
-      await sealAndWrite(pending, true);
+      if (last) release(last);
+      startSealing(buf.subarray(0, fill), true);
+    } else if (last) {
+      last.held = false;
+      seal(last, true); // the source ended right after it: it is the last chunk after all
     }
+    while (sealing.length > 0) await writeOldest();
     if (writer) await raceAbort(writer.finish(), signal);
     if (finishing) await raceAbort(finishing.done, signal);
 
@@ -447,6 +520,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       manifest: manifestName,
     };
   } catch (err) {
+    for (const { sealed } of sealing) sealed?.catch(() => {});
     if (!sourceDone) {
       if (opts.keepSourceOpen) void iterator.return?.().catch(() => {});
       else source.destroy();
@@ -540,16 +614,14 @@ async function loadManifest(
 class ExactReader {
   private readonly it: AsyncIterator<Buffer>;
   private rest: Buffer | undefined;
-  private scratch: Buffer | undefined;
 
   constructor(stream: Readable) {
     this.it = stream[Symbol.asyncIterator]();
   }
 
-  /** The returned buffer is only valid until the next call (one buffer is reused). */
-  async read(n: number): Promise<Buffer> {
-    if (!this.scratch || this.scratch.length < n) this.scratch = Buffer.allocUnsafe(n);
-    const out = this.scratch.subarray(0, n);
+  /** Fills `out` from the stream. */
+  async read(out: Buffer): Promise<Buffer> {
+    const n = out.length;
     let fill = 0;
     while (fill < n) {
       let piece = this.rest;
@@ -600,12 +672,8 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
   const full = start === 0 && length === m.size;
   const manifestDir = opts.manifest.slice(0, opts.manifest.lastIndexOf('/') + 1);
 
-  async function* generate(): AsyncGenerator<Buffer> {
-    if (length === 0) return;
-    const firstChunk = Math.floor(start / m.chunkSize);
-    const lastChunk = Math.floor(end / m.chunkSize);
-    const hash = full && opts.verifySha256 ? createHash('sha256') : undefined;
-    let delivered = 0;
+  /** Sealed chunks of the range in order, read from their segment objects one object at a time. */
+  async function* sealedChunks(firstChunk: number, lastChunk: number, take: (n: number) => Buffer) {
     for (let si = 0; si < m.segments.length; si++) {
       const seg = m.segments[si]!;
       const segFirst = seg.firstChunk;
@@ -617,18 +685,61 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
       const [lastOffset, lastLength] = seg.chunks[b - segFirst]!;
       const reader = new ExactReader(await store.get(manifestDir + seg.name, { start: fromOffset, end: lastOffset + lastLength - 1 }));
       try {
-        for (let c = a; c <= b; c++) {
-          const sealed = await reader.read(seg.chunks[c - segFirst]![1]);
-          const plain = openChunk(okey, sealed, { objectId, segment: si, chunk: c, final: c === m.chunks - 1 });
-          const chunkStart = c * m.chunkSize;
-          const out = plain.subarray(Math.max(0, start - chunkStart), Math.min(plain.length, end - chunkStart + 1));
-          hash?.update(out);
-          delivered += out.length;
-          yield out;
-        }
+        for (let c = a; c <= b; c++) yield { segment: si, chunk: c, sealed: await reader.read(take(seg.chunks[c - segFirst]![1])) };
       } finally {
         await reader.close();
       }
+    }
+  }
+
+  async function* generate(): AsyncGenerator<Buffer> {
+    if (length === 0) return;
+    const firstChunk = Math.floor(start / m.chunkSize);
+    const lastChunk = Math.floor(end / m.chunkSize);
+    const hash = full && opts.verifySha256 ? createHash('sha256') : undefined;
+    const gcmKey = await importSealKey(okey);
+    // Sealed-chunk buffers, reused once their chunk is opened; chunks opened off this thread ahead
+    // of the one being delivered, oldest first.
+    const free: Buffer[] = [];
+    const fullSize = m.chunkSize + SEAL_OVERHEAD;
+    const take = (n: number) => (n === fullSize ? (free.pop() ?? Buffer.allocUnsafeSlow(fullSize)) : Buffer.allocUnsafe(n));
+    const opening: { chunk: number; plain: Promise<Buffer> }[] = [];
+    let delivered = 0;
+    const deliver = async function* () {
+      const { chunk, plain: opened } = opening.shift()!;
+      const plain = await opened;
+      const chunkStart = chunk * m.chunkSize;
+      const out = plain.subarray(Math.max(0, start - chunkStart), Math.min(plain.length, end - chunkStart + 1));
+      hash?.update(out);
+      delivered += out.length;
+      yield out;
+    };
+    const chunks = sealedChunks(firstChunk, lastChunk, take);
+    try {
+      let failed: { error: unknown } | undefined;
+      for (;;) {
+        let next: IteratorResult<{ segment: number; chunk: number; sealed: Buffer }>;
+        try {
+          next = await chunks.next();
+        } catch (error) {
+          failed = { error }; // a segment that cannot be read: first deliver every chunk before it
+          break;
+        }
+        if (next.done) break;
+        const { segment, chunk, sealed } = next.value;
+        const plain = openRawAsync(gcmKey, sealed, encodeChunkAad({ objectId, segment, chunk, final: chunk === m.chunks - 1 }));
+        plain.then(
+          () => sealed.length === fullSize && free.push(sealed),
+          () => {},
+        );
+        opening.push({ chunk, plain });
+        while (opening.length > OPENS_IN_FLIGHT) yield* deliver();
+      }
+      while (opening.length > 0) yield* deliver();
+      if (failed) throw failed.error;
+    } finally {
+      for (const { plain } of opening) plain.catch(() => {});
+      await chunks.return(undefined);
     }
     if (delivered !== length) throw new PackIntegrityError(`delivered ${delivered} bytes, expected ${length}`);
     if (hash && hash.digest('hex') !== m.sha256) throw new PackIntegrityError(`sha256 of ${objectId} does not match`);

@@ -18,10 +18,11 @@ const require = createRequire(import.meta.url);
 
 /**
  * Starts azurite-blob (npm package `azurite`, 3.35) on 127.0.0.1 with an OS-chosen port and
- * in-memory persistence, waits until it listens, and returns its connection string. Throws (so the
- * calling suite fails loudly, never skips) if it cannot start within `timeoutMs`.
+ * in-memory persistence (or, with `location`, on disk in that folder), waits until it listens, and
+ * returns its connection string. Throws (so the calling suite fails loudly, never skips) if it
+ * cannot start within `timeoutMs`.
  */
-export async function startAzurite(timeoutMs = 30_000): Promise<Azurite> {
+export async function startAzurite(timeoutMs = 30_000, options: { location?: string } = {}): Promise<Azurite> {
   const main = join(dirname(require.resolve('azurite/package.json')), 'dist', 'src', 'blob', 'main.js');
   // In-memory persistence writes nothing, but give it an empty working folder all the same.
   const cwd = await mkdtemp(join(tmpdir(), 'berth-azurite-'));
@@ -29,7 +30,7 @@ export async function startAzurite(timeoutMs = 30_000): Promise<Azurite> {
     process.execPath,
     [
       main,
-      '--inMemoryPersistence',
+      ...(options.location ? ['--location', options.location] : ['--inMemoryPersistence', '--extentMemoryLimit', '2048']),
       '--blobHost',
       '127.0.0.1',
       '--blobPort',
@@ -37,8 +38,6 @@ export async function startAzurite(timeoutMs = 30_000): Promise<Azurite> {
       '--skipApiVersionCheck',
       '--loose',
       '--disableTelemetry',
-      '--extentMemoryLimit',
-      '2048',
     ],
     { cwd, stdio: ['ignore', 'pipe', 'pipe'] },
   );
