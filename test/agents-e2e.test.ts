@@ -1,37 +1,24 @@
-// Issue 11, "Done when": Berth, `berth node` and `berth agent` as real processes on loopback, each
-// with its own temp folder. A lease on a hotNodes: 0 pool becomes ready on the node agent; the
-// sandbox folder's files arrive under the environment root on the node by the sync rules, and a
-// later edit follows; a real TCP service on the node side answers through the sandbox's port;
-// `berth exec` prints a workspace file and the exec is logged; an out-share file is home by
-// `stopped`; the snapshot the node saved restores on the next lease; killing and restarting the
-// sandbox agent resumes forwarding; killing the node agent fails its environments with the reason.
-// On PostgreSQL (TEST_DATABASE_URL) the same runs over two Berth instances: the node agent on
-// one, the sandbox agent on the other.
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { answers, type BerthProc, echoServer, echoThrough, eventually, type Proc, spawnNode, startBerth } from './helpers/processes';
+import {
+  answers,
+  type BerthProc,
+  berthExec,
+  echoServer,
+  echoThrough,
+  eventually,
+  type Proc,
+  spawnNode,
+  startBerth,
+} from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
 
-const root = new URL('..', import.meta.url).pathname;
+const _root = new URL('..', import.meta.url).pathname;
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
-
-function berthExec(url: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
-    cwd: root,
-    env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: BOOTSTRAP },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
-}
 
 for (const backend of backends) {
   describe(`agents end to end [${backend}]`, () => {
@@ -175,7 +162,7 @@ for (const backend of backends) {
     });
 
     it('berth exec prints a workspace file with its exit code, and the exec is in the log', async () => {
-      const ran = await berthExec(sandboxSide.url, envId, 'cat', 'workspace/src/main.txt');
+      const ran = await berthExec(sandboxSide.url, BOOTSTRAP, envId, 'cat', 'workspace/src/main.txt');
       expect(ran).toMatchObject({ code: 0, stdout: 'version 2\n' });
       const execs = (await api().get(`/v1/environments/${envId}/execs`)).body.execs;
       expect(execs.map((e: { command: string; exitCode: number }) => [e.command, e.exitCode])).toEqual([['cat workspace/src/main.txt', 0]]);

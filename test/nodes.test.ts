@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { App } from '../src/server';
 import { createOrganization } from '../src/services/organizations';
+import { berthExec } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -66,20 +67,6 @@ function startAgent(url: string, token: string, dir: string): Agent {
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return { child, output: () => output, exited };
-}
-
-/** `berth exec` as a real process: its exit code and output. */
-function berthExec(url: string, token: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
-    cwd: root,
-    env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: token },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
 }
 
 /** A TCP proxy to `target` whose `cut()` drops every connection through it (it keeps listening). */
