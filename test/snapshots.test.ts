@@ -365,6 +365,11 @@ describeBackends('snapshots', (backend) => {
         await writeFile(join(workspace(env.id, 'src'), 'f.txt'), `round ${round} env ${i}`);
         envs.push(env);
       }
+      // The project has a key before the race, so the shred has something to shred however the race goes.
+      const sealed = await admin.post(`/v1/artifacts?name=seed.txt&project=${project}`, 'seed', {
+        'content-type': 'application/octet-stream',
+      });
+      expect(sealed.status).toBe(201);
       for (const env of envs) await admin.del(`/v1/environments/${env.id}`);
       // The peer releases them (saving snapshots) while this instance shreds their project.
       const [shred] = await Promise.all([admin.del(`/v1/project-keys/${project}`), peer.deps.background.tick()]);
