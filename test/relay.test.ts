@@ -1,7 +1,8 @@
 // The relay endpoint's checks (docs/agents.md, "The relay"): every refusal is an HTTP answer
 // `{error, code}` before the upgrade.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { openRelay, type ServerError } from '../src/agent/sandbox-agent';
+import { openRelay } from '../src/agent/sandbox-agent';
+import type { ApiError } from '../src/cli/client';
 import { echoServer, eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
@@ -16,7 +17,7 @@ describeBackends('relay checks', (backend) => {
         ws.close();
         return { status: 101, code: 'upgraded' };
       },
-      (error: ServerError) => ({ status: error.status, code: error.code }),
+      (error: ApiError) => ({ status: error.status, code: error.code }),
     );
 
   beforeAll(async () => {
