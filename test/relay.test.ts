@@ -1,7 +1,9 @@
 // The relay endpoint's checks (docs/agents.md, "The relay"): every refusal is an HTTP answer
 // `{error, code}` before the upgrade.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { openRelay, type ServerError } from '../src/agent/sandbox-agent';
+import { openRelay } from '../src/agent/sandbox-agent';
+import type { ApiError } from '../src/cli/client';
+import { echoServer, eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 describeBackends('relay checks', (backend) => {
@@ -15,7 +17,7 @@ describeBackends('relay checks', (backend) => {
         ws.close();
         return { status: 101, code: 'upgraded' };
       },
-      (error: ServerError) => ({ status: error.status, code: error.code }),
+      (error: ApiError) => ({ status: error.status, code: error.code }),
     );
 
   beforeAll(async () => {
@@ -59,5 +61,55 @@ describeBackends('relay checks', (backend) => {
       code: 'invalid',
     });
     expect(await refusal(credential, { environment: envId, kind: 'share', share: 'out' })).toEqual({ status: 101, code: 'upgraded' });
+  });
+
+  it('counts relay traffic as activity: a tunnel in use outlives the idle time-out, an environment without traffic ends idle', async () => {
+    const admin = client(() => s.url, BOOTSTRAP);
+    const echo = await echoServer();
+    try {
+      const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
+      const spec = { pool, startMs: 10, idle: '5m', hard: '1h', services: [{ service: 'echo', target: `127.0.0.1:${echo.port}` }] };
+      expect((await admin.put('/v1/templates/echoing', spec)).status).toBe(200);
+      const used = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
+      const unused = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
+      await untilState(s, BOOTSTRAP, used, 'ready');
+      await untilState(s, BOOTSTRAP, unused, 'ready');
+      const ws = await openRelay(s.url, credential, { environment: used, kind: 'import', service: 'echo' });
+      const roundTrip = (payload: Buffer) =>
+        new Promise<Buffer>((resolve) => {
+          const got: Buffer[] = [];
+          const onMessage = (data: Buffer) => {
+            got.push(data);
+            if (Buffer.concat(got).length >= payload.length) {
+              ws.off('message', onMessage);
+              resolve(Buffer.concat(got));
+            }
+          };
+          ws.on('message', onMessage);
+          ws.send(payload, { binary: true });
+        });
+      const idleUntil = async (id: string) => Date.parse((await admin.get(`/v1/environments/${id}`)).body.idleUntil);
+      // Three minutes at a time, 9 minutes in all: past the 5m idle time-out of both.
+      for (let round = 0; round < 3; round++) {
+        const before = await idleUntil(used);
+        s.clock.advance(3 * 60_000);
+        const payload = Buffer.from(`round ${round}`);
+        expect(await roundTrip(payload)).toEqual(payload);
+        // The traffic moved the idle time-out to now + 5m (written after the bytes passed).
+        const after = await eventually(async () => {
+          const at = await idleUntil(used);
+          return at > before ? at : undefined;
+        }, 20);
+        expect(after).toBeGreaterThanOrEqual(before + 3 * 60_000);
+        await s.app.deps.background.tick();
+        expect((await admin.get(`/v1/environments/${used}`)).body.state).toBe('ready');
+      }
+      const ended = (await admin.get(`/v1/environments/${unused}`)).body;
+      expect(['stopping', 'stopped']).toContain(ended.state);
+      expect(ended.error).toMatch(/^idle time-out/);
+      ws.close();
+    } finally {
+      await echo.close();
+    }
   });
 });

@@ -11,6 +11,7 @@ import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
+import { BerthClient } from '../cli/client';
 import { environmentRoot, shareDir } from '../dataplane/layout';
 import { NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
@@ -50,6 +51,7 @@ export class RefusedError extends Error {}
 
 export class NodeAgent {
   readonly server: string;
+  private readonly client: BerthClient;
   /** Environments this process holds (prepared or being prepared, not yet released or discarded). */
   readonly held = new Set<string>();
   private ws: WebSocket | undefined;
@@ -61,6 +63,7 @@ export class NodeAgent {
 
   constructor(private readonly opts: NodeAgentOptions) {
     this.server = opts.server.replace(/\/+$/, '');
+    this.client = new BerthClient({ server: this.server, token: opts.token });
     this.log = opts.log ?? ((line) => console.log(`berth node: ${line}`));
   }
 
@@ -207,25 +210,15 @@ export class NodeAgent {
     return environmentRoot(this.opts.dir, id);
   }
 
-  /** The node HTTP calls: bearer credential, `{error, code}` failures thrown with the server's words. */
-  async call(method: string, path: string, init: { body?: Readable | string; type?: string } = {}): Promise<Response> {
-    const res = await fetch(`${this.server}${path}`, {
+  /** The node HTTP calls: the CLI's client with the node credential (the server's `{error, code}` thrown as an ApiError). */
+  call(method: string, path: string, init: { body?: Readable | string; type?: string } = {}): Promise<Response> {
+    const streamed = init.body instanceof Readable;
+    return this.client.fetch(path, {
       method,
-      headers: { authorization: `Bearer ${this.opts.token}`, ...(init.type ? { 'content-type': init.type } : {}) },
+      headers: init.type ? { 'content-type': init.type } : {},
       body: init.body instanceof Readable ? (Readable.toWeb(init.body) as unknown as BodyInit) : init.body,
-      ...(init.body instanceof Readable ? { duplex: 'half' } : {}),
+      ...(streamed ? { duplex: 'half' } : {}),
     } as RequestInit);
-    if (res.status >= 400) {
-      const text = await res.text();
-      let message = text;
-      try {
-        message = (JSON.parse(text) as { error: string }).error;
-      } catch {
-        // not JSON
-      }
-      throw new Error(`${method} ${path}: ${res.status} ${message}`);
-    }
-    return res;
   }
 
   private async prepare(env: EnvMessage): Promise<void> {

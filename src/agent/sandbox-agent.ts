@@ -6,6 +6,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { type Client, createClient } from 'graphql-ws';
 import WebSocket from 'ws';
+import { type ApiError, errorFromText, reachError } from '../cli/client';
 import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
 import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
@@ -26,38 +27,24 @@ export interface SandboxAgentOptions {
   heartbeatMs?: number;
 }
 
-/** An answer `{error, code}` of the server. */
-export class ServerError extends Error {
-  constructor(
-    message: string,
-    readonly status: number,
-    readonly code?: string,
-  ) {
-    super(message);
-  }
-}
-
+/** One JSON call: the server's `{error, code}` thrown as an ApiError, no answer as an UnreachableError. */
 async function call<T>(server: string, method: string, path: string, opts: { token?: string; body?: unknown } = {}): Promise<T> {
-  const res = await fetch(new URL(path, server), {
-    method,
-    headers: {
-      ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
-      ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}),
-    },
-    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-  });
-  const text = await res.text();
-  let body: unknown;
+  let res: Response;
   try {
-    body = text ? JSON.parse(text) : undefined;
-  } catch {
-    body = undefined;
+    res = await fetch(new URL(path, server), {
+      method,
+      headers: {
+        ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
+        ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+    });
+  } catch (error) {
+    throw reachError(server, error);
   }
-  if (!res.ok) {
-    const err = body as { error?: string; code?: string } | undefined;
-    throw new ServerError(err?.error ?? `${method} ${path}: HTTP ${res.status}`, res.status, err?.code);
-  }
-  return body as T;
+  const text = await res.text();
+  if (!res.ok) throw errorFromText(res.status, res.statusText, text);
+  return (text ? JSON.parse(text) : undefined) as T;
 }
 
 /** Spends a join key and stores the sandbox credential (DIR/.berth/sandbox.json, 0600). */
@@ -103,7 +90,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     );
   });
 
-/** Opens one relay socket; rejects with the server's `{error}` when it refuses. */
+/** Opens one relay socket; rejects with the server's `{error, code}` (an ApiError) when it refuses. */
 export function openRelay(server: string, token: string, params: Record<string, string>): Promise<WebSocket> {
   const url = new URL(`${wsBase(server)}/v1/relay`);
   for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
@@ -124,18 +111,7 @@ export function openRelay(server: string, token: string, params: Record<string, 
       res.on('data', (c: Buffer) => {
         text += c.toString();
       });
-      res.on('end', () => {
-        let message = `relay refused: HTTP ${res.statusCode}`;
-        let code: string | undefined;
-        try {
-          const body = JSON.parse(text) as { error?: string; code?: string };
-          if (body.error) message = body.error;
-          code = body.code;
-        } catch {
-          // not JSON
-        }
-        reject(new ServerError(message, res.statusCode ?? 0, code));
-      });
+      res.on('end', () => reject(errorFromText(res.statusCode ?? 0, res.statusMessage ?? '', text)));
     });
     ws.once('error', reject);
   });
@@ -297,7 +273,7 @@ class EnvironmentRunner {
           }
           throw new Error(`the last pass ended with ${end.code} ${end.reason}`);
         } catch (error) {
-          const err = error as ServerError;
+          const err = error as ApiError;
           this.log(`share ${share.name}: last pass failed: ${err.message}`);
           if (err.status === 404 || err.status === 409) break; // already stopped or gone
           await sleep(backoff(attempt), this.abort.signal);

@@ -53,9 +53,9 @@ function connect(address: string): Promise<net.Socket> {
 
 /**
  * Serves one relay socket for an environment whose root on this node is `envRoot`. Resolves when
- * the socket closed, with how it closed.
+ * the socket closed, with how it closed. `onTraffic` is called for every chunk carried either way.
  */
-export async function serveRelay(ws: WebSocket, job: RelayJob, envRoot: string): Promise<BridgeEnd> {
+export async function serveRelay(ws: WebSocket, job: RelayJob, envRoot: string, onTraffic?: () => void): Promise<BridgeEnd> {
   if (job.kind === 'import') {
     // Messages that arrive while we connect wait in the socket, not in memory.
     ws.pause();
@@ -67,12 +67,12 @@ export async function serveRelay(ws: WebSocket, job: RelayJob, envRoot: string):
       ws.close(CLOSE.nodeFailed, closeReason(reason));
       return { code: CLOSE.nodeFailed, reason };
     }
-    const ended = bridge(ws, socket);
+    const ended = bridge(ws, socket, onTraffic);
     ws.resume();
     return ended;
   }
   const [near, far] = duplexPair();
-  const ended = bridge(ws, near);
+  const ended = bridge(ws, near, onTraffic);
   const root = shareDir(envRoot, job.envPath);
   const work =
     job.direction === 'in'

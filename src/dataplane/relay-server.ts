@@ -29,7 +29,7 @@ import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
 import { DomainError, NotFoundError, UnavailableError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
-import { authorizeRelay, recordOutSynced, recordRelayed } from '../services/relay';
+import { authorizeRelay, recordOutSynced, recordRelayActivity, recordRelayed, relayActivityStep } from '../services/relay';
 import { environmentRoot } from './layout';
 import { type RelayJob, serveRelay } from './relay-node';
 import { CLOSE, joinSockets } from './ws-bridge';
@@ -77,6 +77,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     const finished = async (code: number) => {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };
+    const traffic = activity(env.id, relayActivityStep(env.idleMs));
     if (env.nodeId) {
       // A remote node: it dials back here, then the two sockets are joined.
       const node = await nodeJoins(env.nodeId, job);
@@ -88,7 +89,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
         ws.once('close', (c) => {
           code = c;
         });
-        void joinSockets(ws, node)
+        void joinSockets(ws, node, traffic)
           .then(() => finished(code))
           .catch((error) => log('relay failed', error));
       });
@@ -97,10 +98,30 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     wss.handleUpgrade(req, socket, head, (ws) => {
       track(ws);
       // The built-in hot pool: this process is the node side.
-      void serveRelay(ws, job, environmentRoot(hotPoolDir(deps), env.id))
+      void serveRelay(ws, job, environmentRoot(hotPoolDir(deps), env.id), traffic)
         .then((end) => finished(end.code))
         .catch((error) => log('relay failed', error));
     });
+  };
+
+  /**
+   * Traffic on one relay socket counts as activity of its environment: at most one check of the
+   * database per `step` (relayActivityStep) per socket, never one per message.
+   */
+  const activity = (environmentId: string, step: number) => {
+    let checked = Number.NEGATIVE_INFINITY;
+    let busy = false;
+    return () => {
+      const now = deps.clock.now().getTime();
+      if (busy || now - checked < step) return;
+      busy = true;
+      checked = now;
+      recordRelayActivity(deps, environmentId)
+        .catch((error) => log('relay activity not recorded', error))
+        .finally(() => {
+          busy = false;
+        });
+    };
   };
 
   const track = (ws: WebSocket) => {

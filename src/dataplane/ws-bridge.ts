@@ -44,8 +44,9 @@ export interface BridgeEnd {
 /**
  * Carries `stream` over `ws` both ways until both directions ended (then the socket closes
  * normally) or either side fails (the other is torn down). Resolves with how the socket closed.
+ * `onTraffic` is called for every chunk carried either way.
  */
-export function bridge(ws: WebSocket, stream: Duplex): Promise<BridgeEnd> {
+export function bridge(ws: WebSocket, stream: Duplex, onTraffic?: () => void): Promise<BridgeEnd> {
   return new Promise((resolve) => {
     let sentEof = false;
     let gotEof = false;
@@ -54,6 +55,7 @@ export function bridge(ws: WebSocket, stream: Duplex): Promise<BridgeEnd> {
       if (sentEof && gotEof && ws.readyState === ws.OPEN) ws.close(CLOSE.normal);
     };
     ws.on('message', (data, isBinary) => {
+      onTraffic?.();
       if (!isBinary) {
         if (data.toString() === EOF && !gotEof) {
           gotEof = true;
@@ -69,6 +71,7 @@ export function bridge(ws: WebSocket, stream: Duplex): Promise<BridgeEnd> {
       }
     });
     stream.on('data', (chunk: Buffer) => {
+      onTraffic?.();
       if (ws.readyState !== ws.OPEN) return;
       ws.send(chunk, { binary: true }, () => {
         if (stream.isPaused() && ws.bufferedAmount < HIGH_WATER / 2) stream.resume();
@@ -104,10 +107,12 @@ export function bridge(ws: WebSocket, stream: Duplex): Promise<BridgeEnd> {
 /**
  * Joins two WebSockets message by message (binary and text kept apart), with backpressure both
  * ways; a close of either closes the other with the same code. The bytes are never looked at.
+ * `onTraffic` is called for every message carried either way.
  */
-export function joinSockets(a: WebSocket, b: WebSocket): Promise<void> {
+export function joinSockets(a: WebSocket, b: WebSocket, onTraffic?: () => void): Promise<void> {
   const forward = (from: WebSocket, to: WebSocket) => {
     from.on('message', (data, isBinary) => {
+      onTraffic?.();
       if (to.readyState !== to.OPEN) return;
       to.send(data, { binary: isBinary }, () => {
         if (from.isPaused && to.bufferedAmount < HIGH_WATER / 2) from.resume();

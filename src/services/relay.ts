@@ -87,6 +87,32 @@ export async function recordRelayed(deps: Deps, environmentId: string): Promise<
   await deps.prisma.environment.updateMany({ where: { id: environmentId, relayed: null }, data: { relayed: deps.clock.now() } });
 }
 
+/** Relay traffic moves the idle time-out only when it would move by more than this (one write a minute at most). */
+export const RELAY_ACTIVITY_STEP_MS = 60_000;
+
+/** The step for a lease idle for `idleMs`: a minute, or half the idle time-out when that is shorter. */
+export function relayActivityStep(idleMs: number): number {
+  return Math.min(RELAY_ACTIVITY_STEP_MS, Math.floor(idleMs / 2));
+}
+
+/**
+ * Traffic on a relay of a ready environment counts as activity, like a keepalive: its idle
+ * time-out moves to now + idle, written only when that moves it by more than relayActivityStep.
+ */
+export async function recordRelayActivity(deps: Deps, environmentId: string): Promise<void> {
+  const env = await deps.prisma.environment.findUnique({
+    where: { id: environmentId },
+    select: { state: true, idleUntil: true, idleMs: true },
+  });
+  if (env?.state !== 'ready') return;
+  const next = new Date(deps.clock.now().getTime() + env.idleMs);
+  if (next.getTime() - env.idleUntil.getTime() <= relayActivityStep(env.idleMs)) return;
+  await deps.prisma.environment.updateMany({
+    where: { id: environmentId, state: 'ready', idleUntil: { lt: next } },
+    data: { idleUntil: next },
+  });
+}
+
 /** An `out` share's last pass was acknowledged by the agent: the release need not wait for it. */
 export async function recordOutSynced(deps: Deps, environmentId: string, share: string): Promise<void> {
   await deps.prisma.$executeRaw`
