@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -14,6 +14,7 @@ import {
   type Proc,
   spawnNode,
   startBerth,
+  writeSandboxTree,
 } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
 
@@ -87,13 +88,7 @@ for (const backend of backends) {
       sandboxSide = backend === 'postgres' ? await startBerth(env) : nodeSide;
       if (sandboxSide !== nodeSide) instances.push(sandboxSide);
 
-      await mkdir(join(sandboxDir, 'app', 'dist'), { recursive: true });
-      await mkdir(join(sandboxDir, 'secrets'), { recursive: true });
-      await writeFile(join(sandboxDir, 'app', '.gitignore'), 'dist/\n*.log\n');
-      await writeFile(join(sandboxDir, 'app', 'main.txt'), 'version 1\n');
-      await writeFile(join(sandboxDir, 'app', 'debug.log'), 'never sent\n');
-      await writeFile(join(sandboxDir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
-      await writeFile(join(sandboxDir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
+      await writeSandboxTree(sandboxDir);
 
       const node = await api().post('/v1/nodes', { pool: 'remote', name: 'builder' });
       expect(node.status).toBe(201);

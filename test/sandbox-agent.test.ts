@@ -9,7 +9,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { answers, type BerthProc, echoServer, echoThrough, eventually, type Proc, spawnNode, startBerth } from './helpers/processes';
+import {
+  answers,
+  type BerthProc,
+  echoServer,
+  echoThrough,
+  eventually,
+  type Proc,
+  spawnNode,
+  startBerth,
+  writeSandboxTree,
+} from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
 
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
@@ -70,13 +80,7 @@ for (const backend of backends) {
       agentSide = backend === 'postgres' ? await startBerth(env) : leaseSide;
       if (agentSide !== leaseSide) instances.push(agentSide);
 
-      await mkdir(join(agentDir, 'app', 'dist'), { recursive: true });
-      await mkdir(join(agentDir, 'secrets'), { recursive: true });
-      await writeFile(join(agentDir, 'app', '.gitignore'), 'dist/\n*.log\n');
-      await writeFile(join(agentDir, 'app', 'main.txt'), 'version 1\n');
-      await writeFile(join(agentDir, 'app', 'debug.log'), 'never sent\n');
-      await writeFile(join(agentDir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
-      await writeFile(join(agentDir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
+      await writeSandboxTree(agentDir);
 
       const reg = await api().post('/v1/sandboxes', { name: 'laptop' });
       expect(reg.status).toBe(201);

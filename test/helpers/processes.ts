@@ -1,6 +1,8 @@
 // Berth and its agents as real processes on loopback, for the agents' end-to-end tests.
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
 import net from 'node:net';
+import { join } from 'node:path';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -143,4 +145,18 @@ export function berthExec(url: string, token: string, ...args: string[]): Promis
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+/**
+ * The sandbox folder both agent suites sync: `app/` with a .gitignore that leaves out `dist/` and
+ * `*.log` (an `include` brings `dist/bundle.js` back), and `secrets/dev.env` for a `files` extra.
+ */
+export async function writeSandboxTree(dir: string): Promise<void> {
+  await mkdir(join(dir, 'app', 'dist'), { recursive: true });
+  await mkdir(join(dir, 'secrets'), { recursive: true });
+  await writeFile(join(dir, 'app', '.gitignore'), 'dist/\n*.log\n');
+  await writeFile(join(dir, 'app', 'main.txt'), 'version 1\n');
+  await writeFile(join(dir, 'app', 'debug.log'), 'never sent\n');
+  await writeFile(join(dir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
+  await writeFile(join(dir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
 }
