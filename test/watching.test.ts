@@ -1,3 +1,5 @@
+import { rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { print } from 'graphql';
 import { type Client, createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -244,6 +246,27 @@ describeBackends('watching environments', (backend) => {
     expect(await done).toEqual(['ready', 'stopping', 'stopped'].map((state) => ({ id: env.id, state })));
     // An environment that already ended: its last state, then the end of the stream.
     expect(await watchOne(env.id)).toEqual([{ id: env.id, state: 'stopped' }]);
+  });
+
+  it('completes the subscription of one environment after it failed', async () => {
+    // Its node cannot prepare it: the hot pool's workspaces folder is a file for a moment.
+    const workspaces = join(s.dataDir, 'workspaces');
+    await rename(workspaces, `${workspaces}.aside`).catch(() => undefined);
+    await writeFile(workspaces, 'not a folder');
+    try {
+      const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+      const done = watchOne(env.id);
+      const failed = await until(env.id, 'failed');
+      expect(failed.error).toContain('could not prepare');
+      const seen = (await done).map((e) => e.state);
+      const order = ['pending', 'starting', 'failed'];
+      expect(seen).toEqual(order.slice(order.indexOf(seen[0]!)));
+      // Ended before the subscription: its last state, then the end of the stream.
+      expect(await watchOne(env.id)).toEqual([{ id: env.id, state: 'failed' }]);
+    } finally {
+      await rm(workspaces, { force: true });
+      await rename(`${workspaces}.aside`, workspaces).catch(() => undefined);
+    }
   });
 
   it('loses and doubles nothing while changes race the first read', async () => {
