@@ -14,7 +14,7 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -58,6 +58,14 @@ async function echoServer(): Promise<net.Server> {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   return server;
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat (Linux). */
+async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which is in parentheses): utime is the 14th field, stime the 15th.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 const portOf = (s: net.Server) => (s.address() as net.AddressInfo).port;
@@ -217,10 +225,22 @@ async function main() {
     await copy(portOf(sink), 16 * MIB);
     const direct: number[] = [];
     const tunnel: number[] = [];
+    // CPU of the relay's two processes over the tunnel copies: steadier than wall time on a busy machine.
+    const relayCpu = { berth: 0, agent: 0 };
+    const bench = { direct: 0, tunnel: 0 };
     for (let i = 0; i < 2; i++) {
+      let own = process.cpuUsage();
       direct.push(await copy(portOf(sink), total));
+      own = process.cpuUsage(own);
+      bench.direct += (own.user + own.system) / 1e6;
+      const before = { berth: await cpuSeconds(berth.proc.pid!), agent: await cpuSeconds(agent.proc.pid!), own: process.cpuUsage() };
       tunnel.push(await copy(listen('sink'), total));
+      const mine = process.cpuUsage(before.own);
+      bench.tunnel += (mine.user + mine.system) / 1e6;
+      relayCpu.berth += (await cpuSeconds(berth.proc.pid!)) - before.berth;
+      relayCpu.agent += (await cpuSeconds(agent.proc.pid!)) - before.agent;
     }
+    const msPerMib = (seconds: number) => (seconds * 1000) / (2 * TUNNEL_MIB);
     const directMibS = TUNNEL_MIB / Math.min(...direct);
     const tunnelMibS = TUNNEL_MIB / Math.min(...tunnel);
 
@@ -261,6 +281,10 @@ async function main() {
     console.log(`tunnel throughput, ${TUNNEL_MIB} MiB (best of 2):`);
     console.log(`  direct loopback TCP   ${f(directMibS, 0)} MiB/s`);
     console.log(`  through the relay     ${f(tunnelMibS, 0)} MiB/s   ratio ${f(tunnelMibS / directMibS, 2)}x (goal >= 0.5x)`);
+    console.log(
+      `  CPU ms per MiB: sender + sink ${f(msPerMib(bench.direct), 2)} direct, ${f(msPerMib(bench.tunnel), 2)} tunnel; ` +
+        `berth agent ${f(msPerMib(relayCpu.agent), 2)}, Berth ${f(msPerMib(relayCpu.berth), 2)}`,
+    );
     console.log(`round trip, 64 B, ${ROUNDS} sequential:`);
     console.log(`  direct                p50 ${f(percentile(directRtt, 50), 0)} µs   p99 ${f(percentile(directRtt, 99), 0)} µs`);
     console.log(
