@@ -15,3 +15,5 @@ run('npx', ['--no-install', 'prisma', 'generate']);
 run('npx', ['--no-install', 'graphql-codegen', '--config', 'codegen.ts', '--silent']);
 // A NODE_ENV other than production (a shell's, a test runner's) would build React's development bundle.
 run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], { NODE_ENV: 'production' });
+// The bundle `npm start` runs (scripts/build-server.mjs), so that the first start need not build it.
+run(process.execPath, ['scripts/build-server.mjs']);

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { packagePath } from './paths';
 
 /** Everything Berth reads from its environment, parsed once. See README.md, "Configuration". */
 export interface Config {
@@ -88,7 +89,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     masterKey: opt('MASTER_KEY'),
     linkSecret: linkSecret(opt('LINK_SECRET')),
     bootstrapToken: opt('BOOTSTRAP_TOKEN'),
-    templatesFile: resolve(opt('TEMPLATES_FILE') ?? new URL('../templates.json', import.meta.url).pathname),
+    templatesFile: resolve(opt('TEMPLATES_FILE') ?? packagePath('templates.json')),
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
     trustProxy: intFrom(env, 'TRUST_PROXY', 0),
     corsOrigins: origins(opt('CORS_ORIGINS')),

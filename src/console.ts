@@ -4,9 +4,9 @@ import { createReadStream, type Stats } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { extname, join, normalize, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packagePath } from './paths';
 
-export const CONSOLE_DIR = fileURLToPath(new URL('../console/dist/', import.meta.url));
+export const CONSOLE_DIR = `${packagePath('console', 'dist')}/`;
 
 /** Paths that belong to the API: never answered with the console, even when nothing else matches. */
 const API_PREFIXES = ['/graphql', '/v1', '/healthz'];

@@ -16,9 +16,9 @@ interface Started {
   settled: Promise<{ code: number | null } | { ready: string }>;
 }
 
-/** Runs `npm start`'s entry point as a real process with only the given environment. */
+/** Runs what `npm start` runs (the bundle of scripts/build-server.mjs) as a real process with only the given environment. */
 function start(env: Record<string, string>, until = 'Try:'): Started {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(process.execPath, ['dist/server/main.js'], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', ...env },
   });

@@ -2,7 +2,7 @@
  * Goal 5, the embedded default as a user runs it: `npm start` (PGlite, filesystem blobs) spawned
  * with a fresh PORT. Time from spawn to the first 200 of /healthz, first on an empty DATA_DIR
  * (migrations, keys, the default organization), then again on that now existing DATA_DIR; idle
- * RSS of the server process (the node process running src/main.ts) once it has answered and
+ * RSS of the server process (the node process running dist/server/main.js, the bundle of src/main.ts) once it has answered and
  * settled, and of the whole process tree `npm start` makes (npm and the server; sh and a launcher
  * too if the start script had them) as the sum of RSS and of PSS (shared pages counted once).
  */
@@ -69,7 +69,7 @@ async function kib(path: string, field: string): Promise<number> {
   return m ? Number(m[1]) * 1024 : 0;
 }
 
-/** The tree under `root`, each with its depth; the server is the deepest process running src/main.ts. */
+/** The tree under `root`, each with its depth; the server is the deepest process running dist/server/main.js. */
 async function tree(root: number): Promise<{ all: (Proc & { depth: number })[]; server?: Proc }> {
   const procs = await processes();
   const all: (Proc & { depth: number })[] = [];
@@ -79,14 +79,14 @@ async function tree(root: number): Promise<{ all: (Proc & { depth: number })[]; 
     for (const c of procs.filter((x) => x.ppid === pid)) walk(c.pid, depth + 1);
   };
   walk(root, 0);
-  const server = all.filter((p) => p.cmdline.includes('src/main.ts')).sort((a, b) => b.depth - a.depth)[0];
+  const server = all.filter((p) => p.cmdline.includes('dist/server/main.js')).sort((a, b) => b.depth - a.depth)[0];
   return { all, server };
 }
 
 async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once('exit', resolve));
-  // Its own process group (detached): the signal reaches npm, the shell, tsx and the server.
+  // Its own process group (detached): the signal reaches npm, the shell and the server.
   process.kill(-child.pid!, 'SIGTERM');
   const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 30_000);
   await exited;
@@ -119,7 +119,7 @@ async function startOnce(repo: string, dataDir: string, settleSeconds: number | 
     if (settleSeconds === undefined) return { ms };
     await sleep(settleSeconds * 1000);
     const { all, server } = await tree(child.pid!);
-    if (!server) throw new Error(`no process running src/main.ts under npm start: ${JSON.stringify(all)}`);
+    if (!server) throw new Error(`no process running dist/server/main.js under npm start: ${JSON.stringify(all)}`);
     let treeRss = 0;
     let treePss = 0;
     for (const p of all) {

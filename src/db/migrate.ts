@@ -4,7 +4,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packagePath } from '../paths';
 
 /**
  * One database session. It must be a single connection (pg.Client, a checked-out PoolClient, or
@@ -17,6 +17,8 @@ export interface MigrationClient {
 
 /** Prisma Migrate's advisory lock id; holding it also keeps the Prisma CLI out while we run. */
 const LOCK_ID = 72707369;
+/** The migrations this version of Berth ships. */
+export const MIGRATIONS_DIR = packagePath('prisma', 'migrations');
 
 // Prisma's DDL, verbatim (schema-engine, PostgreSQL flavour).
 const CREATE_TABLE = `CREATE TABLE IF NOT EXISTS _prisma_migrations (
@@ -68,11 +70,8 @@ interface Row {
  * `_prisma_migrations` row. Returns the names applied (empty when up to date). Refuses to run when
  * the recorded history disagrees with the folder (edited, failed or unknown migrations).
  */
-export async function applyMigrations(
-  client: MigrationClient,
-  dir: string | URL = new URL('../../prisma/migrations', import.meta.url),
-): Promise<string[]> {
-  const migrations = await readMigrations(typeof dir === 'string' ? dir : fileURLToPath(dir));
+export async function applyMigrations(client: MigrationClient, dir: string = MIGRATIONS_DIR): Promise<string[]> {
+  const migrations = await readMigrations(dir);
   await client.query(`SELECT pg_advisory_lock(${LOCK_ID})`);
   try {
     return await applyLocked(client, migrations);
@@ -136,11 +135,8 @@ async function applyLocked(client: MigrationClient, migrations: Migration[]): Pr
  * Migrations of the folder that the database has not finished applying (readiness: another
  * instance may be applying them, or one failed). Any session will do; it takes no lock.
  */
-export async function pendingMigrations(
-  client: MigrationClient,
-  dir: string | URL = new URL('../../prisma/migrations', import.meta.url),
-): Promise<string[]> {
-  const migrations = await readMigrations(typeof dir === 'string' ? dir : fileURLToPath(dir));
+export async function pendingMigrations(client: MigrationClient, dir: string = MIGRATIONS_DIR): Promise<string[]> {
+  const migrations = await readMigrations(dir);
   const { rows } = (await client.query(
     'SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL',
   )) as { rows: { migration_name: string }[] };
