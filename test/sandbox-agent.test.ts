@@ -1,6 +1,7 @@
 // `berth agent` against Berth, both as real processes on loopback (docs/agents.md): join and the
 // stored credential, imports forwarding a real TCP service, in-share sync by the sync rules and a
-// later edit, the out share's last pass before `stopped`, resuming after a kill, exit on removal.
+// later edit, the out share's last pass before `stopped`, resuming after a kill and after the server
+// restarts, exit on removal.
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
@@ -39,6 +40,7 @@ for (const backend of backends) {
     const api = () => client(() => leaseSide.url, BOOTSTRAP);
     let sandboxId: string;
     let joinKey: string;
+    let berthEnv: Record<string, string>;
 
     beforeAll(async () => {
       base = await mkdtemp(join(tmpdir(), 'berth-agent-'));
@@ -70,6 +72,7 @@ for (const backend of backends) {
         }),
       );
       const env: Record<string, string> = { DATA_DIR: dataDir, BOOTSTRAP_TOKEN: BOOTSTRAP, TEMPLATES_FILE: templates };
+      berthEnv = env;
       if (backend === 'postgres') {
         schema = `berth_a_${randomBytes(6).toString('hex')}`;
         Object.assign(env, { DATABASE_URL: process.env.TEST_DATABASE_URL!, DATABASE_SCHEMA: schema });
@@ -179,6 +182,26 @@ for (const backend of backends) {
       const payload = Buffer.from('still there');
       const back = await eventually(() => echoThrough(listen.echo!, payload));
       expect(back.toString()).toBe('still there');
+    });
+
+    it('reconnects when its server restarts and keeps forwarding, wiring nothing twice', async () => {
+      const wired = () => agent!.output().split(`(${envId}): wired`).length - 1;
+      expect(wired()).toBe(1);
+      const connected = () => agent!.output().split('connected to ').length - 1;
+      const before = connected();
+      // The instance the agent talks to stops and starts again on the same port (and data).
+      const port = new URL(agentSide.url).port;
+      await agentSide.kill();
+      await eventually(async () => (agent!.output().includes('reconnecting') ? true : undefined));
+      const restarted = await startBerth({ ...berthEnv, PORT: port });
+      instances.splice(instances.indexOf(agentSide), 1, restarted);
+      if (leaseSide === agentSide) leaseSide = restarted;
+      agentSide = restarted;
+      await eventually(async () => (connected() > before ? true : undefined));
+      const back = await eventually(() => echoThrough(listen.echo!, Buffer.from('after the restart')));
+      expect(back.toString()).toBe('after the restart');
+      // The server sent the configuration again on the new connection: the agent kept what it runs.
+      expect(wired()).toBe(1);
     });
 
     it('brings a file the environment wrote into the out share home by the time it is stopped', async () => {
