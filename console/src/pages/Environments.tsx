@@ -111,12 +111,15 @@ export function EnvironmentsPage() {
         {(data) => {
           const rows = data.environments.nodes.map((e) => live.get(e.id) ?? e);
           const shown = new Set(rows.map((e) => e.id));
-          const newest = rows[0]?.created ?? '';
+          // The list's order is (created, id), newest first: only what sorts before the first row is new.
+          const first = rows[0];
+          const newer = (e: { created: string; id: string }) =>
+            !first || e.created > first.created || (e.created === first.created && e.id > first.id);
           const added =
             pager.page === 1
               ? [...live.values()]
-                  .filter((e) => !shown.has(e.id) && e.created >= newest && matchesFilter(filter, e))
-                  .sort((a, b) => b.created.localeCompare(a.created))
+                  .filter((e) => !shown.has(e.id) && newer(e) && matchesFilter(filter, e))
+                  .sort((a, b) => b.created.localeCompare(a.created) || b.id.localeCompare(a.id))
               : [];
           return (
             <>
