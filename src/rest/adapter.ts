@@ -102,6 +102,21 @@ function checkQuery(route: Route, query: URLSearchParams): void {
   }
 }
 
+/**
+ * URLSearchParams turns a malformed escape or one that is not UTF-8 (`%FF`; `%ED%A0%80`, a lone
+ * surrogate) into U+FFFD and lets it through: the raw query is decoded strictly first, as the path is.
+ */
+function checkQueryEncoding(search: string): void {
+  for (const pair of search.slice(1).split('&')) {
+    try {
+      decodeURIComponent(pair);
+    } catch {
+      const name = pair.split('=', 1)[0]!;
+      throw new BadRequestError(`${/^[\w.-]{1,100}$/.test(name) ? name : 'query'}: malformed percent-encoding in the query (or not UTF-8)`);
+    }
+  }
+}
+
 /** Path parameters, percent-decoded; every value storable. */
 function pathParams(names: string[], match: RegExpExecArray): Record<string, string> {
   const params: Record<string, string> = {};
@@ -199,6 +214,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     }
     const { route, bodyType } = hit.c;
     const params = pathParams(hit.c.pathParams, hit.m);
+    checkQueryEncoding(url.search);
     checkQuery(route, url.searchParams);
     const address = clientAddress(req, deps.config.trustProxy);
     const needsAuth = !isStreamRoute(route) || route.auth === 'bearer';

@@ -19,9 +19,10 @@ import type { Log } from '../deps';
 import type { EventPayload } from '../events';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
+import { findTextIssue } from '../http/text';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
-import { DomainError, ForbiddenError } from '../services/errors';
+import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
 import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
 import { nodeHeartbeat, nodeHello } from '../services/nodes';
@@ -75,6 +76,10 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
         } catch {
           return fail(new DomainError('every frame must be one JSON object with a type', 'bad_request'));
         }
+        // As at every edge (src/http/text.ts): a string PostgreSQL cannot store is refused here,
+        // before a query fails on it (a NUL in a hello's environments was an internal error).
+        const issue = findTextIssue(message, '');
+        if (issue) return fail(new ValidationError(`${issue.field || 'frame'}: ${issue.problem}`, issue.field));
         try {
           switch (message.type) {
             case 'hello':

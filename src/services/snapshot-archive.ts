@@ -10,6 +10,7 @@ import { constants, mkdir, open, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
 import * as tar from 'tar-stream';
+import { ValidationError } from './errors';
 import { type SelectedFile, validateRelativePath } from './sync-rules';
 
 /** The media type of a share's archive on the node HTTP calls (docs/snapshots.md). */
@@ -121,11 +122,10 @@ export class ArchiveCounter extends Transform {
   }
 }
 
+/** A bad archive is its sender's mistake: a node's PUT of one is answered `422 invalid`, not a 500. */
 function archiveError(err: Error): Error {
-  if (/unexpected end/i.test(err.message)) return new Error('snapshot archive is truncated');
-  return err.message.startsWith('snapshot archive') || err.name === 'ValidationError'
-    ? err
-    : new Error(`snapshot archive is invalid: ${err.message}`);
+  if (/unexpected end/i.test(err.message)) return new ValidationError('snapshot archive is truncated');
+  return new ValidationError(err.message.startsWith('snapshot archive') ? err.message : `snapshot archive is invalid: ${err.message}`);
 }
 
 /**
