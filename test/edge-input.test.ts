@@ -119,6 +119,16 @@ describeBackends('input at the edges', (backend) => {
     expect(object.body.error).toBe('labels: must be an object');
     const item = await admin.post('/v1/environments', { template: 'default', restore: ['a', 7] });
     expect(item.body.error).toBe('restore[1]: must be a string');
+    // Routes with handlers of their own (join, exec) follow the same rules.
+    const join = client(url);
+    const extra = await join.post('/v1/sandboxes/join', { key: 'bjk_x', keey: 'y' });
+    expect(extra).toMatchObject({ status: 422, body: { code: 'invalid' } });
+    expect(extra.body.error).toMatch(/^keey: unknown field/);
+    expect((await join.post('/v1/sandboxes/join', { key: 7 })).body.error).toBe('key: must be a string');
+    const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+    const exec = await admin.post(`/v1/environments/${env.id}/exec`, { command: 'ls' });
+    expect(exec).toMatchObject({ status: 422, body: { code: 'invalid', error: 'command: must be an array of strings' } });
+    expect((await admin.post(`/v1/environments/${env.id}/exec`, { command: ['ls'], cwd: '/' })).body.error).toMatch(/^cwd: unknown field/);
   });
 
   it('bounds what error messages echo, and the number of restore keys', async () => {

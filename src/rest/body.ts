@@ -112,6 +112,14 @@ function checkFields(
   }
 }
 
+/**
+ * Checks the JSON body of a route with a handler of its own (no GraphQL variable) by the same rules:
+ * `fields` names each field's input type; any other field is refused.
+ */
+export function checkBodyFields(body: Record<string, unknown>, fields: Record<string, GraphQLInputType>): void {
+  checkFields(body, Object.fromEntries(Object.entries(fields).map(([name, type]) => [name, { type }])), '');
+}
+
 /** Checks a whole JSON body against the input type of the route's body variable. */
 export function checkBody(body: Record<string, unknown>, type: GraphQLInputType): void {
   const inner = getNullableType(type);

@@ -1,12 +1,14 @@
 import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream';
+import { GraphQLInt, GraphQLList, GraphQLNonNull, GraphQLString } from 'graphql';
 import { graphql } from '../../generated/gql';
 import type { Exec, Snapshot } from '../../generated/prisma/client';
 import { sendJson } from '../../http/respond';
-import { BadRequestError, DomainError, ValidationError } from '../../services/errors';
+import { BadRequestError, DomainError } from '../../services/errors';
 import { runCommand } from '../../services/exec';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../services/nodes';
 import { ARCHIVE_CONTENT_TYPE } from '../../services/snapshot-archive';
+import { checkBodyFields } from '../body';
 import { readJsonBody } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
@@ -197,6 +199,7 @@ export const nodeRoutes: Route[] = [
     },
     async handle(req, res, { ctx, params }) {
       const body = await readJsonBody(req);
+      checkBodyFields(body, { root: new GraphQLNonNull(GraphQLString), files: new GraphQLNonNull(GraphQLInt) });
       const env = await nodeRecordRestored(ctx!.deps, ctx!.actor, params.id!, body);
       sendJson(res, 200, { id: env.id, name: env.name, state: env.state, node: env.node, restored: env.restored });
     },
@@ -237,8 +240,7 @@ export const execRoute: Route = {
   },
   async handle(req, res, { ctx, params }) {
     const body = await readJsonBody(req);
-    const extra = Object.keys(body).filter((k) => k !== 'command');
-    if (extra.length) throw new ValidationError(`unknown field ${JSON.stringify(extra[0])}; known: command`, extra[0]);
+    checkBodyFields(body, { command: new GraphQLNonNull(new GraphQLList(new GraphQLNonNull(GraphQLString))) });
     const gone = new AbortController();
     res.once('close', () => gone.abort());
     const events = await runCommand(ctx!.deps, ctx!.actor, params.id!, body.command, gone.signal);

@@ -1,6 +1,8 @@
+import { GraphQLNonNull, GraphQLString } from 'graphql';
 import { graphql } from '../../generated/gql';
 import { sendJson } from '../../http/respond';
 import { joinSandbox, type SandboxRecord } from '../../services/sandboxes';
+import { checkBodyFields } from '../body';
 import { readJsonBody, stripNulls } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
@@ -90,6 +92,7 @@ export const sandboxRoutes: Route[] = [
     },
     handle: async (req, res, { deps, clientAddress }) => {
       const body = await readJsonBody(req);
+      checkBodyFields(body, { key: new GraphQLNonNull(GraphQLString) });
       const joined = await joinSandbox(deps, { key: body.key }, { address: clientAddress });
       sendJson(res, 201, stripNulls({ sandbox: sandboxJson(joined.sandbox), config: joined.config, credential: joined.credential }));
     },
