@@ -256,7 +256,9 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
       try {
         await run(req, res, url);
       } catch (error) {
-        if (res.headersSent) res.destroy(error as Error);
+        // The client went away mid-request (a reset, a stalled body cut): nobody to answer.
+        if (req.destroyed && !req.complete) res.destroy();
+        else if (res.headersSent) res.destroy(error as Error);
         else {
           // Answered before the whole body was read: close rather than read the rest.
           if (!req.complete) res.setHeader('connection', 'close');

@@ -4,6 +4,8 @@ import { BadRequestError, DomainError, PayloadTooLargeError, ValidationError } f
 
 /** A JSON body that stops arriving for this long is answered 408 (requests as a whole have no time limit, for uploads). */
 export const BODY_IDLE_MS = 30_000;
+/** A streamed upload (an artifact, a snapshot archive) that receives nothing for this long is cut. */
+export const UPLOAD_IDLE_MS = 5 * 60 * 1000;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 

@@ -15,7 +15,7 @@ import {
   type UploadParams,
 } from '../../services/artifacts';
 import { fragmentsOf, operationOf } from '../adapter';
-import { stripNulls } from '../http';
+import { stripNulls, UPLOAD_IDLE_MS } from '../http';
 import { type JsonSchema, selectionSchema } from '../json-schema';
 import { contentDisposition, etagMatches, parseRange } from '../range';
 import { PAGE_PARAMS, type Param, type Route, type StreamRoute } from '../route';
@@ -29,9 +29,6 @@ graphql(`
 `);
 
 const ArtifactById = graphql(`query RestArtifact($id: ID!) { artifact(id: $id) { ...ArtifactFields } }`);
-
-/** An upload that receives nothing for this long is cut (the whole request has no time limit). */
-const UPLOAD_IDLE_MS = 5 * 60 * 1000;
 
 const UPLOAD_PARAMS: Param[] = [
   { name: 'name', in: 'query', type: 'string', description: 'name to store it under (default: the artifact id); up to 255 characters' },

@@ -9,7 +9,7 @@ import { runCommand } from '../../services/exec';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../services/nodes';
 import { ARCHIVE_CONTENT_TYPE } from '../../services/snapshot-archive';
 import { checkBodyFields } from '../body';
-import { readJsonBody } from '../http';
+import { readJsonBody, UPLOAD_IDLE_MS } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
 
@@ -116,6 +116,7 @@ export const nodeRoutes: Route[] = [
     },
     async handle(req, res, { ctx, params }) {
       requireArchive(req);
+      req.setTimeout(UPLOAD_IDLE_MS);
       const { snapshot, created } = await nodeSaveShare(ctx!.deps, ctx!.actor, params.lease!, params.share!, req);
       sendJson(res, created ? 201 : 200, snapshotJson(snapshot));
     },
