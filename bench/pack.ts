@@ -1,0 +1,67 @@
+/**
+ * The packer alone (src/store/pack.ts: SHA-256, AES-256-GCM off the main thread, the filesystem
+ * store with fdatasync), no HTTP and no database, against the one-thread limit of
+ * bench/artifacts.ts measured in the same run: how much of the artifact path's gap to that limit
+ * is the packer's own.
+ *
+ *   npx tsx bench/pack.ts [MiB]        (default 256; the source hands over 64 KiB pieces, as HTTP does)
+ */
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { FsBlobStore } from '../src/store/fs-store';
+import { packStream, unpackStream } from '../src/store/pack';
+
+const MB = 1e6;
+const total = Number(process.argv[2] ?? 256) * 1024 * 1024;
+const piece = randomBytes(64 * 1024);
+const rate = (ms: number) => total / MB / (ms / 1000);
+
+function source(): Readable {
+  let sent = 0;
+  return new Readable({
+    read() {
+      if (sent >= total) return void this.push(null);
+      sent += piece.length;
+      this.push(Buffer.from(piece)); // a fresh buffer per piece, as a socket gives
+    },
+  });
+}
+
+/** One thread: SHA-256 and AES-256-GCM over the same bytes in 4 MiB chunks (bench/artifacts-client.ts). */
+function limitMs(key: Buffer): number {
+  const chunk = randomBytes(4 * 1024 * 1024);
+  const started = performance.now();
+  const hash = createHash('sha256');
+  for (let done = 0; done < total; done += chunk.length) {
+    hash.update(chunk);
+    const cipher = createCipheriv('aes-256-gcm', key, randomBytes(12));
+    cipher.update(chunk);
+    cipher.final();
+    cipher.getAuthTag();
+  }
+  hash.digest();
+  return performance.now() - started;
+}
+
+const dir = await mkdtemp(join(tmpdir(), 'berth-bench-pack-'));
+try {
+  const store = new FsBlobStore(dir);
+  const key = randomBytes(32);
+  const limit = rate(limitMs(key));
+  let started = performance.now();
+  const packed = await packStream({ store, prefix: 'o/p/bench', objectId: 'bench', key, keyVersion: 1, source: source() });
+  const pack = rate(performance.now() - started);
+  started = performance.now();
+  const { stream } = await unpackStream({ store, manifest: packed.manifest, objectId: 'bench', key });
+  for await (const _ of stream);
+  const unpack = rate(performance.now() - started);
+  const f = (n: number) => n.toFixed(0);
+  console.log(`${total / 1024 / 1024} MiB, filesystem store: one-thread limit ${f(limit)} MB/s`);
+  console.log(`  pack    ${f(pack)} MB/s   ${(pack / limit).toFixed(2)}x the limit`);
+  console.log(`  unpack  ${f(unpack)} MB/s   ${(unpack / limit).toFixed(2)}x the limit`);
+} finally {
+  await rm(dir, { recursive: true, force: true });
+}
