@@ -1,8 +1,7 @@
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
-import { environmentFilter } from '../services/environment-filter';
 import { shareEnvironments, watchEnvironment, watchEnvironments } from '../services/environment-watch';
-import { createEnvironment, findEnvironment, keepAlive, stopEnvironment } from '../services/environments';
+import { createEnvironment, findEnvironment, keepAlive, listEnvironments, stopEnvironment } from '../services/environments';
 import {
   type Export as ExportShape,
   exportsOf,
@@ -12,7 +11,6 @@ import {
   sharesOf,
   type WiredShare,
 } from '../services/json-columns';
-import { pageOf, pageQuery } from '../services/paging';
 import { builder } from './builder';
 import { connectionOf } from './paging';
 
@@ -138,15 +136,7 @@ builder.queryFields((t) => ({
     type: EnvironmentRef,
     description: 'Newest first; pages of 1-500 (default 50)',
     args: { filter: t.arg({ type: EnvironmentFilterInput }) },
-    resolve: async (_root, args, ctx) => {
-      const page = pageQuery(args, 'env');
-      const rows = await ctx.deps.prisma.environment.findMany({
-        where: { AND: [(await environmentFilter(ctx.deps, ctx.actor, args.filter ?? {})).where, page.where] },
-        orderBy: page.orderBy,
-        take: page.take,
-      });
-      return connectionOf(pageOf(rows, page.size), args);
-    },
+    resolve: async (_root, args, ctx) => connectionOf(await listEnvironments(ctx.deps, ctx.actor, args), args),
   }),
 }));
 

@@ -4,9 +4,11 @@ import type { Environment, Exec, Prisma as P } from '../generated/prisma/client'
 import { requireMember } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
+import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
 import { ConflictError, NotFoundError, UnavailableError, ValidationError } from './errors';
 import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from './labels';
 import { generateName, newId } from './names';
+import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { admitUnderQuota, quotasFor } from './quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
 import { findTemplate, poolOf } from './templates';
@@ -295,4 +297,17 @@ export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, aft
       await recorded.return?.();
     }
   })();
+}
+
+/** A page of the organization's environments, newest first, by the one environment filter (environment-filter.ts). */
+export async function listEnvironments(
+  deps: Deps,
+  actor: Actor,
+  input: PageArgs & { filter?: EnvironmentFilterInput | null },
+): Promise<Page<Environment>> {
+  requireMember(actor);
+  const page = pageQuery(input, 'env');
+  const { where } = await environmentFilter(deps, actor, input.filter ?? {});
+  const rows = await deps.prisma.environment.findMany({ where: { AND: [where, page.where] }, orderBy: page.orderBy, take: page.take });
+  return pageOf(rows, page.size);
 }
