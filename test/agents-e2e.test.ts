@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -19,6 +19,17 @@ import {
 import { BOOTSTRAP, client } from './helpers/server';
 
 const _root = new URL('..', import.meta.url).pathname;
+
+/** Files under `dir` (recursively) whose bytes contain `needle`. */
+async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
+  const hits: string[] = [];
+  for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile()) continue;
+    const file = join(entry.parentPath, entry.name);
+    if ((await readFile(file)).includes(needle)) hits.push(file);
+  }
+  return hits;
+}
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
 
 for (const backend of backends) {
@@ -171,9 +182,11 @@ for (const backend of backends) {
       expect(back.toString()).toBe('again');
     });
 
-    it('an out-share file is in the sandbox folder by the time the environment is stopped; the snapshot restores next time', async () => {
+    it('an out-share file is in the sandbox folder by the time the environment is stopped; the snapshot restores next time; the server keeps no plain byte', async () => {
       const out = join(nodeDir, envId, 'workspace', 'out');
       await writeFile(join(out, 'result.txt'), 'built on the node\n');
+      const marker = `plain-${randomBytes(12).toString('hex')}`;
+      await writeFile(join(out, 'marker.txt'), marker);
       expect((await api().del(`/v1/environments/${envId}`)).status).toBe(200);
       await until(envId, 'stopped');
       expect(await readFile(join(sandboxDir, 'results', 'result.txt'), 'utf8')).toBe('built on the node\n');
@@ -183,6 +196,10 @@ for (const backend of backends) {
       expect(restored.restored).toMatchObject({ key: `e2e-${backend}` });
       expect(await readFile(join(nodeDir, restored.id, 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built on the node\n');
       expect(await readFile(join(nodeDir, restored.id, 'workspace', 'src', 'main.txt'), 'utf8')).toBe('version 2\n');
+      expect(await readFile(join(nodeDir, restored.id, 'workspace', 'out', 'marker.txt'), 'utf8')).toBe(marker);
+      // The bytes went through the server (relayed to the sandbox, saved and restored as a snapshot)
+      // and none of them is stored there in the clear: not in its blobs, not in its database files.
+      expect(await filesContaining(join(base, 'data'), Buffer.from(marker))).toEqual([]);
       envId = restored.id;
     });
 
