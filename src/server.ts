@@ -16,6 +16,7 @@ import { corsPolicy } from './http/cors';
 import { sendLiveness, sendReadiness } from './http/health';
 import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
 import { sendError } from './http/respond';
+import { queryEncodingProblem } from './http/text';
 import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
@@ -87,6 +88,8 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping);
       if (path === '/graphql') {
+        const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
+        if (encoding) return sendError(res, 400, encoding, 'bad_request');
         if (req.method !== 'POST') return void (await graphql.handle(req, res, { req }));
         const handOver = await graphqlPost.handle(req, res);
         if (!handOver) return;

@@ -72,6 +72,15 @@ describeBackends('GraphQL edge', (backend) => {
     await ws.dispose();
   });
 
+  it('refuses a query string that is not well-formed UTF-8, as REST does', async () => {
+    for (const bad of ['%FF', '%ED%A0%80', '%zz']) {
+      const res = await admin.get(`/graphql?query=${bad}`);
+      expect(res).toMatchObject({ status: 400, body: { code: 'bad_request', error: expect.stringContaining('query: malformed') } });
+    }
+    const good = await admin.get(`/graphql?query=${encodeURIComponent('{ viewer { name } }')}`, { accept: 'application/json' });
+    expect(good).toMatchObject({ status: 200, body: { data: { viewer: { name: 'admin@berth.local' } } } });
+  });
+
   it('answers 406, 413 and 415 with an error body', async () => {
     const huge = await admin.post('/graphql', { query: '{ viewer { name } }', variables: { x: 'x'.repeat(2 * 1024 * 1024) } });
     expect(huge).toMatchObject({ status: 413, body: { error: expect.any(String), code: 'too_large' } });

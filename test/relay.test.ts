@@ -1,6 +1,7 @@
 // The relay endpoint's checks (docs/agents.md, "The relay"): every refusal is an HTTP answer
 // `{error, code}` before the upgrade.
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
 import { echoServer, eventually } from './helpers/processes';
@@ -61,6 +62,21 @@ describeBackends('relay checks', (backend) => {
       code: 'invalid',
     });
     expect(await refusal(credential, { environment: envId, kind: 'share', share: 'out' })).toEqual({ status: 101, code: 'upgraded' });
+    // A query that is not well-formed UTF-8 is refused as on every route (not read as U+FFFD).
+    const raw = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const ws = new WebSocket(`${s.url.replace('http', 'ws')}/v1/relay?environment=${envId}&kind=import&service=%ED%A0%80`, {
+        headers: { authorization: `Bearer ${credential}` },
+      });
+      ws.once('open', () => reject(new Error('upgraded')));
+      ws.once('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      ws.once('error', () => undefined);
+    });
+    expect(raw.status).toBe(400);
+    expect(JSON.parse(raw.body)).toMatchObject({ code: 'bad_request', error: expect.stringContaining('service: malformed') });
   });
 
   it('counts relay traffic as activity: a tunnel in use outlives the idle time-out, an environment without traffic ends idle', async () => {

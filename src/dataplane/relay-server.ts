@@ -24,10 +24,11 @@ import type { Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
+import { queryEncodingProblem } from '../http/text';
 import { statusOf } from '../rest/status';
 import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
-import { DomainError, NotFoundError, UnavailableError } from '../services/errors';
+import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
 import { authorizeRelay, recordOutSynced, recordRelayActivity, recordRelayed, relayActivityStep } from '../services/relay';
 import { environmentRoot } from './layout';
@@ -62,8 +63,16 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
   const live = new Set<WebSocket>();
   const pending = new Map<string, Pending>();
 
-  const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+  /** The request's URL; a query that is not well-formed UTF-8 is refused, as on every route. */
+  const urlOf = (req: IncomingMessage) => {
     const url = new URL(req.url ?? '/', 'http://relay');
+    const problem = queryEncodingProblem(url.search);
+    if (problem) throw new BadRequestError(problem);
+    return url;
+  };
+
+  const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = urlOf(req);
     const q = (name: string) => url.searchParams.get(name);
     const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
     const { env, job } = await authorizeRelay(deps, actor, {
@@ -152,7 +161,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
   };
 
   const acceptNode = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const url = new URL(req.url ?? '/', 'http://relay');
+    const url = urlOf(req);
     const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
     const nodeId = requireNodeAgent(actor);
     const waiting = pending.get(url.searchParams.get('relay') ?? '');

@@ -61,3 +61,20 @@ export function findTextIssue(value: unknown, field: string): TextIssue | null {
   }
   return null;
 }
+
+/**
+ * What is wrong with a URL's query (`?a=b&…`), or null: URLSearchParams turns a malformed escape,
+ * or one that is not UTF-8 (`%FF`; `%ED%A0%80`, a lone surrogate), into U+FFFD and lets it
+ * through, so every edge that reads a query decodes it strictly first, as the REST path is.
+ */
+export function queryEncodingProblem(search: string): string | null {
+  for (const pair of search.replace(/^\?/, '').split('&')) {
+    try {
+      decodeURIComponent(pair);
+    } catch {
+      const name = pair.split('=', 1)[0]!;
+      return `${/^[\w.-]{1,100}$/.test(name) ? name : 'query'}: malformed percent-encoding in the query (or not UTF-8)`;
+    }
+  }
+  return null;
+}

@@ -14,7 +14,7 @@ import {
 import type { Context, Deps } from '../context';
 import { clientAddress } from '../http/client-address';
 import { sendError, sendJson } from '../http/respond';
-import { textProblem } from '../http/text';
+import { queryEncodingProblem, textProblem } from '../http/text';
 import { type CompiledOperation, compileOperations } from '../schema/compiled';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
@@ -98,21 +98,6 @@ function checkQuery(route: Route, query: URLSearchParams): void {
     for (const value of values) {
       const problem = textProblem(value);
       if (problem) throw new ValidationError(`${key}: ${problem}`, key);
-    }
-  }
-}
-
-/**
- * URLSearchParams turns a malformed escape or one that is not UTF-8 (`%FF`; `%ED%A0%80`, a lone
- * surrogate) into U+FFFD and lets it through: the raw query is decoded strictly first, as the path is.
- */
-function checkQueryEncoding(search: string): void {
-  for (const pair of search.slice(1).split('&')) {
-    try {
-      decodeURIComponent(pair);
-    } catch {
-      const name = pair.split('=', 1)[0]!;
-      throw new BadRequestError(`${/^[\w.-]{1,100}$/.test(name) ? name : 'query'}: malformed percent-encoding in the query (or not UTF-8)`);
     }
   }
 }
@@ -214,7 +199,8 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     }
     const { route, bodyType } = hit.c;
     const params = pathParams(hit.c.pathParams, hit.m);
-    checkQueryEncoding(url.search);
+    const encoding = queryEncodingProblem(url.search);
+    if (encoding) throw new BadRequestError(encoding);
     checkQuery(route, url.searchParams);
     const address = clientAddress(req, deps.config.trustProxy);
     const needsAuth = !isStreamRoute(route) || route.auth === 'bearer';
