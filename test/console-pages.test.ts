@@ -2,15 +2,11 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot, signIn } from './helpers/browser';
+import { CONSOLE_TEMPLATES, type ConsolePage, launchBrowser, navigate, openConsole, rowOf, screenshot, signIn } from './helpers/browser';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
-const templatesFile = new URL('./fixtures/templates-console.json', import.meta.url).pathname;
 /** Environments per page of the console's list (PAGE_SIZE in console/src/pages/Environments.tsx). */
 const PAGE_SIZE = 25;
-
-/** The row of a table whose name (its link) is exactly `name`. */
-const rowOf = (page: Page, name: string) => page.getByRole('row').filter({ has: page.getByRole('link', { name, exact: true }) });
 
 // An admin's session in the built console: an environment's page with an error and with a sandbox
 // wired, every field of the New environment form, and the pages of the Environments list.
@@ -22,7 +18,7 @@ describeBackends('web console: environment pages, the full form and paging', (ba
   const admin = client(() => s.url, BOOTSTRAP);
 
   beforeAll(async () => {
-    s = await startServer(backend, { TEMPLATES_FILE: templatesFile });
+    s = await startServer(backend, { TEMPLATES_FILE: CONSOLE_TEMPLATES });
     browser = await launchBrowser();
     c = await openConsole(browser, s.url);
     page = c.page;

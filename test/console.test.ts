@@ -4,16 +4,22 @@ import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot, signIn, subscribed } from './helpers/browser';
+import {
+  CONSOLE_TEMPLATES,
+  type ConsolePage,
+  launchBrowser,
+  navigate,
+  openConsole,
+  rowOf,
+  screenshot,
+  signIn,
+  subscribed,
+} from './helpers/browser';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 import { startTcpGate, type TcpGate } from './helpers/tcp-gate';
 
 const run = promisify(execFile);
-const templatesFile = new URL('./fixtures/templates-console.json', import.meta.url).pathname;
 const MiB = 1024 * 1024;
-
-/** The row of a table whose name (its link) is exactly `name`. */
-const rowOf = (page: Page, name: string) => page.getByRole('row').filter({ has: page.getByRole('link', { name, exact: true }) });
 
 // An admin's session in the built console, in headless Chromium, against a Berth started here.
 // The browser talks to Berth through a TCP gate that can hold an upload mid-way.
@@ -28,7 +34,7 @@ describeBackends('web console: an admin', (backend) => {
   const requested: string[] = [];
 
   beforeAll(async () => {
-    s = await startServer(backend, { TEMPLATES_FILE: templatesFile });
+    s = await startServer(backend, { TEMPLATES_FILE: CONSOLE_TEMPLATES });
     gate = await startTcpGate(s.url);
     browser = await launchBrowser();
     c = await openConsole(browser, gate.url);

@@ -7,6 +7,9 @@ import { type Browser, type BrowserContext, chromium, type Page } from 'playwrig
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 /** Screenshots of the console's pages, for people to look at (ignored by git). */
+/** The templates catalog the console suites start Berth with. */
+export const CONSOLE_TEMPLATES = join(import.meta.dirname, '..', 'fixtures', 'templates-console.json');
+
 export const SCREENSHOTS = join(import.meta.dirname, '..', '..', 'test-results', 'console');
 
 export async function launchBrowser(): Promise<Browser> {
@@ -95,3 +98,6 @@ export async function navigate(page: Page, link: string): Promise<void> {
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: link, exact: true }).click();
   await page.getByRole('heading', { level: 1, name: link }).waitFor();
 }
+
+/** The row of a table whose name (its link) is exactly `name`. */
+export const rowOf = (page: Page, name: string) => page.getByRole('row').filter({ has: page.getByRole('link', { name, exact: true }) });
