@@ -97,7 +97,8 @@ describeBackends('web console: environment pages, the full form and paging', (ba
     expect(env.shares).toHaveLength(2);
 
     await openEnvironment(env.name);
-    // The sandbox by its id, a link to its page.
+    // The sandbox by its name, a link to its page.
+    await field('Sandbox').getByRole('link', { name: 'pages-box', exact: true }).waitFor();
     expect(await field('Sandbox').getByRole('link').getAttribute('href')).toBe(`/sandboxes/${sandbox.id}`);
     const exports = page.getByRole('region', { name: 'Exports' });
     await exports.waitFor();
@@ -172,7 +173,7 @@ describeBackends('web console: environment pages, the full form and paging', (ba
     // Its page shows what was asked for, and what it was restored from once known.
     expect(await field('Project').textContent()).toBe('web');
     expect(await field('Snapshot').textContent()).toBe('next/1');
-    expect(await field('Sandbox').textContent()).toBe(sandbox.id);
+    await field('Sandbox').getByRole('link', { name: 'pages-box', exact: true }).waitFor();
     await field('Restored')
       .getByText(/^base\/1 \(/)
       .waitFor();

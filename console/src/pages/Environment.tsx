@@ -1,6 +1,7 @@
 import { useState } from 'react';
 import { Link } from 'wouter';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
+import { SandboxLink } from '../components/SandboxLink';
 import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
 import { millis, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -139,14 +140,7 @@ function EnvironmentView({ id }: { id: string }) {
                   ['Template', e.template],
                   ['Pool', e.pool],
                   ['Node', e.node],
-                  [
-                    'Sandbox',
-                    e.sandbox ? (
-                      <Link key="sb" href={`/sandboxes/${e.sandbox}`}>
-                        {e.sandbox}
-                      </Link>
-                    ) : null,
-                  ],
+                  ['Sandbox', e.sandbox ? <SandboxLink key="sb" id={e.sandbox} /> : null],
                   ['Project', e.project],
                   ['Labels', <Labels key="l" labels={e.labels} />],
                   ['Created by', e.createdBy],

@@ -1,6 +1,7 @@
 import { type FormEvent, useMemo, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
 import { useQueryAnswer } from '../answers';
+import { SandboxLink } from '../components/SandboxLink';
 import { Failure, Field, Labels, LiveNotice, Page, Pager, QueryState, StateBadge, Table, usePager } from '../components/ui';
 import { millis, parsePairs, when } from '../format';
 import { graphql } from '../generated/gql';
@@ -134,7 +135,7 @@ export function EnvironmentsPage() {
                       <StateBadge state={env.state} />
                     </td>
                     <td>{env.node ?? '–'}</td>
-                    <td>{env.sandbox ? <Link href={`/sandboxes/${env.sandbox}`}>{env.sandbox}</Link> : '–'}</td>
+                    <td>{env.sandbox ? <SandboxLink id={env.sandbox} /> : '–'}</td>
                     <td>
                       <Labels labels={env.labels} />
                     </td>
