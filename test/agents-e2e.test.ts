@@ -11,6 +11,7 @@ import {
   echoServer,
   echoThrough,
   eventually,
+  forwarding,
   type Proc,
   spawnNode,
   startBerth,
@@ -157,6 +158,7 @@ for (const backend of backends) {
       const back = await eventually(() => echoThrough(listen.echo!, payload));
       expect(back.equals(payload)).toBe(true);
       if (withPostgres) {
+        await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
         const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
         await db.connect();
         try {

@@ -16,6 +16,7 @@ import {
   echoServer,
   echoThrough,
   eventually,
+  forwarding,
   type Proc,
   spawnNode,
   startBerth,
@@ -165,6 +166,7 @@ for (const backend of backends) {
       const back = await eventually(() => echoThrough(listen.echo!, payload));
       expect(back.equals(payload)).toBe(true);
       if (withPostgres) {
+        await forwarding(agent!, envId, 'postgres', listen.postgres!);
         const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
         await db.connect();
         try {

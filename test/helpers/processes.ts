@@ -160,3 +160,13 @@ export async function writeSandboxTree(dir: string): Promise<void> {
   await writeFile(join(dir, 'app', 'dist', 'bundle.js'), 'console.log("included");\n');
   await writeFile(join(dir, 'secrets', 'dev.env'), 'TOKEN=abc\n');
 }
+
+/**
+ * Waits until `agent` (a `berth agent` process) listens for `service` of `envId` on loopback `port`.
+ * Each test server picks the same ports for the same targets (5432 -> 15432), so an agent of a suite
+ * running beside this one may hold the port for a while; until this agent says it listens, a
+ * connection to the port may reach the other one.
+ */
+export function forwarding(agent: Proc, envId: string, service: string, port: number): Promise<RegExpExecArray> {
+  return agent.waitFor(new RegExp(`\\(${envId}\\): forwarding ${service}: 127\\.0\\.0\\.1:${port} `));
+}
