@@ -4,7 +4,8 @@
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { defaultMigrationsDir, diffMigrationsToSchema, MIGRATION_LOCK } from '../src/db/schema-engine.js';
+import { MIGRATIONS_DIR } from '../src/db/migrate.js';
+import { diffMigrationsToSchema, MIGRATION_LOCK } from '../src/db/schema-engine.js';
 
 function utcStamp(d = new Date()): string {
   return d.toISOString().replace(/[-:T]/g, '').slice(0, 14);
@@ -28,11 +29,11 @@ async function main(): Promise<number> {
     return 0;
   }
   const dirName = `${utcStamp()}_${name}`;
-  const dir = join(defaultMigrationsDir, dirName);
+  const dir = join(MIGRATIONS_DIR, dirName);
   if (existsSync(dir)) throw new Error(`migration directory already exists: ${dir}`);
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'migration.sql'), sql);
-  await writeFile(join(defaultMigrationsDir, 'migration_lock.toml'), MIGRATION_LOCK);
+  await writeFile(join(MIGRATIONS_DIR, 'migration_lock.toml'), MIGRATION_LOCK);
   console.log(`wrote prisma/migrations/${dirName}/migration.sql`);
   return 0;
 }

@@ -6,10 +6,10 @@ import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { applyMigrations } from '../src/db/migrate.js';
-import { defaultMigrationsDir, diagnoseMigrationHistory, diffMigrationsToSchema } from '../src/db/schema-engine.js';
+import { applyMigrations, MIGRATIONS_DIR } from '../src/db/migrate.js';
+import { diagnoseMigrationHistory, diffMigrationsToSchema } from '../src/db/schema-engine.js';
 
-const checkedIn = (await readdir(defaultMigrationsDir, { withFileTypes: true }))
+const checkedIn = (await readdir(MIGRATIONS_DIR, { withFileTypes: true }))
   .filter((e) => e.isDirectory())
   .map((e) => e.name)
   .sort();
@@ -23,7 +23,7 @@ const EXTRA = '99990101000000_extra';
 let fixtureDir: string;
 beforeAll(async () => {
   fixtureDir = await mkdtemp(join(tmpdir(), 'berth-migrations-'));
-  await cp(defaultMigrationsDir, fixtureDir, { recursive: true });
+  await cp(MIGRATIONS_DIR, fixtureDir, { recursive: true });
   await mkdir(join(fixtureDir, EXTRA));
   await writeFile(
     join(fixtureDir, EXTRA, 'migration.sql'),
@@ -78,7 +78,7 @@ function runnerTests(fresh: () => Promise<Db>) {
     for (const [i, row] of rows.rows.entries()) {
       expect(row).toMatchObject({
         migration_name: checkedIn[i],
-        checksum: await sha256(defaultMigrationsDir, checkedIn[i]!),
+        checksum: await sha256(MIGRATIONS_DIR, checkedIn[i]!),
         applied_steps_count: 1,
         rolled_back_at: null,
         logs: null,

@@ -18,7 +18,6 @@ import pg from 'pg';
 import { packagePath } from '../paths';
 import { MIGRATIONS_DIR } from './migrate';
 
-export const defaultMigrationsDir = MIGRATIONS_DIR;
 export const defaultSchemaPath = packagePath('prisma', 'schema.prisma');
 
 /** migration_lock.toml as Prisma writes it; the engine refuses a migrations folder without one. */
@@ -157,7 +156,7 @@ async function withEngine<T>(
 }
 
 /** Reads the migrations folder the way the Prisma CLI does (directories sorted by name). */
-export async function readMigrationList(dir = defaultMigrationsDir): Promise<MigrationList> {
+export async function readMigrationList(dir = MIGRATIONS_DIR): Promise<MigrationList> {
   const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
   const names = entries
     .filter((e) => e.isDirectory())
