@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-export const SERVER_ENTRY = join(root, 'dist', 'server', 'main.js');
+const SERVER_ENTRY = join(root, 'dist', 'server', 'main.js');
 
 async function newestSource() {
   let newest = 0;
@@ -21,13 +21,11 @@ async function newestSource() {
   return newest;
 }
 
-/** Builds dist/server/ unless it is newer than every source; answers whether it built. */
-export async function buildServer() {
-  const built = await stat(SERVER_ENTRY).then(
-    (s) => s.mtimeMs,
-    () => 0,
-  );
-  if (built > (await newestSource())) return false;
+const built = await stat(SERVER_ENTRY).then(
+  (s) => s.mtimeMs,
+  () => 0,
+);
+if (built <= (await newestSource())) {
   // Chunk names carry content hashes: a clean folder holds no chunk of an earlier build.
   await rm(join(root, 'dist', 'server'), { recursive: true, force: true });
   // Loaded only to build: the usual start finds the bundle fresh and goes on at once.
@@ -44,7 +42,4 @@ export async function buildServer() {
     packages: 'external',
     logLevel: 'warning',
   });
-  return true;
 }
-
-if (process.argv[1] === fileURLToPath(import.meta.url)) await buildServer();
