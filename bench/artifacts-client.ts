@@ -4,8 +4,9 @@
 //   download <base url> <token> <id>      GET /v1/artifacts/{id}/content
 //   limit    <bytes>                      the machine's limit: SHA-256 + AES-256-GCM, 4 MiB chunks, one thread
 // Upload and download hash what goes over the wire (on this process's core) to check the server's sha256.
-import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
+import { limitMs } from './limit';
 
 const BLOCK = randomBytes(4 * 1024 * 1024);
 
@@ -63,22 +64,6 @@ function download(id: string): Promise<object> {
   });
 }
 
-function limit(size: number): object {
-  const key = randomBytes(32);
-  const hash = createHash('sha256');
-  const started = process.hrtime.bigint();
-  for (let done = 0; done < size; done += BLOCK.length) {
-    const piece = BLOCK.subarray(0, Math.min(BLOCK.length, size - done));
-    hash.update(piece);
-    const cipher = createCipheriv('aes-256-gcm', key, randomBytes(12));
-    cipher.update(piece);
-    cipher.final();
-    cipher.getAuthTag();
-  }
-  hash.digest();
-  return { ms: Number(process.hrtime.bigint() - started) / 1e6 };
-}
-
 const [mode, base, token, arg] = process.argv.slice(2);
-const result = mode === 'upload' ? await upload(Number(arg)) : mode === 'download' ? await download(arg!) : limit(Number(base));
+const result = mode === 'upload' ? await upload(Number(arg)) : mode === 'download' ? await download(arg!) : { ms: limitMs(Number(base)) };
 process.stdout.write(`${JSON.stringify(result)}\n`);

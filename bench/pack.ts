@@ -1,18 +1,19 @@
 /**
  * The packer alone (src/store/pack.ts: SHA-256, AES-256-GCM off the main thread, the filesystem
- * store with fdatasync), no HTTP and no database, against the one-thread limit of
- * bench/artifacts.ts measured in the same run: how much of the artifact path's gap to that limit
- * is the packer's own.
+ * store with fdatasync), no HTTP and no database, against the artifact benchmark's one-thread
+ * limit (bench/limit.ts) measured in the same run: how much of the artifact path's gap to that
+ * limit is the packer's own.
  *
  *   npx tsx bench/pack.ts [MiB]        (default 256; the source hands over 64 KiB pieces, as HTTP does)
  */
-import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { FsBlobStore } from '../src/store/fs-store';
 import { packStream, unpackStream } from '../src/store/pack';
+import { limitMs } from './limit';
 
 const MB = 1e6;
 const total = Number(process.argv[2] ?? 256) * 1024 * 1024;
@@ -30,27 +31,11 @@ function source(): Readable {
   });
 }
 
-/** One thread: SHA-256 and AES-256-GCM over the same bytes in 4 MiB chunks (bench/artifacts-client.ts). */
-function limitMs(key: Buffer): number {
-  const chunk = randomBytes(4 * 1024 * 1024);
-  const started = performance.now();
-  const hash = createHash('sha256');
-  for (let done = 0; done < total; done += chunk.length) {
-    hash.update(chunk);
-    const cipher = createCipheriv('aes-256-gcm', key, randomBytes(12));
-    cipher.update(chunk);
-    cipher.final();
-    cipher.getAuthTag();
-  }
-  hash.digest();
-  return performance.now() - started;
-}
-
 const dir = await mkdtemp(join(tmpdir(), 'berth-bench-pack-'));
 try {
   const store = new FsBlobStore(dir);
   const key = randomBytes(32);
-  const limit = rate(limitMs(key));
+  const limit = rate(limitMs(total));
   let started = performance.now();
   const packed = await packStream({ store, prefix: 'o/p/bench', objectId: 'bench', key, keyVersion: 1, source: source() });
   const pack = rate(performance.now() - started);
