@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 
 /**
  * Inclusive byte range of a blob, HTTP style. `end` defaults to the last byte; an `end` past the
@@ -39,8 +39,78 @@ export interface BlobStore {
    */
   put(name: string, body: Readable | Buffer, size?: number): Promise<void>;
   get(name: string, range?: ByteRange): Promise<Readable>;
+  /**
+   * Optional, for callers that reuse their buffers (the packer): an object written piece by piece,
+   * each write done with its bytes when it resolves, visible only once committed. Without it,
+   * openBlobWriter falls back to put (copying each piece).
+   */
+  openWriter?(name: string): Promise<BlobWriter>;
+  /**
+   * Optional, for callers that read into their own buffers (the unpacker): positioned reads of an
+   * existing object. Rejects with BlobNotFoundError for a missing object.
+   */
+  openReader?(name: string): Promise<BlobReader>;
   delete(name: string): Promise<void>;
   list(prefix: string): AsyncIterable<BlobListing>;
+}
+
+/** An object being written (BlobStore.openWriter). Writes are sequential: one at a time. */
+export interface BlobWriter {
+  /** Appends `data`; once this resolves the store no longer reads `data`, which may be reused. */
+  write(data: Uint8Array): Promise<void>;
+  /** Makes the object visible, atomically, as put does (replacing an object of that name). */
+  commit(): Promise<void>;
+  /** Discards what was written: nothing appears under the name. Safe to call more than once. */
+  abort(): Promise<void>;
+}
+
+/** An object being read (BlobStore.openReader). */
+export interface BlobReader {
+  /** Bytes in the object when it was opened. */
+  readonly size: number;
+  /**
+   * Reads into all of `target` from `position` of the object; resolves to the bytes read, fewer
+   * than `target.length` only at the end of the object.
+   */
+  read(target: Uint8Array, position: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+/**
+ * The store's own writer, or one over put for a store without it: each write is copied into a
+ * stream that put consumes with backpressure.
+ */
+export async function openBlobWriter(store: BlobStore, name: string): Promise<BlobWriter> {
+  if (store.openWriter) return store.openWriter(name);
+  validateBlobName(name);
+  // The default high-water mark (16 KiB): a write of a chunk waits until the store has taken it.
+  const body = new PassThrough();
+  body.on('error', () => {}); // failures surface through `stored`
+  const stored = store.put(name, body);
+  let failure: { error: unknown } | undefined;
+  stored.catch((error: unknown) => {
+    failure ??= { error };
+  });
+  const ended = stored.then(() => {
+    throw new BlobStoreError(`the store finished ${name} before it was complete`);
+  });
+  ended.catch(() => {});
+  return {
+    async write(data) {
+      if (failure) throw failure.error;
+      if (!body.write(Buffer.from(data))) {
+        await Promise.race([new Promise<void>((resolve) => body.once('drain', resolve)), ended]);
+      }
+    },
+    async commit() {
+      body.end();
+      await stored;
+    },
+    async abort() {
+      body.destroy(new BlobStoreError(`writing ${name} was abandoned`));
+      await stored.catch(() => {});
+    },
+  };
 }
 
 export class BlobStoreError extends Error {

@@ -7,8 +7,10 @@ import {
   type BlobListing,
   BlobNotFoundError,
   BlobRangeError,
+  type BlobReader,
   BlobSizeMismatchError,
   type BlobStore,
+  type BlobWriter,
   type ByteRange,
   validateBlobName,
   validateBlobPrefix,
@@ -63,44 +65,97 @@ export class FsBlobStore implements BlobStore {
   }
 
   async put(name: string, body: Readable | Buffer, size?: number): Promise<void> {
-    let finalPath: string;
+    let writer: BlobWriter;
     try {
-      finalPath = this.pathOf(name);
       if (size !== undefined && (!Number.isSafeInteger(size) || size < 0)) throw new RangeError(`bad size ${size}`);
+      if (Buffer.isBuffer(body) && size !== undefined && size !== body.length) throw new BlobSizeMismatchError(name, size, body.length);
+      writer = await this.openWriter(name);
     } catch (err) {
       if (!Buffer.isBuffer(body)) body.destroy();
       throw err;
     }
-    const dir = dirname(finalPath);
-    const tmpPath = join(dir, `.${finalPath.slice(dir.length + 1)}.${randomBytes(6).toString('hex')}${TMP_SUFFIX}`);
-    let handle: FileHandle | undefined;
     try {
-      handle = await this.openTemp(dir, tmpPath);
-      let written = 0;
-      if (Buffer.isBuffer(body)) {
-        if (size !== undefined && size !== body.length) throw new BlobSizeMismatchError(name, size, body.length);
-        await handle.writeFile(body);
-        written = body.length;
-      } else {
+      if (Buffer.isBuffer(body)) await writer.write(body);
+      else {
+        let written = 0;
         for await (const piece of body) {
           const buf: Buffer = typeof piece === 'string' ? Buffer.from(piece) : piece;
           written += buf.length;
           if (size !== undefined && written > size) throw new BlobSizeMismatchError(name, size, -1);
-          await writeAll(handle, buf);
+          await writer.write(buf);
         }
         if (size !== undefined && written !== size) throw new BlobSizeMismatchError(name, size, written);
       }
-      if (this.durable) await handle.datasync();
-      await handle.close();
-      handle = undefined;
-      await rename(tmpPath, finalPath);
+      await writer.commit();
     } catch (err) {
       if (!Buffer.isBuffer(body)) body.destroy();
-      await handle?.close().catch(() => {});
-      await unlink(tmpPath).catch(() => {});
+      await writer.abort();
       throw err;
     }
-    if (this.durable) await fsyncDir(dir);
+  }
+
+  /**
+   * Writes `<dir>/.<name>.<random>.tmp`; commit fdatasyncs it, renames it over the name and
+   * fsyncs the folder (see the class comment).
+   */
+  async openWriter(name: string): Promise<BlobWriter> {
+    const finalPath = this.pathOf(name);
+    const dir = dirname(finalPath);
+    const tmpPath = join(dir, `.${finalPath.slice(dir.length + 1)}.${randomBytes(6).toString('hex')}${TMP_SUFFIX}`);
+    let handle: FileHandle | undefined = await this.openTemp(dir, tmpPath);
+    const open = () => {
+      if (!handle) throw new Error(`${name} is already committed or abandoned`);
+      return handle;
+    };
+    return {
+      write: (data) => writeAll(open(), data),
+      commit: async () => {
+        const h = open();
+        try {
+          if (this.durable) await h.datasync();
+          handle = undefined;
+          await h.close();
+          await rename(tmpPath, finalPath);
+        } catch (err) {
+          handle = undefined;
+          await h.close().catch(() => {});
+          await unlink(tmpPath).catch(() => {});
+          throw err;
+        }
+        if (this.durable) await fsyncDir(dir);
+      },
+      abort: async () => {
+        const h = handle;
+        if (!h) return;
+        handle = undefined;
+        await h.close().catch(() => {});
+        await unlink(tmpPath).catch(() => {});
+      },
+    };
+  }
+
+  /** Positioned reads on an open handle: the object stays readable even if replaced meanwhile. */
+  async openReader(name: string): Promise<BlobReader> {
+    const handle = await this.openExisting(name);
+    try {
+      const { size } = await handle.stat();
+      return {
+        size,
+        async read(target, position) {
+          let filled = 0;
+          while (filled < target.length) {
+            const { bytesRead } = await handle.read(target, filled, target.length - filled, position + filled);
+            if (bytesRead === 0) break;
+            filled += bytesRead;
+          }
+          return filled;
+        },
+        close: () => handle.close(),
+      };
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
   }
 
   /** Opens the temp file, creating its folders; retries when a concurrent delete pruned them. */
@@ -117,20 +172,10 @@ export class FsBlobStore implements BlobStore {
   }
 
   async get(name: string, range?: ByteRange): Promise<Readable> {
-    const path = this.pathOf(name);
     validateRange(name, range);
-    let handle: FileHandle;
+    const handle = await this.openExisting(name);
     try {
-      handle = await open(path, 'r');
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT' || code === 'ENOTDIR') throw new BlobNotFoundError(name, { cause: err });
-      throw err;
-    }
-    try {
-      const stat = await handle.stat();
-      if (!stat.isFile()) throw new BlobNotFoundError(name);
-      const size = stat.size;
+      const { size } = await handle.stat();
       const start = range?.start ?? 0;
       if (start > size) throw new BlobRangeError(name, range!, size);
       const end = Math.min(range?.end ?? size - 1, size - 1);
@@ -144,6 +189,26 @@ export class FsBlobStore implements BlobStore {
       await handle.close().catch(() => {});
       throw err;
     }
+  }
+
+  /** Opens an object for reading; BlobNotFoundError unless it is a file. */
+  private async openExisting(name: string): Promise<FileHandle> {
+    const path = this.pathOf(name);
+    let handle: FileHandle;
+    try {
+      handle = await open(path, 'r');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') throw new BlobNotFoundError(name, { cause: err });
+      throw err;
+    }
+    const isFile = await handle.stat().then(
+      (s) => s.isFile(),
+      () => false,
+    );
+    if (isFile) return handle;
+    await handle.close().catch(() => {});
+    throw new BlobNotFoundError(name);
   }
 
   async delete(name: string): Promise<void> {
@@ -243,7 +308,7 @@ export class FsBlobStore implements BlobStore {
   }
 }
 
-async function writeAll(handle: FileHandle, buf: Buffer): Promise<void> {
+async function writeAll(handle: FileHandle, buf: Uint8Array): Promise<void> {
   let offset = 0;
   while (offset < buf.length) {
     const { bytesWritten } = await handle.write(buf, offset, buf.length - offset);

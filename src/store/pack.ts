@@ -28,9 +28,10 @@
  * of the item.
  */
 import { createHash, hkdfSync } from 'node:crypto';
-import { PassThrough, Readable } from 'node:stream';
-import { encodeChunkAad, importSealKey, openRaw, openRawAsync, SEAL_OVERHEAD, SealError, sealPartsAsync, sealRaw } from '../crypto/seal';
-import { type BlobStore, validateBlobName } from './blob-store';
+import { Readable } from 'node:stream';
+import { openSlot, releaseSlot, sealSlot, slotData, slotSealed, takeSlot } from '../crypto/chunk-sealer';
+import { encodeChunkAad, openRaw, SEAL_OVERHEAD, SealError, sealRaw } from '../crypto/seal';
+import { type BlobStore, type BlobWriter, openBlobWriter, validateBlobName } from './blob-store';
 
 export const DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024;
 export const DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024;
@@ -39,10 +40,10 @@ export const MANIFEST_NAME = 'manifest';
 export const MAX_MANIFEST_BYTES = 64 * 1024 * 1024;
 const MAX_CHUNK_SIZE = 256 * 1024 * 1024;
 /**
- * Chunks sealed (packing) or opened (unpacking) off the main thread ahead of the one being written
- * or delivered. Each takes one of libuv's 4 pool threads, which the filesystem store needs too.
+ * Packing: chunks sent to be sealed and stored while the next one fills. Unpacking: chunks being
+ * opened ahead of the one being delivered. Each is one slot (src/crypto/chunk-sealer.ts).
  */
-const SEALS_IN_FLIGHT = 1;
+const CHUNKS_IN_FLIGHT = 2;
 const OPENS_IN_FLIGHT = 2;
 const EMPTY_SHA256 = createHash('sha256').digest('hex');
 
@@ -190,9 +191,16 @@ export interface UnpackResult {
   length: number;
   /**
    * Plain bytes of the range. Every chunk is authenticated before any of its bytes are pushed; a
-   * tampered, missing, moved or truncated chunk makes the stream emit 'error' (SealError).
+   * tampered, missing, moved or truncated chunk makes the stream emit 'error' (SealError). Each
+   * piece is the consumer's to keep. Read this or `pieces()`, not both.
    */
-  stream: Readable;
+  readonly stream: Readable;
+  /**
+   * The same bytes without a copy: each piece is a view of a pooled buffer, valid only until the
+   * next one is asked for (so write it out, and wait until it is written, before asking). The
+   * iteration fails as `stream` does.
+   */
+  pieces(): AsyncGenerator<Buffer>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,60 +273,6 @@ function raceAbort<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
   });
 }
 
-/** One segment object being streamed to the store. */
-class SegmentWriter {
-  readonly pass: PassThrough;
-  readonly done: Promise<void>;
-  private failure: { error: unknown } | undefined;
-
-  constructor(
-    store: BlobStore,
-    readonly name: string,
-    highWaterMark: number,
-    private readonly pieceSize: number,
-  ) {
-    this.pass = new PassThrough({ highWaterMark });
-    this.pass.on('error', () => {}); // failures surface through `done`
-    this.done = store.put(name, this.pass);
-    this.done.catch((error: unknown) => {
-      this.failure ??= { error };
-    });
-  }
-
-  /**
-   * Hands `parts` to the store (without copying them) in pieces of at most `pieceSize` bytes, with
-   * backpressure between pieces: the store's stream holds a few pieces, not whole sealed chunks.
-   */
-  async write(parts: Buffer[], signal: AbortSignal | undefined): Promise<void> {
-    for (const part of parts) {
-      for (let at = 0; at < part.length; at += this.pieceSize) {
-        if (this.failure) throw this.failure.error;
-        if (!this.pass.write(part.subarray(at, at + this.pieceSize))) await this.drained(signal);
-      }
-    }
-  }
-
-  /** Waits for the store to take the data, or for its put to fail, or for an abort. */
-  private async drained(signal: AbortSignal | undefined): Promise<void> {
-    const drained = new Promise<void>((resolve) => this.pass.once('drain', resolve));
-    const failed = this.done.then(() => {
-      throw new Error(`store finished ${this.name} before the segment was complete`);
-    });
-    await raceAbort(Promise.race([drained, failed]), signal);
-  }
-
-  async finish(): Promise<void> {
-    this.pass.end();
-    await this.done;
-  }
-
-  /** Stops the put (the store discards the partial object) and waits for it to settle. */
-  async abort(reason: unknown): Promise<void> {
-    this.pass.destroy(reason instanceof Error ? reason : new Error(String(reason)));
-    await this.done.catch(() => {});
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Packing
 
@@ -356,91 +310,59 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   const { prefix, chunkSize, segmentSize, maxBytes } = checked;
 
   const okey = objectKey(key, objectId);
-  const pieceSize = Math.min(1024 * 1024, Math.ceil(chunkSize / 4));
   const manifestName = `${prefix}/${MANIFEST_NAME}`;
   const started: string[] = []; // every object name we began writing, for cleanup
+  const writers: BlobWriter[] = [];
   const segments: PackManifest['segments'] = [];
   const hash = createHash('sha256');
   let received = 0;
   let chunkIndex = 0;
-  let writer: SegmentWriter | undefined;
+  let stopped = false;
+  let writer: BlobWriter | undefined;
   let writerSegment = -1;
-  // The previous segment, completing in the background (store flush, fsync, rename, commit) while
-  // the next one is produced; at most one at a time.
-  let finishing: { writer: SegmentWriter; done: Promise<void> } | undefined;
-  // Chunks being sealed off this thread, oldest first; written to the store in that order. A full
-  // chunk is sealed as soon as it is full, as not the last one; should the source end right after
-  // it, it is sealed again as the last one (once per item). Its plain buffer goes back to `free`
-  // once it is both sealed and known not to be needed again.
-  interface Sealing {
-    segment: number;
-    chunk: number;
-    plain: Buffer;
-    sealed: Promise<[Buffer, Buffer]>;
-    settled: boolean;
-    held: boolean;
-  }
-  const sealing: Sealing[] = [];
-  const free: Buffer[] = [];
-  const takeBuffer = () => free.pop() ?? Buffer.allocUnsafeSlow(chunkSize);
-  const recycle = (s: Sealing) => {
-    if (s.plain.length === chunkSize) free.push(s.plain);
-  };
-  const gcmKey = await importSealKey(okey);
+  // The previous segment, committing in the background (fsync, rename, block list) while the next
+  // one is written; at most one at a time.
+  let finishing: Promise<void> | undefined;
+  // Chunks sent and not yet stored, oldest first: each is sealed on a sealing thread, then written
+  // after the one before it (`written` chains the writes), then its slot is given back.
+  const inFlight: Promise<void>[] = [];
+  let written: Promise<void> = Promise.resolve();
 
-  const seal = (s: Sealing, final: boolean) => {
-    s.settled = false;
-    s.sealed = sealPartsAsync(gcmKey, s.plain, encodeChunkAad({ objectId, segment: s.segment, chunk: s.chunk, final }));
-    const sealed = s.sealed;
-    sealed.then(
-      () => {
-        if (s.sealed !== sealed) return;
-        s.settled = true;
-        if (!s.held) recycle(s);
-      },
-      () => {},
-    );
+  const writeChunk = async (segment: number, bytes: Buffer): Promise<void> => {
+    if (stopped) throw new PackAbortedError();
+    if (segment !== writerSegment) {
+      if (writer) {
+        await finishing;
+        finishing = writer.commit();
+        finishing.catch(() => {}); // awaited at the next roll, at the end, or in the cleanup
+      }
+      const name = `${prefix}/${segments[segment]!.name}`;
+      started.push(name);
+      writer = await openBlobWriter(store, name);
+      writers.push(writer);
+      writerSegment = segment;
+    }
+    await writer!.write(bytes);
   };
 
-  /** Places the chunk (segment, extent) and starts sealing it. */
-  const startSealing = (plain: Buffer, final: boolean): Sealing => {
+  /** Places the chunk in `slot` (segment, extent), then seals and stores it in the background. */
+  const send = (slot: Buffer, length: number, final: boolean) => {
     let segment = segments[segments.length - 1];
     if (!segment || segment.size >= segmentSize) {
       segment = { name: segmentName(segments.length), size: 0, firstChunk: chunkIndex, chunks: [] };
       segments.push(segment);
     }
-    const length = plain.length + SEAL_OVERHEAD;
-    segment.chunks.push([segment.size, length]);
-    segment.size += length;
-    const s: Sealing = { segment: segments.length - 1, chunk: chunkIndex++, plain, sealed: undefined!, settled: false, held: !final };
-    seal(s, final);
-    sealing.push(s);
-    return s;
-  };
-
-  /** More bytes follow `s`: its seal (as not the last chunk) stands. */
-  const release = (s: Sealing) => {
-    s.held = false;
-    if (s.settled) recycle(s);
-  };
-
-  /** Writes the oldest sealed chunk to its segment object, opening a new one when it starts one. */
-  const writeOldest = async (): Promise<void> => {
-    const { segment, sealed } = sealing.shift()!;
-    const parts = await raceAbort(sealed, signal);
-    if (segment !== writerSegment) {
-      if (writer) {
-        if (finishing) await raceAbort(finishing.done, signal);
-        const done = writer.finish();
-        done.catch(() => {}); // awaited at the next roll, at the end, or in the cleanup
-        finishing = { writer, done };
-      }
-      const name = `${prefix}/${segments[segment]!.name}`;
-      started.push(name);
-      writer = new SegmentWriter(store, name, 2 * pieceSize, pieceSize);
-      writerSegment = segment;
-    }
-    await writer!.write(parts, signal);
+    const sealedLength = length + SEAL_OVERHEAD;
+    segment.chunks.push([segment.size, sealedLength]);
+    segment.size += sealedLength;
+    const at = segments.length - 1;
+    const sealed = sealSlot(okey, encodeChunkAad({ objectId, segment: at, chunk: chunkIndex++, final }), slot, length);
+    const stored = Promise.all([sealed, written])
+      .then(() => writeChunk(at, slotSealed(slot, length)))
+      .then(() => releaseSlot(slot)); // on failure the slot is left to the collector
+    stored.catch(() => {});
+    written = stored;
+    inFlight.push(stored);
   };
 
   const iterator: AsyncIterator<unknown> = opts.keepSourceOpen
@@ -449,9 +371,11 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   let sourceDone = false;
   try {
     if (signal?.aborted) throw new PackAbortedError(signal.reason);
-    let buf: Buffer = takeBuffer();
+    let slot = takeSlot(chunkSize);
+    let data = slotData(slot, chunkSize);
     let fill = 0;
-    let last: Sealing | undefined; // the newest full chunk, until we know whether it is the last
+    // The newest full chunk, held until the next byte or the end says whether it is the last one.
+    let full: Buffer | undefined;
     for (;;) {
       const next = iterator.next();
       next.catch(() => {}); // an abort may leave it pending; never an unhandled rejection
@@ -467,33 +391,29 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       hash.update(piece);
       let off = 0;
       while (off < piece.length) {
-        if (last) {
-          release(last); // more bytes follow, so it is not the last chunk
-          last = undefined;
-          // Write what is sealed, keeping up to SEALS_IN_FLIGHT chunks being sealed meanwhile.
-          while (sealing.length > SEALS_IN_FLIGHT) await writeOldest();
+        if (full) {
+          send(full, chunkSize, false); // more bytes follow, so it is not the last chunk
+          full = undefined;
+          while (inFlight.length > CHUNKS_IN_FLIGHT) await raceAbort(inFlight.shift()!, signal);
         }
         const n = Math.min(chunkSize - fill, piece.length - off);
-        piece.copy(buf, fill, off, off + n);
+        piece.copy(data, fill, off, off + n);
         fill += n;
         off += n;
         if (fill === chunkSize) {
-          last = startSealing(buf, false);
-          buf = takeBuffer();
+          full = slot;
+          slot = takeSlot(chunkSize);
+          data = slotData(slot, chunkSize);
           fill = 0;
         }
       }
     }
-    if (fill > 0) {
-      if (last) release(last);
-      startSealing(buf.subarray(0, fill), true);
-    } else if (last) {
-      last.held = false;
-      seal(last, true); // the source ended right after it: it is the last chunk after all
-    }
-    while (sealing.length > 0) await writeOldest();
-    if (writer) await raceAbort(writer.finish(), signal);
-    if (finishing) await raceAbort(finishing.done, signal);
+    if (full) send(full, chunkSize, fill === 0);
+    if (fill > 0) send(slot, fill, true);
+    else releaseSlot(slot);
+    while (inFlight.length > 0) await raceAbort(inFlight.shift()!, signal);
+    if (writer) await raceAbort(writer.commit(), signal);
+    if (finishing) await raceAbort(finishing, signal);
 
     const sealedBytes = segments.reduce((sum, s) => sum + s.size, 0);
     const manifest: PackManifest = {
@@ -520,12 +440,16 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       manifest: manifestName,
     };
   } catch (err) {
-    for (const { sealed } of sealing) sealed?.catch(() => {});
+    stopped = true;
     if (!sourceDone) {
       if (opts.keepSourceOpen) void iterator.return?.().catch(() => {});
       else source.destroy();
     }
-    await Promise.all([writer?.abort(err), finishing?.writer.abort(err)]);
+    // Abort first so that a write stuck on the store gives up, then wait for every chunk to settle
+    // (none opens an object once stopped) before deleting what was written.
+    await Promise.all(writers.map((w) => w.abort()));
+    await Promise.allSettled(inFlight);
+    await Promise.all(writers.map((w) => w.abort()));
     await Promise.allSettled(started.map((name) => store.delete(name)));
     throw err;
   }
@@ -672,8 +596,8 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
   const full = start === 0 && length === m.size;
   const manifestDir = opts.manifest.slice(0, opts.manifest.lastIndexOf('/') + 1);
 
-  /** Sealed chunks of the range in order, read from their segment objects one object at a time. */
-  async function* sealedChunks(firstChunk: number, lastChunk: number, take: (n: number) => Buffer) {
+  /** Sealed chunks of the range in order, each read into a slot of its own, one segment object at a time. */
+  async function* sealedChunks(firstChunk: number, lastChunk: number) {
     for (let si = 0; si < m.segments.length; si++) {
       const seg = m.segments[si]!;
       const segFirst = seg.firstChunk;
@@ -683,42 +607,57 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
       const b = Math.min(lastChunk, segLast);
       const [fromOffset] = seg.chunks[a - segFirst]!;
       const [lastOffset, lastLength] = seg.chunks[b - segFirst]!;
-      const reader = new ExactReader(await store.get(manifestDir + seg.name, { start: fromOffset, end: lastOffset + lastLength - 1 }));
+      const reader = await openSegment(store, manifestDir + seg.name, fromOffset, lastOffset + lastLength - 1);
       try {
-        for (let c = a; c <= b; c++) yield { segment: si, chunk: c, sealed: await reader.read(take(seg.chunks[c - segFirst]![1])) };
+        for (let c = a; c <= b; c++) {
+          const length = seg.chunks[c - segFirst]![1] - SEAL_OVERHEAD;
+          const slot = takeSlot(m.chunkSize);
+          try {
+            await reader.read(slotSealed(slot, length));
+          } catch (err) {
+            releaseSlot(slot);
+            throw err;
+          }
+          yield { segment: si, chunk: c, slot, length };
+        }
       } finally {
         await reader.close();
       }
     }
   }
 
-  async function* generate(): AsyncGenerator<Buffer> {
+  /**
+   * The plain bytes of the range, chunk by chunk, each a view of a slot that is given back when
+   * the next one is asked for.
+   */
+  async function* plainPieces(): AsyncGenerator<Buffer> {
     if (length === 0) return;
     const firstChunk = Math.floor(start / m.chunkSize);
     const lastChunk = Math.floor(end / m.chunkSize);
     const hash = full && opts.verifySha256 ? createHash('sha256') : undefined;
-    const gcmKey = await importSealKey(okey);
-    // Sealed-chunk buffers, reused once their chunk is opened; chunks opened off this thread ahead
-    // of the one being delivered, oldest first.
-    const free: Buffer[] = [];
-    const fullSize = m.chunkSize + SEAL_OVERHEAD;
-    const take = (n: number) => (n === fullSize ? (free.pop() ?? Buffer.allocUnsafeSlow(fullSize)) : Buffer.allocUnsafe(n));
-    const opening: { chunk: number; plain: Promise<Buffer> }[] = [];
+    // Chunks being opened on the sealing threads ahead of the one being delivered, oldest first.
+    const opening: { chunk: number; slot: Buffer; length: number; opened: Promise<void> }[] = [];
     let delivered = 0;
     const deliver = async function* () {
-      const { chunk, plain: opened } = opening.shift()!;
-      const plain = await opened;
+      const { chunk, slot, length: chunkLength, opened } = opening.shift()!;
+      try {
+        await opened;
+      } catch (err) {
+        releaseSlot(slot); // the thread is done with it; what it holds is never read
+        throw err;
+      }
       const chunkStart = chunk * m.chunkSize;
-      const out = plain.subarray(Math.max(0, start - chunkStart), Math.min(plain.length, end - chunkStart + 1));
+      const out = slotData(slot, chunkLength).subarray(Math.max(0, start - chunkStart), Math.min(chunkLength, end - chunkStart + 1));
       hash?.update(out);
       delivered += out.length;
       yield out;
+      releaseSlot(slot);
     };
-    const chunks = sealedChunks(firstChunk, lastChunk, take);
+    const chunks = sealedChunks(firstChunk, lastChunk);
     try {
       let failed: { error: unknown } | undefined;
       for (;;) {
-        let next: IteratorResult<{ segment: number; chunk: number; sealed: Buffer }>;
+        let next: IteratorResult<{ segment: number; chunk: number; slot: Buffer; length: number }>;
         try {
           next = await chunks.next();
         } catch (error) {
@@ -726,25 +665,28 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
           break;
         }
         if (next.done) break;
-        const { segment, chunk, sealed } = next.value;
-        const plain = openRawAsync(gcmKey, sealed, encodeChunkAad({ objectId, segment, chunk, final: chunk === m.chunks - 1 }));
-        plain.then(
-          () => sealed.length === fullSize && free.push(sealed),
-          () => {},
-        );
-        opening.push({ chunk, plain });
+        const { segment, chunk, slot, length: chunkLength } = next.value;
+        const aad = encodeChunkAad({ objectId, segment, chunk, final: chunk === m.chunks - 1 });
+        const opened = openSlot(okey, aad, slot, chunkLength);
+        opened.catch(() => {});
+        opening.push({ chunk, slot, length: chunkLength, opened });
         while (opening.length > OPENS_IN_FLIGHT) yield* deliver();
       }
       while (opening.length > 0) yield* deliver();
       if (failed) throw failed.error;
     } finally {
-      for (const { plain } of opening) plain.catch(() => {});
+      // Slots still being opened are left to the collector: their threads may not be done with them.
       await chunks.return(undefined);
     }
     if (delivered !== length) throw new PackIntegrityError(`delivered ${delivered} bytes, expected ${length}`);
     if (hash && hash.digest('hex') !== m.sha256) throw new PackIntegrityError(`sha256 of ${objectId} does not match`);
   }
 
+  async function* copies(): AsyncGenerator<Buffer> {
+    for await (const piece of plainPieces()) yield Buffer.from(piece);
+  }
+
+  let stream: Readable | undefined;
   return {
     size: m.size,
     sha256: m.sha256,
@@ -752,7 +694,35 @@ export async function unpackStream(opts: UnpackOptions): Promise<UnpackResult> {
     start,
     end: start + length - 1,
     length,
-    stream: Readable.from(generate(), { objectMode: false, highWaterMark: 64 * 1024 }),
+    get stream() {
+      stream ??= Readable.from(copies(), { objectMode: false, highWaterMark: 64 * 1024 });
+      return stream;
+    },
+    pieces: plainPieces,
+  };
+}
+
+/** Reads the sealed chunks of one segment object in order, from `from` to `to` (inclusive). */
+interface SegmentReader {
+  /** Fills `target` with the next bytes; PackIntegrityError if the object ends first. */
+  read(target: Buffer): Promise<void>;
+  close(): Promise<void>;
+}
+
+async function openSegment(store: BlobStore, name: string, from: number, to: number): Promise<SegmentReader> {
+  if (!store.openReader) {
+    const reader = new ExactReader(await store.get(name, { start: from, end: to }));
+    return { read: async (target) => void (await reader.read(target)), close: () => reader.close() };
+  }
+  const reader = await store.openReader(name);
+  let at = from;
+  return {
+    async read(target) {
+      const n = await reader.read(target, at);
+      if (n < target.length) throw new PackIntegrityError(`segment object ${name} is shorter than its manifest says`);
+      at += n;
+    },
+    close: () => reader.close(),
   };
 }
 

@@ -1,6 +1,4 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { execute, type GraphQLSchema } from 'graphql';
 import type { Context, Deps } from '../../context';
 import { graphql } from '../../generated/gql';
@@ -112,30 +110,37 @@ async function sendContent(req: IncomingMessage, res: ServerResponse, deps: Deps
     return;
   }
   const opened = await openArtifact(deps, artifact, range);
-  const chunks = opened.stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  let first: IteratorResult<Buffer>;
+  const pieces = opened.pieces();
+  let next: IteratorResult<Buffer>;
   try {
-    first = await chunks.next();
+    next = await pieces.next();
   } catch (err) {
-    opened.stream.destroy();
     throw asIntegrityError(artifact.id, err);
   }
   res.writeHead(status, { ...headers, 'content-length': opened.length });
-  async function* body() {
-    try {
-      if (first.done) return;
-      yield first.value;
-      for (let next = await chunks.next(); !next.done; next = await chunks.next()) yield next.value;
-    } finally {
-      await chunks.return?.();
-    }
-  }
   try {
-    await pipeline(Readable.from(body(), { objectMode: false }), res);
+    // Each piece is a pooled buffer, given back when the next is asked for: ask only once the
+    // socket has taken it.
+    for (; !next.done; next = await pieces.next()) await writeOut(res, next.value);
+    res.end();
   } catch {
     // The client went away, or a chunk failed authentication: either way the response is cut short.
     res.destroy();
+    await pieces.return(undefined).catch(() => {});
   }
+}
+
+/** Writes `data` and resolves once the socket no longer needs it; rejects if the response closes first. */
+function writeOut(res: ServerResponse, data: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onClose = () => reject(new Error('the response closed'));
+    res.once('close', onClose);
+    res.write(data, (err) => {
+      res.off('close', onClose);
+      if (err) reject(err);
+      else resolve();
+    });
+  });
 }
 
 /** The artifact as GraphQL (and so GET /v1/artifacts/{id}) shows it: one shape for every route. */

@@ -1,0 +1,169 @@
+/**
+ * AES-256-GCM for the packer's chunks, in place, on sealing threads (src/crypto/seal-worker.ts).
+ *
+ * A chunk lives in a *slot*: a buffer in memory shared with those threads, laid out as the sealed
+ * chunk is (`nonce | data | tag`, src/crypto/seal.ts). Sealing turns the plain bytes in `data`
+ * into the ciphertext and fills in the nonce and the tag; opening does the reverse and checks the
+ * tag. Nothing is copied between threads and nothing is allocated per chunk on the main thread:
+ * before this, WebCrypto's copy of every input and its fresh output buffer lived across I/O, were
+ * promoted, and kept the main thread's collector marking a heap of ~50 MB over and over (2-3 ms of
+ * CPU per MB moved; docs/benchmarks.md).
+ *
+ * Slots are pooled and reused: whoever takes one gives it back once nothing (the store, a socket)
+ * still reads it. The threads start on first use, up to one per core, and do not keep the process
+ * alive while idle.
+ */
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { NONCE_BYTES, SEAL_OVERHEAD, SealError } from './seal';
+
+/** What a sealing thread is asked to do (posted to it). */
+export interface SealJob {
+  id: number;
+  op: 'seal' | 'open';
+  key: Uint8Array;
+  aad: Uint8Array;
+  memory: SharedArrayBuffer;
+  /** Where the slot starts in `memory`. */
+  offset: number;
+  /** Plain bytes of the chunk (the slot holds `nonce | data | tag` around them). */
+  length: number;
+}
+
+/** A sealing thread's answer: `failed` is 'authentication' when a chunk did not open. */
+export interface SealJobDone {
+  id: number;
+  failed?: string;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slots
+
+/** Free slots kept per size; more are left to the collector. */
+const FREE_SLOTS_KEPT = 8;
+const freeSlots = new Map<number, Buffer[]>();
+
+/** A slot for chunks of up to `capacity` plain bytes (its length is capacity + SEAL_OVERHEAD). */
+export function takeSlot(capacity: number): Buffer {
+  const size = capacity + SEAL_OVERHEAD;
+  return freeSlots.get(size)?.pop() ?? Buffer.from(new SharedArrayBuffer(size));
+}
+
+/** Gives a slot back; the caller must not touch it (or any view of it) again. */
+export function releaseSlot(slot: Buffer): void {
+  const free = freeSlots.get(slot.length) ?? [];
+  freeSlots.set(slot.length, free);
+  if (free.length < FREE_SLOTS_KEPT) free.push(slot);
+}
+
+/** The plain bytes of a slot holding `length` of them. */
+export function slotData(slot: Buffer, length: number): Buffer {
+  return slot.subarray(NONCE_BYTES, NONCE_BYTES + length);
+}
+
+/** The sealed chunk (`nonce | ciphertext | tag`) of a slot holding `length` plain bytes. */
+export function slotSealed(slot: Buffer, length: number): Buffer {
+  return slot.subarray(0, length + SEAL_OVERHEAD);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+
+const MAX_THREADS = Math.max(1, Math.min(4, availableParallelism()));
+
+interface Pending {
+  resolve: () => void;
+  reject: (err: Error) => void;
+  op: SealJob['op'];
+}
+
+class SealThread {
+  readonly worker: Worker;
+  readonly pending = new Map<number, Pending>();
+
+  constructor(onGone: (thread: SealThread) => void) {
+    this.worker = startWorker();
+    this.worker.unref();
+    this.worker.on('message', (done: SealJobDone) => {
+      const job = this.pending.get(done.id);
+      if (!job) return;
+      this.pending.delete(done.id);
+      if (this.pending.size === 0) this.worker.unref();
+      if (done.failed === undefined) job.resolve();
+      else if (job.op === 'open' && done.failed === 'authentication') {
+        job.reject(new SealError('sealed data failed authentication (wrong key, tampered, or out of place)'));
+      } else job.reject(new Error(`sealing thread: ${done.failed}`));
+    });
+    const fail = (err: Error) => {
+      onGone(this);
+      for (const job of this.pending.values()) job.reject(err);
+      this.pending.clear();
+    };
+    this.worker.on('error', fail);
+    this.worker.on('exit', (code) => fail(new Error(`sealing thread exited with code ${code}`)));
+  }
+
+  post(job: SealJob, pending: Pending): void {
+    if (this.pending.size === 0) this.worker.ref(); // a job in flight keeps the process alive
+    this.pending.set(job.id, pending);
+    this.worker.postMessage(job);
+  }
+}
+
+/**
+ * The bundle (`npm start`) has the thread's code built next to it (scripts/build-server.mjs); the
+ * sources (tests, the `berth` command) run it through tsx as they run themselves.
+ */
+function startWorker(): Worker {
+  if (!import.meta.url.endsWith('.ts')) return new Worker(new URL('./seal-worker.js', import.meta.url));
+  const tsx = import.meta.resolve('tsx/esm/api');
+  const source = new URL('./seal-worker.ts', import.meta.url).href;
+  return new Worker(`import(${JSON.stringify(tsx)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(source)}); })`, {
+    eval: true,
+  });
+}
+
+const threads: SealThread[] = [];
+let nextId = 0;
+
+function forget(gone: SealThread): void {
+  const i = threads.indexOf(gone);
+  if (i !== -1) threads.splice(i, 1);
+}
+
+function leastBusy(): SealThread {
+  let best = threads[0];
+  for (const t of threads) if (!best || t.pending.size < best.pending.size) best = t;
+  if (!best || (best.pending.size > 0 && threads.length < MAX_THREADS)) {
+    best = new SealThread(forget);
+    threads.push(best);
+  }
+  return best;
+}
+
+function submit(op: SealJob['op'], key: Buffer, aad: Buffer, slot: Buffer, length: number): Promise<void> {
+  if (!(slot.buffer instanceof SharedArrayBuffer)) throw new TypeError('not a slot (takeSlot)');
+  if (!Number.isSafeInteger(length) || length < 0 || length + SEAL_OVERHEAD > slot.length) {
+    throw new RangeError(`a slot of ${slot.length} bytes cannot hold ${length} plain bytes`);
+  }
+  const job: SealJob = { id: nextId++, op, key, aad, memory: slot.buffer, offset: slot.byteOffset, length };
+  return new Promise((resolve, reject) => leastBusy().post(job, { resolve, reject, op }));
+}
+
+/**
+ * Seals the `length` plain bytes in `slotData(slot, length)` in place under `key` (32 bytes) and
+ * `aad`; once this resolves, `slotSealed(slot, length)` is the sealed chunk. The slot must not be
+ * touched meanwhile.
+ */
+export function sealSlot(key: Buffer, aad: Buffer, slot: Buffer, length: number): Promise<void> {
+  return submit('seal', key, aad, slot, length);
+}
+
+/**
+ * Opens the sealed chunk in `slotSealed(slot, length)` in place; once this resolves,
+ * `slotData(slot, length)` holds its authenticated plain bytes. Rejects with SealError when the
+ * chunk does not authenticate (its slot then holds nothing usable).
+ */
+export function openSlot(key: Buffer, aad: Buffer, slot: Buffer, length: number): Promise<void> {
+  return submit('open', key, aad, slot, length);
+}
