@@ -30,10 +30,17 @@ export interface SealJob {
   length: number;
 }
 
+/** Hashing on a sealing thread (SlotHash): adds a slot's plain bytes, or ends with the digest. */
+export type HashJob =
+  | { id: number; op: 'hash'; stream: number; memory: SharedArrayBuffer; offset: number; length: number }
+  | { id: number; op: 'digest'; stream: number };
+
 /** A sealing thread's answer: `failed` is 'authentication' when a chunk did not open. */
 export interface SealJobDone {
   id: number;
   failed?: string;
+  /** Hex SHA-256, for a digest job. */
+  digest?: string;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,9 +79,9 @@ export function slotSealed(slot: Buffer, length: number): Buffer {
 const MAX_THREADS = Math.max(1, Math.min(4, availableParallelism()));
 
 interface Pending {
-  resolve: () => void;
+  resolve: (done: SealJobDone) => void;
   reject: (err: Error) => void;
-  op: SealJob['op'];
+  op: SealJob['op'] | HashJob['op'];
 }
 
 class SealThread {
@@ -89,7 +96,7 @@ class SealThread {
       if (!job) return;
       this.pending.delete(done.id);
       if (this.pending.size === 0) this.worker.unref();
-      if (done.failed === undefined) job.resolve();
+      if (done.failed === undefined) job.resolve(done);
       else if (job.op === 'open' && done.failed === 'authentication') {
         job.reject(new SealError('sealed data failed authentication (wrong key, tampered, or out of place)'));
       } else job.reject(new Error(`sealing thread: ${done.failed}`));
@@ -103,7 +110,7 @@ class SealThread {
     this.worker.on('exit', (code) => fail(new Error(`sealing thread exited with code ${code}`)));
   }
 
-  post(job: SealJob, pending: Pending): void {
+  post(job: SealJob | HashJob, pending: Pending): void {
     if (this.pending.size === 0) this.worker.ref(); // a job in flight keeps the process alive
     this.pending.set(job.id, pending);
     this.worker.postMessage(job);
@@ -142,12 +149,39 @@ function leastBusy(): SealThread {
 }
 
 function submit(op: SealJob['op'], key: Buffer, aad: Buffer, slot: Buffer, length: number): Promise<void> {
+  const job: SealJob = { id: nextId++, op, key, aad, memory: memoryOf(slot, length), offset: slot.byteOffset, length };
+  return new Promise((resolve, reject) => leastBusy().post(job, { resolve: () => resolve(), reject, op }));
+}
+
+/** The shared memory of a slot that can hold `length` plain bytes. */
+function memoryOf(slot: Buffer, length: number): SharedArrayBuffer {
   if (!(slot.buffer instanceof SharedArrayBuffer)) throw new TypeError('not a slot (takeSlot)');
   if (!Number.isSafeInteger(length) || length < 0 || length + SEAL_OVERHEAD > slot.length) {
     throw new RangeError(`a slot of ${slot.length} bytes cannot hold ${length} plain bytes`);
   }
-  const job: SealJob = { id: nextId++, op, key, aad, memory: slot.buffer, offset: slot.byteOffset, length };
-  return new Promise((resolve, reject) => leastBusy().post(job, { resolve, reject, op }));
+  return slot.buffer;
+}
+
+/**
+ * SHA-256 over the plain bytes of slots, in the order they are added, on one sealing thread (so
+ * that the main thread, which receives the bytes, does not also hash them). A slot may be sealed
+ * (which overwrites its plain bytes) once its update has resolved.
+ */
+export class SlotHash {
+  private readonly thread = leastBusy();
+  private readonly stream = nextId++;
+
+  update(slot: Buffer, length: number): Promise<void> {
+    const memory = memoryOf(slot, length);
+    const job: HashJob = { id: nextId++, op: 'hash', stream: this.stream, memory, offset: slot.byteOffset, length };
+    return new Promise((resolve, reject) => this.thread.post(job, { resolve: () => resolve(), reject, op: job.op }));
+  }
+
+  /** Hex digest of everything added; ends the hash (also the way to drop one that is not needed). */
+  digest(): Promise<string> {
+    const job: HashJob = { id: nextId++, op: 'digest', stream: this.stream };
+    return new Promise((resolve, reject) => this.thread.post(job, { resolve: (done) => resolve(done.digest!), reject, op: job.op }));
+  }
 }
 
 /**

@@ -1,9 +1,9 @@
 // A sealing thread of src/crypto/chunk-sealer.ts: AES-256-GCM over chunks that live in memory
 // shared with the main thread, in place. The main thread's heap never sees a per-chunk allocation;
 // this thread's are small and die young in its own, nearly empty heap.
-import { createCipheriv, createDecipheriv, randomFillSync } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, type Hash, randomFillSync } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
-import type { SealJob, SealJobDone } from './chunk-sealer';
+import type { HashJob, SealJob, SealJobDone } from './chunk-sealer';
 import { NONCE_BYTES, TAG_BYTES } from './seal';
 
 // Pieces small enough that the copy back into the slot reads from cache.
@@ -49,10 +49,25 @@ function run(job: SealJob): boolean {
   return true;
 }
 
-parentPort!.on('message', (job: SealJob) => {
+// SHA-256 of items whose chunks pass through this thread (SlotHash), by stream id.
+const hashes = new Map<number, Hash>();
+
+function hashJob(job: HashJob): SealJobDone {
+  let hash = hashes.get(job.stream);
+  if (!hash) hashes.set(job.stream, (hash = createHash('sha256')));
+  if (job.op === 'hash') {
+    hash.update(Buffer.from(job.memory, job.offset + NONCE_BYTES, job.length));
+    return { id: job.id };
+  }
+  hashes.delete(job.stream);
+  return { id: job.id, digest: hash.digest('hex') };
+}
+
+parentPort!.on('message', (job: SealJob | HashJob) => {
   let done: SealJobDone;
   try {
-    done = run(job) ? { id: job.id } : { id: job.id, failed: 'authentication' };
+    if (job.op === 'hash' || job.op === 'digest') done = hashJob(job);
+    else done = run(job) ? { id: job.id } : { id: job.id, failed: 'authentication' };
   } catch (err) {
     done = { id: job.id, failed: err instanceof Error ? err.message : String(err) };
   }

@@ -29,7 +29,7 @@
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { openSlot, releaseSlot, sealSlot, slotData, slotSealed, takeSlot } from '../crypto/chunk-sealer';
+import { openSlot, releaseSlot, SlotHash, sealSlot, slotData, slotSealed, takeSlot } from '../crypto/chunk-sealer';
 import { encodeChunkAad, openRaw, SEAL_OVERHEAD, SealError, sealRaw } from '../crypto/seal';
 import { type BlobStore, type BlobWriter, openBlobWriter, validateBlobName } from './blob-store';
 
@@ -314,7 +314,9 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   const started: string[] = []; // every object name we began writing, for cleanup
   const writers: BlobWriter[] = [];
   const segments: PackManifest['segments'] = [];
-  const hash = createHash('sha256');
+  // The item's SHA-256 runs on a sealing thread, a chunk at a time, as soon as the chunk is full.
+  const hash = new SlotHash();
+  let hashEnded = false;
   let received = 0;
   let chunkIndex = 0;
   let stopped = false;
@@ -345,8 +347,19 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     await writer!.write(bytes);
   };
 
-  /** Places the chunk in `slot` (segment, extent), then seals and stores it in the background. */
-  const send = (slot: Buffer, length: number, final: boolean) => {
+  /** A chunk hashed (or being hashed) and not yet sent. */
+  interface Filled {
+    slot: Buffer;
+    hashed: Promise<void>;
+  }
+  const filled = (slot: Buffer, length: number): Filled => {
+    const hashed = hash.update(slot, length);
+    hashed.catch(() => {});
+    return { slot, hashed };
+  };
+
+  /** Places the chunk (segment, extent), then seals it once hashed, and stores it, in the background. */
+  const send = ({ slot, hashed }: Filled, length: number, final: boolean) => {
     let segment = segments[segments.length - 1];
     if (!segment || segment.size >= segmentSize) {
       segment = { name: segmentName(segments.length), size: 0, firstChunk: chunkIndex, chunks: [] };
@@ -356,7 +369,8 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     segment.chunks.push([segment.size, sealedLength]);
     segment.size += sealedLength;
     const at = segments.length - 1;
-    const sealed = sealSlot(okey, encodeChunkAad({ objectId, segment: at, chunk: chunkIndex++, final }), slot, length);
+    const aad = encodeChunkAad({ objectId, segment: at, chunk: chunkIndex++, final });
+    const sealed = hashed.then(() => sealSlot(okey, aad, slot, length));
     const stored = Promise.all([sealed, written])
       .then(() => writeChunk(at, slotSealed(slot, length)))
       .then(() => releaseSlot(slot)); // on failure the slot is left to the collector
@@ -375,7 +389,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     let data = slotData(slot, chunkSize);
     let fill = 0;
     // The newest full chunk, held until the next byte or the end says whether it is the last one.
-    let full: Buffer | undefined;
+    let full: Filled | undefined;
     for (;;) {
       const next = iterator.next();
       next.catch(() => {}); // an abort may leave it pending; never an unhandled rejection
@@ -388,7 +402,6 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       if (piece.length === 0) continue;
       received += piece.length;
       if (maxBytes !== undefined && received > maxBytes) throw new TooLargeError(maxBytes);
-      hash.update(piece);
       let off = 0;
       while (off < piece.length) {
         if (full) {
@@ -401,7 +414,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
         fill += n;
         off += n;
         if (fill === chunkSize) {
-          full = slot;
+          full = filled(slot, chunkSize);
           slot = takeSlot(chunkSize);
           data = slotData(slot, chunkSize);
           fill = 0;
@@ -409,8 +422,11 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       }
     }
     if (full) send(full, chunkSize, fill === 0);
-    if (fill > 0) send(slot, fill, true);
+    if (fill > 0) send(filled(slot, fill), fill, true);
     else releaseSlot(slot);
+    hashEnded = true;
+    const sha256 = hash.digest();
+    sha256.catch(() => {});
     while (inFlight.length > 0) await raceAbort(inFlight.shift()!, signal);
     if (writer) await raceAbort(writer.commit(), signal);
     if (finishing) await raceAbort(finishing, signal);
@@ -423,7 +439,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       keyVersion,
       chunkSize,
       size: received,
-      sha256: hash.digest('hex'),
+      sha256: await raceAbort(sha256, signal),
       chunks: chunkIndex,
       sealedBytes,
       segments,
@@ -441,6 +457,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     };
   } catch (err) {
     stopped = true;
+    if (!hashEnded) hash.digest().catch(() => {}); // drops the running hash
     if (!sourceDone) {
       if (opts.keepSourceOpen) void iterator.return?.().catch(() => {});
       else source.destroy();
