@@ -32,7 +32,9 @@ if (built <= (await newestSource())) {
   const { build } = await import('esbuild');
   await build({
     absWorkingDir: root,
-    entryPoints: ['src/main.ts'],
+    // The sealing threads' code is an entry of its own: src/crypto/chunk-sealer.ts starts it from
+    // dist/server/seal-worker.js.
+    entryPoints: { main: 'src/main.ts', 'seal-worker': 'src/crypto/seal-worker.ts' },
     outdir: 'dist/server',
     bundle: true,
     splitting: true,

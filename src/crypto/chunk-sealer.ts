@@ -87,6 +87,8 @@ interface Pending {
 class SealThread {
   readonly worker: Worker;
   readonly pending = new Map<number, Pending>();
+  /** Running SlotHashes pinned to this thread. */
+  hashing = 0;
 
   constructor(onGone: (thread: SealThread) => void) {
     this.worker = startWorker();
@@ -138,10 +140,14 @@ function forget(gone: SealThread): void {
   if (i !== -1) threads.splice(i, 1);
 }
 
+/** Jobs waiting on a thread, and one more for each item it hashes (its chunks come steadily). */
+const load = (t: SealThread) => t.pending.size + t.hashing;
+
+/** The thread with the least load; a new one while every thread has some and there may be more. */
 function leastBusy(): SealThread {
   let best = threads[0];
-  for (const t of threads) if (!best || t.pending.size < best.pending.size) best = t;
-  if (!best || (best.pending.size > 0 && threads.length < MAX_THREADS)) {
+  for (const t of threads) if (!best || load(t) < load(best)) best = t;
+  if (!best || (load(best) > 0 && threads.length < MAX_THREADS)) {
     best = new SealThread(forget);
     threads.push(best);
   }
@@ -170,6 +176,11 @@ function memoryOf(slot: Buffer, length: number): SharedArrayBuffer {
 export class SlotHash {
   private readonly thread = leastBusy();
   private readonly stream = nextId++;
+  private ended = false;
+
+  constructor() {
+    this.thread.hashing++;
+  }
 
   update(slot: Buffer, length: number): Promise<void> {
     const memory = memoryOf(slot, length);
@@ -179,6 +190,8 @@ export class SlotHash {
 
   /** Hex digest of everything added; ends the hash (also the way to drop one that is not needed). */
   digest(): Promise<string> {
+    if (!this.ended) this.thread.hashing--;
+    this.ended = true;
     const job: HashJob = { id: nextId++, op: 'digest', stream: this.stream };
     return new Promise((resolve, reject) => this.thread.post(job, { resolve: (done) => resolve(done.digest!), reject, op: job.op }));
   }
