@@ -295,6 +295,29 @@ describeBackends('artifacts', (backend) => {
     expect(await listed()).toBe(1);
   });
 
+  it('serves other downloads, byte for byte, while clients walk away from theirs', async () => {
+    const data = randomBytes(200 * CHUNK + 5);
+    const { id } = (await upload('?name=walked-away', data)).body.artifact;
+    /** Reads the first piece of the body, then drops the connection. */
+    const walkAway = () =>
+      new Promise<void>((resolve, reject) => {
+        const req = request(`${s.url}/v1/artifacts/${id}/content`, { headers: { authorization: `Bearer ${BOOTSTRAP}` } });
+        req.on('error', reject);
+        req.on('response', (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        });
+        req.end();
+      });
+    const [full] = await Promise.all([download(`/v1/artifacts/${id}/content`), walkAway(), walkAway(), walkAway()]);
+    expect(full.status).toBe(200);
+    expect(full.bytes.equals(data)).toBe(true);
+    const again = await Promise.all([download(`/v1/artifacts/${id}/content`), download(`/v1/artifacts/${id}/content`)]);
+    for (const d of again) expect(d.bytes.equals(data)).toBe(true);
+  });
+
   it('serves single byte ranges, conditional requests and HEAD', async () => {
     const data = randomBytes(5 * CHUNK + 100);
     const { id } = (await upload('?name=ranged', data)).body.artifact;

@@ -12,6 +12,7 @@ import {
   createBlobStore,
   FsBlobStore,
   InvalidBlobNameError,
+  openBlobWriter,
 } from '../src/store';
 import { AzureBlobStore } from '../src/store/azure-store';
 import { type Azurite, startAzurite } from './helpers/azurite';
@@ -241,6 +242,59 @@ function blobStoreConformance(label: string, setup: () => Promise<{ store: BlobS
       await expect(listAll(store, '/x')).rejects.toBeInstanceOf(InvalidBlobNameError);
     });
 
+    it('writes an object piece by piece (openBlobWriter), visible only once committed', async () => {
+      const p = uid();
+      const first = randomBytes(300 * 1024);
+      const second = randomBytes(700 * 1024);
+      const original = Buffer.concat([first, second]);
+      const w = await openBlobWriter(store, `${p}/w`);
+      await w.write(first);
+      first.fill(0); // the store is done with a piece once its write resolves
+      await w.write(second);
+      second.fill(0);
+      await expect(store.get(`${p}/w`)).rejects.toBeInstanceOf(BlobNotFoundError);
+      expect(await listAll(store, `${p}/`)).toEqual([]);
+      await w.commit();
+      expect((await readAll(await store.get(`${p}/w`))).equals(original)).toBe(true);
+      expect(await listAll(store, `${p}/`)).toEqual([{ name: `${p}/w`, size: original.length }]);
+    });
+
+    it('leaves nothing, and keeps the previous version, when a writer is abandoned', async () => {
+      const p = uid();
+      await store.put(`${p}/a`, Buffer.from('previous'));
+      const w = await openBlobWriter(store, `${p}/a`);
+      await w.write(randomBytes(100 * 1024));
+      await w.abort();
+      await w.abort();
+      expect((await readAll(await store.get(`${p}/a`))).toString()).toBe('previous');
+      const fresh = await openBlobWriter(store, `${p}/b`);
+      await fresh.write(Buffer.from('never seen'));
+      await fresh.abort();
+      expect(await listAll(store, `${p}/`)).toEqual([{ name: `${p}/a`, size: 8 }]);
+    });
+
+    it("reads at positions into the caller's buffer (openReader, where the store has it)", async () => {
+      if (!store.openReader) return;
+      const p = uid();
+      const data = randomBytes(1000);
+      await store.put(`${p}/r`, data);
+      const reader = await store.openReader(`${p}/r`);
+      try {
+        expect(reader.size).toBe(1000);
+        const target = Buffer.alloc(300);
+        expect(await reader.read(target, 0)).toBe(300);
+        expect(target.equals(data.subarray(0, 300))).toBe(true);
+        expect(await reader.read(target, 650)).toBe(300);
+        expect(target.equals(data.subarray(650, 950))).toBe(true);
+        expect(await reader.read(target, 900)).toBe(100); // short only at the end
+        expect(target.subarray(0, 100).equals(data.subarray(900))).toBe(true);
+        expect(await reader.read(target, 1000)).toBe(0);
+      } finally {
+        await reader.close();
+      }
+      await expect(store.openReader(`${p}/missing`)).rejects.toBeInstanceOf(BlobNotFoundError);
+    });
+
     it('lets a reader stop early', async () => {
       const p = uid();
       await store.put(`${p}/big`, randomBytes(4 * 1024 * 1024));
@@ -261,6 +315,20 @@ let fsDir: string;
 blobStoreConformance('filesystem', async () => {
   fsDir = await mkdtemp(join(tmpdir(), 'berth-fs-store-'));
   return { store: new FsBlobStore(fsDir), teardown: () => rm(fsDir, { recursive: true, force: true }) };
+});
+
+// A store with only put/get/delete/list: what openBlobWriter and the unpacker fall back to.
+let plainDir: string;
+blobStoreConformance('filesystem through put and get only', async () => {
+  plainDir = await mkdtemp(join(tmpdir(), 'berth-fs-plain-'));
+  const fs = new FsBlobStore(plainDir);
+  const store: BlobStore = {
+    put: (n, b, s) => fs.put(n, b, s),
+    get: (n, r) => fs.get(n, r),
+    delete: (n) => fs.delete(n),
+    list: (p) => fs.list(p),
+  };
+  return { store, teardown: () => rm(plainDir, { recursive: true, force: true }) };
 });
 
 describe('FsBlobStore specifics', () => {

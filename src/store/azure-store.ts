@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { pipeline, Readable, Transform } from 'node:stream';
 import { BlobServiceClient, type ContainerClient } from '@azure/storage-blob';
 import {
@@ -6,6 +7,7 @@ import {
   BlobRangeError,
   BlobSizeMismatchError,
   type BlobStore,
+  type BlobWriter,
   type ByteRange,
   validateBlobName,
   validateBlobPrefix,
@@ -99,6 +101,40 @@ export class AzureBlobStore implements BlobStore {
       counter.destroy();
       throw err;
     }
+  }
+
+  /**
+   * Each write is staged as a block of its own (its bytes go out as they are, no copy) and the
+   * block list is committed at the end; abort leaves the uncommitted blocks for the service to
+   * discard. Block ids carry a random prefix, so writers of the same name never commit each
+   * other's blocks.
+   */
+  async openWriter(name: string): Promise<BlobWriter> {
+    validateBlobName(name);
+    await this.init();
+    const blob = this.container.getBlockBlobClient(name);
+    const prefix = randomBytes(12).toString('hex');
+    const ids: string[] = [];
+    let open = true;
+    const check = () => {
+      if (!open) throw new Error(`${name} is already committed or abandoned`);
+    };
+    return {
+      async write(data) {
+        check();
+        const id = Buffer.from(`${prefix}-${String(ids.length).padStart(8, '0')}`).toString('base64');
+        ids.push(id);
+        await blob.stageBlock(id, data, data.byteLength);
+      },
+      async commit() {
+        check();
+        open = false;
+        await blob.commitBlockList(ids, { blobHTTPHeaders: { blobContentType: 'application/octet-stream' } });
+      },
+      async abort() {
+        open = false;
+      },
+    };
   }
 
   async get(name: string, range?: ByteRange): Promise<Readable> {
