@@ -53,8 +53,8 @@ function run(job: SealJob): boolean {
 const hashes = new Map<number, Hash>();
 
 function hashJob(job: HashJob): SealJobDone {
-  let hash = hashes.get(job.stream);
-  if (!hash) hashes.set(job.stream, (hash = createHash('sha256')));
+  const hash = hashes.get(job.stream) ?? createHash('sha256');
+  hashes.set(job.stream, hash);
   if (job.op === 'hash') {
     hash.update(Buffer.from(job.memory, job.offset + NONCE_BYTES, job.length));
     return { id: job.id };

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes, webcrypto } from 'node:crypto';
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 
 /**
  * AES-256-GCM sealing of chunks.
@@ -113,49 +113,4 @@ export function sealChunk(key: Buffer, plain: Buffer, aad: ChunkAad): Buffer {
 /** Opens a chunk sealed by sealChunk at the same position. Throws SealError. */
 export function openChunk(key: Buffer, sealed: Buffer, aad: ChunkAad): Buffer {
   return openRaw(key, sealed, encodeChunkAad(aad));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Off-thread sealing, for the packer and unpacker's hot path.
-//
-// WebCrypto's AES-GCM runs in libuv's thread pool: the calling thread only copies the input and
-// gets the output back, so several chunks can be sealed or opened while it receives, hashes and
-// writes others. Same algorithm, same layout (nonce | ciphertext | tag) as sealParts/openRaw.
-
-const { subtle } = webcrypto;
-type GcmKey = webcrypto.CryptoKey;
-
-/** A 32-byte key made usable by sealPartsAsync/openRawAsync (import once per object). */
-export async function importSealKey(key: Buffer): Promise<GcmKey> {
-  checkKey(key);
-  return subtle.importKey('raw', key, { name: 'AES-GCM' }, false, ['encrypt', 'decrypt']);
-}
-
-/**
- * sealParts off the calling thread: resolves to the nonce and the ciphertext with its tag
- * (together `nonce | ciphertext | tag`, as sealRaw). `plain` may be reused once this settles.
- */
-export async function sealPartsAsync(key: GcmKey, plain: Uint8Array, aad: Buffer): Promise<[nonce: Buffer, sealed: Buffer]> {
-  const nonce = randomBytes(NONCE_BYTES);
-  const out = await subtle.encrypt({ name: 'AES-GCM', iv: nonce, additionalData: aad, tagLength: TAG_BYTES * 8 }, key, plain);
-  return [nonce, Buffer.from(out)];
-}
-
-/**
- * openRaw off the calling thread: no plain byte is returned unless the tag verifies. `sealed` may
- * be reused once this settles. Rejects with SealError.
- */
-export async function openRawAsync(key: GcmKey, sealed: Uint8Array, aad: Buffer): Promise<Buffer> {
-  if (!(sealed instanceof Uint8Array) || sealed.length < SEAL_OVERHEAD) throw new SealError('sealed data is too short');
-  try {
-    const iv = sealed.subarray(0, NONCE_BYTES);
-    const out = await subtle.decrypt(
-      { name: 'AES-GCM', iv, additionalData: aad, tagLength: TAG_BYTES * 8 },
-      key,
-      sealed.subarray(NONCE_BYTES),
-    );
-    return Buffer.from(out);
-  } catch (err) {
-    throw new SealError('sealed data failed authentication (wrong key, tampered, or out of place)', { cause: err });
-  }
 }

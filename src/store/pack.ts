@@ -17,15 +17,18 @@
  * authenticated under the object key: nothing about the content (not even its hash) is readable
  * without the key, so shredding the key leaves nothing to learn from raw objects.
  *
- * Throughput: AES-GCM runs off the main thread (WebCrypto, in libuv's pool; see sealPartsAsync),
- * so sealing chunk n overlaps receiving and hashing chunk n+1 and writing chunk n-1; unpacking
- * opens two chunks ahead of the one being delivered. The SHA-256 of the whole item is computed on
- * the main thread as the bytes arrive (it is sequential by nature). Chunk buffers are reused.
+ * Throughput: the bytes of a chunk live in a slot shared with the sealing threads
+ * (src/crypto/chunk-sealer.ts). Packing copies what arrives into the slot; a sealing thread hashes
+ * it (the item's SHA-256, in order, on one thread) as soon as it is full, then seals it in place,
+ * and the store writes it from there (BlobStore.openWriter); meanwhile the next chunk fills.
+ * Unpacking reads each sealed chunk into a slot (positioned reads where the store has them),
+ * opens it in place two chunks ahead of the one being delivered, and delivers a view of the slot
+ * (UnpackResult.pieces) or a copy (UnpackResult.stream). The main thread allocates nothing per
+ * chunk, so its collector has nothing large to trace.
  *
- * Memory stays flat: the packer holds about three chunks (the one being filled, the one being
- * sealed, the one being written, handed to the store in 1 MiB pieces with backpressure), and the
- * unpacker about four (one being read, two being opened, one being delivered), whatever the size
- * of the item.
+ * Memory stays flat: packing holds about four slots per item (filling, full, two being sealed or
+ * written), unpacking about four (two being opened, one read, one delivered); slots are pooled
+ * across items.
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { Readable } from 'node:stream';
