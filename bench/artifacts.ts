@@ -1,22 +1,25 @@
 // npm run bench:artifacts [-- 256 1024]   (sizes in MiB; default 256 and 1024)
 //
-// For each store (BENCH_STORES, default `fs,azurite`) starts Berth in this process on a temporary
-// DATA_DIR (embedded PGlite, default 4 MiB chunks / 64 MiB segments): `fs` keeps blobs on the
-// filesystem (with fdatasync), `azurite` in an Azurite blob service (a child process, disk
-// persistence in a temporary folder). For each size it uploads and downloads an artifact through
-// HTTP with a client in a child process (so the server's threads and memory are measured alone).
-// Throughput is shown next to this machine's own limit, measured right before each transfer (so
-// both see the same load) in a child process (so its garbage does not sit in the server's RSS):
-// one thread doing SHA-256 + AES-256-GCM over the same number of bytes in 4 MiB chunks, the work
-// the server does per byte on upload. Peak RSS is sampled in this (the server's) process every 50 ms.
+// For each store (BENCH_STORES, default `fs,azurite`) starts Berth as a user does, `npm start`
+// (the server bundle with its flags) on a temporary DATA_DIR (embedded PGlite, default 4 MiB
+// chunks / 64 MiB segments): `fs` keeps blobs on the filesystem (with fdatasync), `azurite` in an
+// Azurite blob service (a child process, disk persistence in a temporary folder). For each size it
+// uploads and downloads an artifact through HTTP with a client in a child process. Throughput is
+// shown next to this machine's own limit, measured right before each transfer (so both see the
+// same load) in a child process: one thread doing SHA-256 + AES-256-GCM over the same number of
+// bytes in 4 MiB chunks, the work the server does per byte on upload. The server process's CPU
+// (every thread, from /proc) and peak RSS (sampled every 50 ms) are measured over each transfer.
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig } from '../src/config';
-import { startApp } from '../src/server';
+import { fileURLToPath } from 'node:url';
 import { type Azurite, startAzurite } from '../test/helpers/azurite';
+import { freePort, kib, stop, tree } from './environments/startup';
 
+const REPO = fileURLToPath(new URL('..', import.meta.url));
+// Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these.
+const TICKS_PER_SECOND = 100;
 const MiB = 1024 * 1024;
 const GOAL_RATIO = 0.8;
 const sizes = (process.argv.length > 2 ? process.argv.slice(2) : ['256', '1024']).map((s) => Number(s) * MiB);
@@ -29,22 +32,62 @@ interface Measured<T> {
   result: T;
   peak: number;
   before: number;
-  /** CPU time (user + system, every thread) this process spent meanwhile. */
+  /** CPU time (user + system, every thread) the server spent meanwhile. */
   cpuMs: number;
 }
 
-/** Runs `work` while sampling this process's RSS; returns its result and the peak. */
-async function withPeakRss<T>(work: () => Promise<T>): Promise<Measured<T>> {
-  const before = process.memoryUsage.rss();
-  const cpuBefore = process.cpuUsage();
+/** CPU time (user + system, every thread) of process `pid` so far, in ms. */
+async function cpuMsOf(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND;
+}
+
+/** Runs `work` while sampling the server's RSS; returns its result, the peak and the server's CPU. */
+async function measured<T>(pid: number, work: () => Promise<T>): Promise<Measured<T>> {
+  const rss = () => kib(`/proc/${pid}/status`, 'VmRSS');
+  const before = await rss();
+  const cpuBefore = await cpuMsOf(pid);
   let peak = before;
-  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 50);
+  const timer = setInterval(() => void rss().then((r) => (peak = Math.max(peak, r))), 50);
   try {
     const result = await work();
-    const cpu = process.cpuUsage(cpuBefore);
-    return { result, peak: Math.max(peak, process.memoryUsage.rss()), before, cpuMs: (cpu.user + cpu.system) / 1000 };
+    return { result, peak: Math.max(peak, await rss()), before, cpuMs: (await cpuMsOf(pid)) - cpuBefore };
   } finally {
     clearInterval(timer);
+  }
+}
+
+/** `npm start` as a user runs it (the bundle, its flags), on `env`; resolves once /healthz answers. */
+async function startServer(env: Record<string, string>): Promise<{ url: string; pid: number; stop: () => Promise<void> }> {
+  const port = await freePort();
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' };
+  for (const name of ['DATABASE_URL', 'DATABASE_SCHEMA']) delete childEnv[name];
+  const child = spawn('npm', ['start'], { cwd: REPO, env: childEnv, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d));
+  child.stderr!.on('data', (d: Buffer) => (output += d));
+  const url = `http://127.0.0.1:${port}`;
+  const started = Date.now();
+  try {
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`npm start ended (${child.exitCode}):\n${output}`);
+      if (Date.now() - started > 120_000) throw new Error(`no answer on /healthz within 120 s:\n${output}`);
+      if (
+        await fetch(`${url}/healthz`).then(
+          (r) => r.ok,
+          () => false,
+        )
+      )
+        break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const { server } = await tree(child.pid!);
+    if (!server) throw new Error('no process running dist/server/main.js under npm start');
+    return { url, pid: server.pid, stop: () => stop(child) };
+  } catch (err) {
+    await stop(child);
+    throw err;
   }
 }
 
@@ -70,16 +113,11 @@ const peaks: Record<string, number[]> = {};
 
 async function run(store: 'fs' | 'azurite', azurite: Azurite | undefined): Promise<void> {
   const dataDir = await mkdtemp(join(tmpdir(), 'berth-bench-'));
-  const app = await startApp({
-    config: loadConfig({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DATA_DIR: dataDir,
-      BOOTSTRAP_TOKEN: TOKEN,
-      NODE_ENV: 'production',
-      ...(azurite ? { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString } : {}),
-    }),
-    log: (message, err) => console.error(message, err ?? ''),
+  const app = await startServer({
+    DATA_DIR: dataDir,
+    BOOTSTRAP_TOKEN: TOKEN,
+    NODE_ENV: 'production',
+    ...(azurite ? { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString } : {}),
   });
   const row = (size: number, direction: Direction, limit: number, rss: Measured<Record<string, any>>) => {
     const rate = mbps(size, rss.result.ms);
@@ -92,13 +130,12 @@ async function run(store: 'fs' | 'azurite', azurite: Azurite | undefined): Promi
     );
   };
   try {
-    // Warm-up: the sealing threads start on the first transfer (through tsx here, as the server runs from source).
+    // Warm-up: the sealing threads start on the first transfer.
     const warm = await client('upload', app.url, TOKEN, String(32 * MiB));
     if (warm.status !== 201) throw new Error(`warm-up upload failed: ${JSON.stringify(warm).slice(0, 500)}`);
     for (const size of sizes) {
       const upLimit = mbps(size, (await client('limit', String(size))).ms);
-      global.gc?.();
-      const up = await withPeakRss(() => client('upload', app.url, TOKEN, String(size)));
+      const up = await measured(app.pid, () => client('upload', app.url, TOKEN, String(size)));
       if (up.result.status !== 201 || up.result.body.artifact.sha256 !== up.result.sha256) {
         throw new Error(`upload failed: ${JSON.stringify(up.result).slice(0, 500)}`);
       }
@@ -106,8 +143,7 @@ async function run(store: 'fs' | 'azurite', azurite: Azurite | undefined): Promi
       const id = up.result.body.artifact.id as string;
 
       const downLimit = mbps(size, (await client('limit', String(size))).ms);
-      global.gc?.();
-      const down = await withPeakRss(() => client('download', app.url, TOKEN, id));
+      const down = await measured(app.pid, () => client('download', app.url, TOKEN, id));
       if (down.result.status !== 200 || down.result.bytes !== size) {
         throw new Error(`download failed: ${JSON.stringify(down.result).slice(0, 500)}`);
       }

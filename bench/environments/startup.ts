@@ -29,7 +29,7 @@ export interface StartupResult {
   settleSeconds: number;
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -63,14 +63,14 @@ async function processes(): Promise<Proc[]> {
   return out;
 }
 
-async function kib(path: string, field: string): Promise<number> {
+export async function kib(path: string, field: string): Promise<number> {
   const text = await readFile(path, 'utf8').catch(() => '');
   const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text);
   return m ? Number(m[1]) * 1024 : 0;
 }
 
 /** The tree under `root`, each with its depth; the server is the deepest process running dist/server/main.js. */
-async function tree(root: number): Promise<{ all: (Proc & { depth: number })[]; server?: Proc }> {
+export async function tree(root: number): Promise<{ all: (Proc & { depth: number })[]; server?: Proc }> {
   const procs = await processes();
   const all: (Proc & { depth: number })[] = [];
   const walk = (pid: number, depth: number) => {
@@ -83,7 +83,7 @@ async function tree(root: number): Promise<{ all: (Proc & { depth: number })[]; 
   return { all, server };
 }
 
-async function stop(child: ChildProcess): Promise<void> {
+export async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once('exit', resolve));
   // Its own process group (detached): the signal reaches npm, the shell and the server.
