@@ -1,5 +1,5 @@
 /**
- * The packer alone (src/store/pack.ts: SHA-256, AES-256-GCM off the main thread, the filesystem
+ * The packer alone (src/store/pack.ts: SHA-256 and AES-256-GCM on the sealing threads, the filesystem
  * store with fdatasync), no HTTP and no database, against the artifact benchmark's one-thread
  * limit (bench/limit.ts) measured in the same run: how much of the artifact path's gap to that
  * limit is the packer's own.
