@@ -89,6 +89,8 @@ class SealThread {
   readonly pending = new Map<number, Pending>();
   /** Running SlotHashes pinned to this thread. */
   hashing = 0;
+  /** Why the thread is no more, once it is not. */
+  private gone: Error | undefined;
 
   constructor(onGone: (thread: SealThread) => void) {
     this.worker = startWorker();
@@ -104,6 +106,7 @@ class SealThread {
       } else job.reject(new Error(`sealing thread: ${done.failed}`));
     });
     const fail = (err: Error) => {
+      this.gone ??= err;
       onGone(this);
       for (const job of this.pending.values()) job.reject(err);
       this.pending.clear();
@@ -113,6 +116,11 @@ class SealThread {
   }
 
   post(job: SealJob | HashJob, pending: Pending): void {
+    // A SlotHash stays with its thread: if that thread has died, so has the hash.
+    if (this.gone) {
+      pending.reject(this.gone);
+      return;
+    }
     if (this.pending.size === 0) this.worker.ref(); // a job in flight keeps the process alive
     this.pending.set(job.id, pending);
     this.worker.postMessage(job);
