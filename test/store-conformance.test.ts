@@ -259,6 +259,17 @@ function blobStoreConformance(label: string, setup: () => Promise<{ store: BlobS
       expect(await listAll(store, `${p}/`)).toEqual([{ name: `${p}/w`, size: original.length }]);
     });
 
+    it('keeps writes in the order they were called when the writer takes several at once', async () => {
+      const p = uid();
+      const w = await openBlobWriter(store, `${p}/par`);
+      const pieces = Array.from({ length: 7 }, (_, i) => randomBytes(64 * 1024 + i * 1000));
+      for (let i = 0; i < pieces.length; i += w.parallel ?? 1) {
+        await Promise.all(pieces.slice(i, i + (w.parallel ?? 1)).map((piece) => w.write(piece)));
+      }
+      await w.commit();
+      expect((await readAll(await store.get(`${p}/par`))).equals(Buffer.concat(pieces))).toBe(true);
+    });
+
     it('leaves nothing, and keeps the previous version, when a writer is abandoned', async () => {
       const p = uid();
       await store.put(`${p}/a`, Buffer.from('previous'));

@@ -104,8 +104,9 @@ export class AzureBlobStore implements BlobStore {
   }
 
   /**
-   * Each write is staged as a block of its own (its bytes go out as they are, no copy) and the
-   * block list is committed at the end; abort leaves the uncommitted blocks for the service to
+   * Each write is staged as a block of its own (its bytes go out as they are, no copy; up to
+   * `concurrency` at once, each given its place when write is called) and the block list is
+   * committed at the end; abort leaves the uncommitted blocks for the service to
    * discard. Block ids carry a random prefix, so writers of the same name never commit each
    * other's blocks.
    */
@@ -115,20 +116,25 @@ export class AzureBlobStore implements BlobStore {
     const blob = this.container.getBlockBlobClient(name);
     const prefix = randomBytes(12).toString('hex');
     const ids: string[] = [];
+    const staging: Promise<unknown>[] = [];
     let open = true;
     const check = () => {
       if (!open) throw new Error(`${name} is already committed or abandoned`);
     };
     return {
+      parallel: this.concurrency,
       async write(data) {
         check();
         const id = Buffer.from(`${prefix}-${String(ids.length).padStart(8, '0')}`).toString('base64');
         ids.push(id);
-        await blob.stageBlock(id, data, data.byteLength);
+        const staged = blob.stageBlock(id, data, data.byteLength);
+        staging.push(staged.catch(() => {}));
+        await staged;
       },
       async commit() {
         check();
         open = false;
+        await Promise.all(staging); // a block still on its way would be missing from the list
         await blob.commitBlockList(ids, { blobHTTPHeaders: { blobContentType: 'application/octet-stream' } });
       },
       async abort() {

@@ -54,8 +54,13 @@ export interface BlobStore {
   list(prefix: string): AsyncIterable<BlobListing>;
 }
 
-/** An object being written (BlobStore.openWriter). Writes are sequential: one at a time. */
+/** An object being written (BlobStore.openWriter). */
 export interface BlobWriter {
+  /**
+   * Writes that may be outstanding at once (default 1: wait for each before the next). Each takes
+   * its place in the object in the order write was called.
+   */
+  readonly parallel?: number;
   /** Appends `data`; once this resolves the store no longer reads `data`, which may be reused. */
   write(data: Uint8Array): Promise<void>;
   /** Makes the object visible, atomically, as put does (replacing an object of that name). */

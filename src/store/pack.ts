@@ -328,15 +328,20 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   // The previous segment, committing in the background (fsync, rename, block list) while the next
   // one is written; at most one at a time.
   let finishing: Promise<void> | undefined;
-  // Chunks sent and not yet stored, oldest first: each is sealed on a sealing thread, then written
-  // after the one before it (`written` chains the writes), then its slot is given back.
+  // Chunks sent and not yet stored, oldest first: each is sealed on a sealing thread, then handed
+  // to the store after the one before it (`called` chains the calls to write, so the chunks keep
+  // their order in the object), then its slot is given back once its own write is done.
   const inFlight: Promise<void>[] = [];
-  let written: Promise<void> = Promise.resolve();
+  let called: Promise<unknown> = Promise.resolve();
+  // Writes of the current segment not yet done: at most the writer's `parallel`.
+  const writing = new Set<Promise<void>>();
 
-  const writeChunk = async (segment: number, bytes: Buffer): Promise<void> => {
+  /** Calls write for the chunk (opening the segment's writer first); resolves to its completion. */
+  const startWrite = async (segment: number, bytes: Buffer): Promise<{ done: Promise<void> }> => {
     if (stopped) throw new PackAbortedError();
     if (segment !== writerSegment) {
       if (writer) {
+        await Promise.all(writing);
         await finishing;
         finishing = writer.commit();
         finishing.catch(() => {}); // awaited at the next roll, at the end, or in the cleanup
@@ -347,7 +352,12 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
       writers.push(writer);
       writerSegment = segment;
     }
-    await writer!.write(bytes);
+    while (writing.size >= (writer!.parallel ?? 1)) await Promise.race(writing);
+    const done = writer!.write(bytes);
+    writing.add(done);
+    const settle = () => writing.delete(done);
+    done.then(settle, settle);
+    return { done };
   };
 
   /** A chunk hashed (or being hashed) and not yet sent. */
@@ -374,11 +384,10 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     const at = segments.length - 1;
     const aad = encodeChunkAad({ objectId, segment: at, chunk: chunkIndex++, final });
     const sealed = hashed.then(() => sealSlot(okey, aad, slot, length));
-    const stored = Promise.all([sealed, written])
-      .then(() => writeChunk(at, slotSealed(slot, length)))
-      .then(() => releaseSlot(slot)); // on failure the slot is left to the collector
+    const turn = Promise.all([sealed, called]).then(() => startWrite(at, slotSealed(slot, length)));
+    const stored = turn.then(({ done }) => done).then(() => releaseSlot(slot)); // on failure the slot is left to the collector
     stored.catch(() => {});
-    written = stored;
+    called = turn;
     inFlight.push(stored);
   };
 
@@ -410,7 +419,8 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
         if (full) {
           send(full, chunkSize, false); // more bytes follow, so it is not the last chunk
           full = undefined;
-          while (inFlight.length > CHUNKS_IN_FLIGHT) await raceAbort(inFlight.shift()!, signal);
+          // More when the store takes several writes at once (Azure: one block each).
+          while (inFlight.length > CHUNKS_IN_FLIGHT + (writer?.parallel ?? 1) - 1) await raceAbort(inFlight.shift()!, signal);
         }
         const n = Math.min(chunkSize - fill, piece.length - off);
         piece.copy(data, fill, off, off + n);
