@@ -27,8 +27,8 @@
  * chunk, so its collector has nothing large to trace.
  *
  * Memory stays flat: packing holds about four slots per item (filling, full, two being sealed or
- * written), unpacking about four (two being opened, one read, one delivered); slots are pooled
- * across items.
+ * written; more when the store's writer takes several writes at once), unpacking about four (two
+ * being opened, one read, one delivered); slots are pooled across items.
  */
 import { createHash, hkdfSync } from 'node:crypto';
 import { Readable } from 'node:stream';
