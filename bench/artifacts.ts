@@ -15,7 +15,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Azurite, startAzurite } from '../test/helpers/azurite';
-import { freePort, kib, stop, tree } from './environments/startup';
+import { kib, npmStart, tree } from './environments/startup';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 // Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these.
@@ -58,37 +58,15 @@ async function measured<T>(pid: number, work: () => Promise<T>): Promise<Measure
   }
 }
 
-/** `npm start` as a user runs it (the bundle, its flags), on `env`; resolves once /healthz answers. */
+/** `npm start` as a user runs it (the bundle, its flags), on `env`, with its server process's pid. */
 async function startServer(env: Record<string, string>): Promise<{ url: string; pid: number; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' };
-  for (const name of ['DATABASE_URL', 'DATABASE_SCHEMA']) delete childEnv[name];
-  const child = spawn('npm', ['start'], { cwd: REPO, env: childEnv, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout!.on('data', (d: Buffer) => (output += d));
-  child.stderr!.on('data', (d: Buffer) => (output += d));
-  const url = `http://127.0.0.1:${port}`;
-  const started = Date.now();
-  try {
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`npm start ended (${child.exitCode}):\n${output}`);
-      if (Date.now() - started > 120_000) throw new Error(`no answer on /healthz within 120 s:\n${output}`);
-      if (
-        await fetch(`${url}/healthz`).then(
-          (r) => r.ok,
-          () => false,
-        )
-      )
-        break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    const { server } = await tree(child.pid!);
-    if (!server) throw new Error('no process running dist/server/main.js under npm start');
-    return { url, pid: server.pid, stop: () => stop(child) };
-  } catch (err) {
-    await stop(child);
-    throw err;
+  const started = await npmStart(REPO, env);
+  const { server } = await tree(started.child.pid!);
+  if (!server) {
+    await started.stop();
+    throw new Error('no process running dist/server/main.js under npm start');
   }
+  return { url: started.url, pid: server.pid, stop: started.stop };
 }
 
 function client(...args: string[]): Promise<Record<string, any>> {

@@ -29,7 +29,7 @@ export interface StartupResult {
   settleSeconds: number;
 }
 
-export function freePort(): Promise<number> {
+function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -83,7 +83,7 @@ export async function tree(root: number): Promise<{ all: (Proc & { depth: number
   return { all, server };
 }
 
-export async function stop(child: ChildProcess): Promise<void> {
+async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once('exit', resolve));
   // Its own process group (detached): the signal reaches npm, the shell and the server.
@@ -93,29 +93,53 @@ export async function stop(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-async function startOnce(repo: string, dataDir: string, settleSeconds: number | undefined): Promise<StartupRun> {
+/** A running `npm start`: its URL, how long it took to answer, and the deepest server process. */
+export interface NpmStart {
+  url: string;
+  /** Spawn to the first 200 of /healthz. */
+  ms: number;
+  child: ChildProcess;
+  stop: () => Promise<void>;
+}
+
+/**
+ * Spawns `npm start` in `repo` on a free port, from this process's environment without the
+ * settings that would point it elsewhere (embedded defaults) plus `env`, and resolves once
+ * /healthz answers 200 (at most 120 s).
+ */
+export async function npmStart(repo: string, env: Record<string, string>): Promise<NpmStart> {
   const port = await freePort();
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir };
-  // The embedded default: nothing that would point it elsewhere.
+  const childEnv: NodeJS.ProcessEnv = { ...process.env };
   for (const name of ['DATABASE_URL', 'DATABASE_SCHEMA', 'AZURE_STORAGE_CONNECTION_STRING', 'NODE_ENV', 'BOOTSTRAP_TOKEN'])
-    delete env[name];
+    delete childEnv[name];
+  Object.assign(childEnv, env, { PORT: String(port), HOST: '127.0.0.1' });
   const started = performance.now();
-  const child = spawn('npm', ['start'], { cwd: repo, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('npm', ['start'], { cwd: repo, env: childEnv, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d));
   child.stderr!.on('data', (d: Buffer) => (output += d));
+  const url = `http://127.0.0.1:${port}`;
   try {
     for (;;) {
       if (child.exitCode !== null) throw new Error(`npm start ended (${child.exitCode}):\n${output}`);
       if (performance.now() - started > 120_000) throw new Error(`no answer on /healthz within 120 s:\n${output}`);
-      const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      const ok = await fetch(`${url}/healthz`).then(
         (r) => r.status === 200,
         () => false,
       );
       if (ok) break;
       await sleep(20);
     }
-    const ms = performance.now() - started;
+  } catch (err) {
+    await stop(child);
+    throw err;
+  }
+  return { url, ms: performance.now() - started, child, stop: () => stop(child) };
+}
+
+async function startOnce(repo: string, dataDir: string, settleSeconds: number | undefined): Promise<StartupRun> {
+  const { ms, child, stop } = await npmStart(repo, { DATA_DIR: dataDir });
+  try {
     if (settleSeconds === undefined) return { ms };
     await sleep(settleSeconds * 1000);
     const { all, server } = await tree(child.pid!);
@@ -129,7 +153,7 @@ async function startOnce(repo: string, dataDir: string, settleSeconds: number | 
     const names = all.map((p) => (p.cmdline.split(' ')[0] ?? '').split('/').at(-1)).join(', ');
     return { ms, serverRss: await kib(`/proc/${server.pid}/status`, 'VmRSS'), treeRss, treePss, processes: all.length, names };
   } finally {
-    await stop(child);
+    await stop();
   }
 }
 
