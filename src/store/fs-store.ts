@@ -136,26 +136,20 @@ export class FsBlobStore implements BlobStore {
 
   /** Positioned reads on an open handle: the object stays readable even if replaced meanwhile. */
   async openReader(name: string): Promise<BlobReader> {
-    const handle = await this.openExisting(name);
-    try {
-      const { size } = await handle.stat();
-      return {
-        size,
-        async read(target, position) {
-          let filled = 0;
-          while (filled < target.length) {
-            const { bytesRead } = await handle.read(target, filled, target.length - filled, position + filled);
-            if (bytesRead === 0) break;
-            filled += bytesRead;
-          }
-          return filled;
-        },
-        close: () => handle.close(),
-      };
-    } catch (err) {
-      await handle.close().catch(() => {});
-      throw err;
-    }
+    const { handle, size } = await this.openExisting(name);
+    return {
+      size,
+      async read(target, position) {
+        let filled = 0;
+        while (filled < target.length) {
+          const { bytesRead } = await handle.read(target, filled, target.length - filled, position + filled);
+          if (bytesRead === 0) break;
+          filled += bytesRead;
+        }
+        return filled;
+      },
+      close: () => handle.close(),
+    };
   }
 
   /** Opens the temp file, creating its folders; retries when a concurrent delete pruned them. */
@@ -173,9 +167,8 @@ export class FsBlobStore implements BlobStore {
 
   async get(name: string, range?: ByteRange): Promise<Readable> {
     validateRange(name, range);
-    const handle = await this.openExisting(name);
+    const { handle, size } = await this.openExisting(name);
     try {
-      const { size } = await handle.stat();
       const start = range?.start ?? 0;
       if (start > size) throw new BlobRangeError(name, range!, size);
       const end = Math.min(range?.end ?? size - 1, size - 1);
@@ -191,8 +184,8 @@ export class FsBlobStore implements BlobStore {
     }
   }
 
-  /** Opens an object for reading; BlobNotFoundError unless it is a file. */
-  private async openExisting(name: string): Promise<FileHandle> {
+  /** Opens an object for reading, with its size; BlobNotFoundError unless it is a file. */
+  private async openExisting(name: string): Promise<{ handle: FileHandle; size: number }> {
     const path = this.pathOf(name);
     let handle: FileHandle;
     try {
@@ -202,13 +195,14 @@ export class FsBlobStore implements BlobStore {
       if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') throw new BlobNotFoundError(name, { cause: err });
       throw err;
     }
-    const isFile = await handle.stat().then(
-      (s) => s.isFile(),
-      () => false,
-    );
-    if (isFile) return handle;
-    await handle.close().catch(() => {});
-    throw new BlobNotFoundError(name);
+    try {
+      const stat = await handle.stat();
+      if (!stat.isFile()) throw new BlobNotFoundError(name);
+      return { handle, size: stat.size };
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
   }
 
   async delete(name: string): Promise<void> {
