@@ -184,7 +184,7 @@ function memoryOf(slot: Buffer, length: number): SharedArrayBuffer {
 export class SlotHash {
   private readonly thread = leastBusy();
   private readonly stream = nextId++;
-  private ended = false;
+  private digested: Promise<string> | undefined;
 
   constructor() {
     this.thread.hashing++;
@@ -196,12 +196,18 @@ export class SlotHash {
     return new Promise((resolve, reject) => this.thread.post(job, { resolve: () => resolve(), reject, op: job.op }));
   }
 
-  /** Hex digest of everything added; ends the hash (also the way to drop one that is not needed). */
+  /**
+   * Hex digest of everything added; ends the hash (also the way to drop one that is not needed).
+   * Later calls give the same promise.
+   */
   digest(): Promise<string> {
-    if (!this.ended) this.thread.hashing--;
-    this.ended = true;
+    if (this.digested) return this.digested;
+    this.thread.hashing--;
     const job: HashJob = { id: nextId++, op: 'digest', stream: this.stream };
-    return new Promise((resolve, reject) => this.thread.post(job, { resolve: (done) => resolve(done.digest!), reject, op: job.op }));
+    this.digested = new Promise((resolve, reject) =>
+      this.thread.post(job, { resolve: (done) => resolve(done.digest!), reject, op: job.op }),
+    );
+    return this.digested;
   }
 }
 

@@ -319,7 +319,6 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
   const segments: PackManifest['segments'] = [];
   // The item's SHA-256 runs on a sealing thread, a chunk at a time, as soon as the chunk is full.
   const hash = new SlotHash();
-  let hashEnded = false;
   let received = 0;
   let chunkIndex = 0;
   let stopped = false;
@@ -437,7 +436,6 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     if (full) send(full, chunkSize, fill === 0);
     if (fill > 0) send(filled(slot, fill), fill, true);
     else releaseSlot(slot);
-    hashEnded = true;
     const sha256 = hash.digest();
     sha256.catch(() => {});
     while (inFlight.length > 0) await raceAbort(inFlight.shift()!, signal);
@@ -470,7 +468,7 @@ export async function packStream(opts: PackOptions): Promise<PackResult> {
     };
   } catch (err) {
     stopped = true;
-    if (!hashEnded) hash.digest().catch(() => {}); // drops the running hash
+    hash.digest().catch(() => {}); // drops the running hash, if it still runs
     if (!sourceDone) {
       if (opts.keepSourceOpen) void iterator.return?.().catch(() => {});
       else source.destroy();
