@@ -6,10 +6,10 @@ import { type Browser, type BrowserContext, chromium, type Page } from 'playwrig
 /** Debian's Chromium (`apt-get install -y chromium`); playwright-core downloads no browser. */
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
-/** Screenshots of the console's pages, for people to look at (ignored by git). */
 /** The templates catalog the console suites start Berth with. */
 export const CONSOLE_TEMPLATES = join(import.meta.dirname, '..', 'fixtures', 'templates-console.json');
 
+/** Screenshots of the console's pages, for people to look at (ignored by git). */
 export const SCREENSHOTS = join(import.meta.dirname, '..', '..', 'test-results', 'console');
 
 export async function launchBrowser(): Promise<Browser> {
