@@ -80,6 +80,26 @@ describeBackends('web console: environment pages, the full form and paging', (ba
     await page.getByText('No shares.').waitFor();
   });
 
+  it('shows what an environment runs with: image, network, resources, working directory', async () => {
+    const spec = {
+      pool: 'default',
+      idle: '30m',
+      hard: '1h',
+      image: 'localhost/console-pages:1',
+      resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
+      network: 'egress',
+      workdir: '/workspace/src',
+    };
+    expect((await admin.put('/v1/templates/runtime-shown', spec)).status).toBe(200);
+    const env = (await admin.post('/v1/environments', { template: 'runtime-shown' })).body.environment;
+    await openEnvironment(env.name);
+    expect(await field('Image').textContent()).toBe('localhost/console-pages:1');
+    expect(await field('Network').textContent()).toBe('egress');
+    expect(await field('Resources').textContent()).toBe('1 CPU · 2GiB memory · 8GiB disk · 1024 processes');
+    expect(await field('Working directory').textContent()).toBe('/workspace/src');
+    await admin.del(`/v1/environments/${env.id}`);
+  });
+
   let sandbox: { id: string; name: string };
 
   it('lists the exports and shares of an environment wired to a sandbox on its page', async () => {

@@ -5,6 +5,14 @@ import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } fro
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const EnvironmentQuery = graphql(`query TestEnvironmentStoppedBy($id: String!) { environment(id: $id) { id state stoppedBy } }`);
+const EnvironmentRuntimeQuery = graphql(`
+  query TestEnvironmentRuntime($id: String!) {
+    environment(id: $id) { id image resources { cpus memory pids disk } network workdir runtime }
+  }
+`);
+const TemplatesQuery = graphql(`
+  query TestTemplatesRuntime { templates { name image resources { cpus memory pids disk } network workdir env } }
+`);
 
 describeBackends('environments', (backend) => {
   let s: TestServer;
@@ -210,6 +218,136 @@ describeBackends('environments', (backend) => {
     expect((await other.del(`/v1/environments/${body.environment.id}`)).status).toBe(404);
     expect((await other.get(`/v1/environments/${body.environment.id}/execs`)).status).toBe(404);
     expect((await other.get('/v1/environments')).body.environments).toEqual([]);
+  });
+
+  it('shows what an environment was leased with: image, resources, network and workdir of its template', async () => {
+    const res = await admin.post('/v1/environments', { template: 'node' });
+    check('POST', '/v1/environments', res);
+    const env = res.body.environment;
+    const node = {
+      image: 'docker.io/library/node:20-bookworm',
+      resources: { cpus: 2, memory: '4GiB', pids: 4096, disk: '16GiB' },
+      network: 'egress',
+      workdir: '/workspace/app',
+    };
+    expect(env).toMatchObject(node);
+    expect(env.runtime).toBeUndefined();
+    expect(env).not.toHaveProperty('envVars');
+    expect(env).not.toHaveProperty('env');
+    const got = await admin.get(`/v1/environments/${env.id}`);
+    check('GET', `/v1/environments/${env.id}`, got);
+    expect(got.body).toMatchObject(node);
+    const gql = await admin.gql(EnvironmentRuntimeQuery, { id: env.id });
+    expect(gql.body.data?.environment).toEqual({ id: env.id, ...node, runtime: null });
+    const listed = await admin.get('/v1/environments?template=node');
+    check('GET', '/v1/environments', listed);
+    expect(listed.body.environments.find((e: { id: string }) => e.id === env.id)).toMatchObject(node);
+
+    // A template that sets little: the defaults, and only the limits it sets.
+    const spec = { pool: 'default', idle: '10m', hard: '1h', resources: { memory: '512MiB' }, env: { MODE: 'test' } };
+    const put = await admin.put('/v1/templates/bare', spec);
+    check('PUT', '/v1/templates/bare', put);
+    expect(put.body.template).toMatchObject({
+      name: 'bare',
+      resources: { memory: '512MiB' },
+      network: 'none',
+      workdir: '/',
+      env: { MODE: 'test' },
+    });
+    expect(put.body.template.image).toBeUndefined();
+    const bare = (await admin.post('/v1/environments', { template: 'bare' })).body.environment;
+    expect(bare).toMatchObject({ resources: { memory: '512MiB' }, network: 'none', workdir: '/' });
+    expect(bare.image).toBeUndefined();
+    expect(Object.keys(bare.resources)).toEqual(['memory']);
+    expect((await admin.gql(EnvironmentRuntimeQuery, { id: bare.id })).body.data?.environment).toMatchObject({
+      image: null,
+      resources: { cpus: null, memory: '512MiB', pids: null, disk: null },
+    });
+
+    // Fixed at creation: a later edit of the template changes new leases only.
+    await admin.put('/v1/templates/bare', { ...spec, image: 'busybox', network: 'egress', workdir: '/srv//app/' });
+    expect((await admin.get(`/v1/environments/${bare.id}`)).body).toMatchObject({ network: 'none', workdir: '/' });
+    const again = (await admin.post('/v1/environments', { template: 'bare' })).body.environment;
+    expect(again).toMatchObject({ image: 'docker.io/library/busybox:latest', network: 'egress', workdir: '/srv/app' });
+    for (const id of [env.id, bare.id, again.id]) await admin.del(`/v1/environments/${id}`);
+  });
+
+  it('lists the runtime fields of templates and refuses bad ones, naming the field', async () => {
+    const list = await admin.get('/v1/templates');
+    check('GET', '/v1/templates', list);
+    expect(list.body.templates.find((t: { name: string }) => t.name === 'rust')).toMatchObject({
+      image: 'docker.io/library/rust:1',
+      network: 'egress',
+      workdir: '/workspace/src',
+      env: { CARGO_TERM_COLOR: 'never' },
+    });
+    const gql = await admin.gql(TemplatesQuery);
+    expect(gql.body.data?.templates?.find((t) => t.name === 'default')).toMatchObject({
+      image: 'docker.io/library/debian:bookworm-slim',
+      network: 'none',
+      resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
+      env: {},
+    });
+
+    const spec = { pool: 'default', idle: '10m', hard: '1h' };
+    const bad: [object, string][] = [
+      [{ image: 'Node:20' }, 'image: "Node:20" must be lowercase in its repository name'],
+      [{ image: `node@sha256:${'a'.repeat(63)}` }, 'image: '],
+      [{ resources: { memory: '12XB' } }, 'resources.memory: "12XB" is not a size such as "512MiB" or "8GiB"'],
+      [{ resources: { memory: '1MiB' } }, 'resources.memory: "1MiB" is less than the 6MiB minimum'],
+      [{ resources: { disk: '100TiB' } }, 'resources.disk: "100TiB" exceeds the 64TiB maximum'],
+      [{ resources: { cpus: 100 } }, 'resources.cpus: must be a number from 0.1 to 64'],
+      [{ resources: { pids: 1 } }, 'resources.pids: must be an integer >= 16'],
+      [{ resources: { swap: '1GiB' } }, 'resources.swap: unknown field'],
+      [{ network: 'host' }, 'network: must be "none" or "egress" (got "host")'],
+      [{ workdir: 'app' }, 'workdir: "app" must be an absolute path'],
+      [{ workdir: '/a/../b' }, 'workdir: "/a/../b" must not contain ".."'],
+      [{ env: { 'NOT-A-NAME': 'x' } }, 'env.NOT-A-NAME: "NOT-A-NAME" is not a variable name'],
+      [{ env: { N: 1 } }, 'env.N: must be a string'],
+      [{ env: { BIG: 'x'.repeat(5000) } }, 'env: holds 5005 bytes (names + values + 2 each); at most 4096 bytes'],
+    ];
+    for (const [fields, message] of bad) {
+      const res = await admin.put('/v1/templates/broken', { ...spec, ...fields });
+      check('PUT', '/v1/templates/broken', res);
+      expect(res.status, JSON.stringify(fields)).toBe(422);
+      expect(res.body.code).toBe('invalid');
+      expect(res.body.error.startsWith(message), `${res.body.error} / ${message}`).toBe(true);
+    }
+    expect((await admin.get('/v1/templates')).body.templates.map((t: { name: string }) => t.name)).not.toContain('broken');
+  });
+
+  it("shows another organization the catalog's template, never this organization's own version", async () => {
+    const own = {
+      pool: 'large',
+      idle: '10m',
+      hard: '1h',
+      image: 'registry.example.com/private/rust:secret',
+      resources: { cpus: 3 },
+      workdir: '/private',
+      env: { PRIVATE_TOKEN: 'hush' },
+    };
+    expect((await admin.put('/v1/templates/rust', own)).status).toBe(200);
+    expect((await admin.put('/v1/templates/mine-only', own)).status).toBe(200);
+    const { createOrganization } = await import('../src/services/organizations');
+    const other = client(url, (await createOrganization(s.app.deps.prisma, `rt-${backend}`, 'x@rt.test')).secret);
+    const listed = await other.get('/v1/templates');
+    check('GET', '/v1/templates', listed);
+    expect(JSON.stringify(listed.body)).not.toMatch(/private|hush|PRIVATE_TOKEN|mine-only/);
+    expect(listed.body.templates.find((t: { name: string }) => t.name === 'rust')).toMatchObject({
+      image: 'docker.io/library/rust:1',
+      workdir: '/workspace/src',
+    });
+    const gql = await other.gql(TemplatesQuery);
+    expect(JSON.stringify(gql.body)).not.toMatch(/private|hush|PRIVATE_TOKEN|mine-only/);
+    const env = (await other.post('/v1/environments', { template: 'rust' })).body.environment;
+    expect(env).toMatchObject({ image: 'docker.io/library/rust:1', workdir: '/workspace/src', network: 'egress' });
+    expect((await other.post('/v1/environments', { template: 'mine-only' })).body.code).toBe('no_template');
+    const mine = (await admin.post('/v1/environments', { template: 'rust' })).body.environment;
+    expect(mine).toMatchObject({ image: 'registry.example.com/private/rust:secret', resources: { cpus: 3 }, workdir: '/private' });
+    expect((await other.get(`/v1/environments/${mine.id}`)).status).toBe(404);
+    expect((await other.gql(EnvironmentRuntimeQuery, { id: mine.id })).body.data?.environment ?? null).toBeNull();
+    await other.del(`/v1/environments/${env.id}`);
+    await admin.del(`/v1/environments/${mine.id}`);
   });
 });
 

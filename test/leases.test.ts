@@ -181,6 +181,10 @@ describeBackends('queue, quotas and live state', (backend) => {
       hard: '6h0m0s',
       shares: [],
       services: [],
+      resources: {},
+      network: 'none',
+      workdir: '/',
+      env: {},
     });
     const spec = { pool: 'wide', startMs: 20, idle: '5m', hard: '1h', services: [{ service: 'redis', target: '127.0.0.1:6379' }] };
     const member = client(url, (await admin.post('/v1/tokens', { email: 'tpl@example.com' })).body.secret);

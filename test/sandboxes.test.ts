@@ -29,6 +29,10 @@ const TEMPLATE: TemplateSpec = {
     { service: 'postgres', target: '127.0.0.1:5432' },
     { service: 'web', target: '127.0.0.1:8080' },
   ],
+  resources: {},
+  network: 'none',
+  workdir: '/',
+  env: {},
 };
 
 const Sandboxes = graphql(`query TestSandboxes { sandboxes { sandbox { id name org } environments } }`);

@@ -17,6 +17,7 @@ function base(): any {
     templates: [
       {
         name: 'default',
+        description: 'Debian 12 (bookworm), slim; no network beyond loopback',
         pool: 'default',
         startMs: 200,
         idle: '30m',
@@ -26,6 +27,10 @@ function base(): any {
           { name: 'out', direction: 'out', envPath: '/workspace/out' },
         ],
         services: [{ service: 'postgres', target: '127.0.0.1:5432' }],
+        image: 'docker.io/library/debian:bookworm-slim',
+        resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
+        network: 'none',
+        workdir: '/workspace/src',
       },
       { name: 'big', pool: 'large', idle: '1h', hard: '24h' },
     ],
@@ -51,6 +56,7 @@ describe('parseCatalog with a valid catalog', () => {
     ]);
     expect(catalog.templates[0]).toEqual({
       name: 'default',
+      description: 'Debian 12 (bookworm), slim; no network beyond loopback',
       pool: 'default',
       startMs: 200,
       idle: '30m',
@@ -62,6 +68,11 @@ describe('parseCatalog with a valid catalog', () => {
         { name: 'out', direction: 'out', envPath: '/workspace/out' },
       ],
       services: [{ service: 'postgres', target: '127.0.0.1:5432' }],
+      image: 'docker.io/library/debian:bookworm-slim',
+      resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
+      network: 'none',
+      workdir: '/workspace/src',
+      env: {},
     });
     expect(catalog.templates[1]).toEqual({
       name: 'big',
@@ -73,7 +84,12 @@ describe('parseCatalog with a valid catalog', () => {
       hardMs: 24 * HOUR,
       shares: [],
       services: [],
+      resources: {},
+      network: 'none',
+      workdir: '/',
+      env: {},
     });
+    expect(catalog.templates[1]).not.toHaveProperty('image');
   });
 
   it('accepts optional fields and normalises envPath', () => {
@@ -87,6 +103,7 @@ describe('parseCatalog with a valid catalog', () => {
     json.pools[0].maxQueued = 0;
     const catalog = parseCatalog(json, 'x.json');
     expect(catalog.templates[0].description).toBe('The default');
+    expect(catalog.templates[0].workdir).toBe('/workspace/src');
     expect(catalog.templates[0].shares[0].envPath).toBe('/workspace/src');
     expect(catalog.templates[0].hardMs).toBe(HOUR);
     expect(catalog.pools[0].hotNodes).toBe(0);
@@ -103,6 +120,61 @@ describe('parseCatalog with a valid catalog', () => {
     for (const target of ['127.0.0.1:5432', 'localhost:80', 'db.internal:65535', '[::1]:6379', '[fe80::1]:1', 'my-host:8080']) {
       expect(validateHostPort(target, 't')).toBe(target);
     }
+  });
+});
+
+describe('runtime fields', () => {
+  const imageOf = (image: string) => {
+    const json = base();
+    json.templates[1].image = image;
+    return parseCatalog(json, 't').templates[1]!.image;
+  };
+
+  it('stores images normalised as Docker does', () => {
+    const digest = `sha256:${'a'.repeat(64)}`;
+    const cases: [string, string][] = [
+      ['node:20', 'docker.io/library/node:20'],
+      ['busybox', 'docker.io/library/busybox:latest'],
+      ['docker.io/library/node:20-bookworm', 'docker.io/library/node:20-bookworm'],
+      ['docker.io/node', 'docker.io/library/node:latest'],
+      ['index.docker.io/library/node:20', 'docker.io/library/node:20'],
+      ['grafana/grafana:11.1', 'docker.io/grafana/grafana:11.1'],
+      ['localhost/ci:3', 'localhost/ci:3'],
+      ['localhost:5000/team/ci', 'localhost:5000/team/ci:latest'],
+      ['ghcr.io/org/tool_x.y/sub-dir:v1.2_3', 'ghcr.io/org/tool_x.y/sub-dir:v1.2_3'],
+      [`busybox@${digest}`, `docker.io/library/busybox@${digest}`],
+      [`quay.io/a/b:1@${digest}`, `quay.io/a/b:1@${digest}`],
+    ];
+    for (const [given, stored] of cases) expect(imageOf(given), given).toBe(stored);
+  });
+
+  it('applies the defaults and keeps sizes as written', () => {
+    const json = base();
+    json.templates[1].resources = { memory: '1.5GiB', disk: '512MiB' };
+    json.templates[1].workdir = '/work//dir/';
+    json.templates[1].env = { PATH: '/usr/bin', _x1: '' };
+    json.templates[1].network = 'egress';
+    const t = parseCatalog(json, 't').templates[1]!;
+    expect(t).toMatchObject({
+      resources: { memory: '1.5GiB', disk: '512MiB' },
+      workdir: '/work/dir',
+      env: { PATH: '/usr/bin', _x1: '' },
+      network: 'egress',
+    });
+    expect(Object.keys(t.resources)).toEqual(['memory', 'disk']);
+    json.templates[1].workdir = '/';
+    json.templates[1].resources = { cpus: 0.1, memory: '6MiB', pids: 16, disk: '1MiB' };
+    expect(parseCatalog(json, 't').templates[1]).toMatchObject({ workdir: '/', resources: { cpus: 0.1, pids: 16 } });
+    json.templates[1].resources = { cpus: 64, memory: '1TiB', pids: 1_000_000, disk: '64TiB' };
+    expect(parseCatalog(json, 't').templates[1]!.resources.cpus).toBe(64);
+  });
+
+  it('allows env up to 4 KiB in all, names + values + 2 bytes each', () => {
+    const json = base();
+    json.templates[1].env = { A: 'x'.repeat(4096 - 3) };
+    expect(parseCatalog(json, 't').templates[1]!.env.A).toHaveLength(4093);
+    json.templates[1].env = { A: 'x'.repeat(4096 - 2) };
+    expect(errorOf(json).message).toBe('templates.json: templates[1].env: holds 4097 bytes (names + values + 2 each); at most 4096 bytes');
   });
 });
 
@@ -244,6 +316,148 @@ describe('parseCatalog errors name the field path', () => {
       'templates.json: templates[0].services[1].service: duplicate service "postgres" (also services[0])',
     ],
     ['missing target', (j) => delete j.templates[0].services[0].target, 'templates.json: templates[0].services[0].target: is required'],
+    [
+      'uppercase image',
+      (j) => (j.templates[0].image = 'Node:20'),
+      'templates.json: templates[0].image: "Node:20" must be lowercase in its repository name',
+    ],
+    [
+      'image with a bad tag',
+      (j) => (j.templates[0].image = 'node:-20'),
+      /^templates\.json: templates\[0\]\.image: "node:-20" has an invalid tag/,
+    ],
+    [
+      'image with a short digest',
+      (j) => (j.templates[0].image = 'busybox@sha256:abc'),
+      'templates.json: templates[0].image: "busybox@sha256:abc" has a digest that is not "sha256:" and 64 lowercase hex digits',
+    ],
+    [
+      'image with a URL scheme',
+      (j) => (j.templates[0].image = 'https://docker.io/node'),
+      /^templates\.json: templates\[0\]\.image: "https:\/\/docker\.io\/node" is not an image reference/,
+    ],
+    ['image with a space', (j) => (j.templates[0].image = 'node 20'), /^templates\.json: templates\[0\]\.image: "node 20" is not an image/],
+    ['empty image', (j) => (j.templates[0].image = ''), /^templates\.json: templates\[0\]\.image: must not be empty/],
+    [
+      'long image',
+      (j) => (j.templates[0].image = `a${'/b'.repeat(130)}`),
+      'templates.json: templates[0].image: is longer than 255 characters',
+    ],
+    ['numeric image', (j) => (j.templates[0].image = 20), 'templates.json: templates[0].image: must be a string'],
+    [
+      'bad memory',
+      (j) => (j.templates[0].resources.memory = '12XB'),
+      'templates.json: templates[0].resources.memory: "12XB" is not a size such as "512MiB" or "8GiB"',
+    ],
+    [
+      'decimal units',
+      (j) => (j.templates[0].resources.memory = '4GB'),
+      'templates.json: templates[0].resources.memory: "4GB" is not a size such as "512MiB" or "8GiB"',
+    ],
+    [
+      'numeric memory',
+      (j) => (j.templates[0].resources.memory = 4096),
+      'templates.json: templates[0].resources.memory: must be a size string such as "512MiB" or "8GiB"',
+    ],
+    [
+      'small memory',
+      (j) => (j.templates[0].resources.memory = '5MiB'),
+      'templates.json: templates[0].resources.memory: "5MiB" is less than the 6MiB minimum',
+    ],
+    [
+      'huge memory',
+      (j) => (j.templates[0].resources.memory = '1.5TiB'),
+      'templates.json: templates[0].resources.memory: "1.5TiB" exceeds the 1TiB maximum',
+    ],
+    [
+      'small disk',
+      (j) => (j.templates[0].resources.disk = '1023KiB'),
+      'templates.json: templates[0].resources.disk: "1023KiB" is less than the 1MiB minimum',
+    ],
+    [
+      'huge disk',
+      (j) => (j.templates[0].resources.disk = '65TiB'),
+      'templates.json: templates[0].resources.disk: "65TiB" exceeds the 64TiB maximum',
+    ],
+    [
+      'fraction of a byte',
+      (j) => (j.templates[0].resources.disk = '0.5B'),
+      'templates.json: templates[0].resources.disk: "0.5B" is not a whole number of bytes',
+    ],
+    [
+      'zero cpus',
+      (j) => (j.templates[0].resources.cpus = 0),
+      'templates.json: templates[0].resources.cpus: must be a number from 0.1 to 64',
+    ],
+    [
+      'many cpus',
+      (j) => (j.templates[0].resources.cpus = 65),
+      'templates.json: templates[0].resources.cpus: must be a number from 0.1 to 64',
+    ],
+    [
+      'string cpus',
+      (j) => (j.templates[0].resources.cpus = '2'),
+      'templates.json: templates[0].resources.cpus: must be a number from 0.1 to 64',
+    ],
+    ['few pids', (j) => (j.templates[0].resources.pids = 15), 'templates.json: templates[0].resources.pids: must be an integer >= 16'],
+    [
+      'many pids',
+      (j) => (j.templates[0].resources.pids = 1_000_001),
+      'templates.json: templates[0].resources.pids: must be at most 1000000',
+    ],
+    [
+      'fractional pids',
+      (j) => (j.templates[0].resources.pids = 100.5),
+      'templates.json: templates[0].resources.pids: must be an integer >= 16',
+    ],
+    [
+      'unknown resource',
+      (j) => (j.templates[0].resources.gpus = 1),
+      'templates.json: templates[0].resources.gpus: unknown field (expected cpus, memory, pids, disk)',
+    ],
+    [
+      'resources not an object',
+      (j) => (j.templates[0].resources = '2cpu'),
+      /^templates\.json: templates\[0\]\.resources: must be an object/,
+    ],
+    [
+      'bad network',
+      (j) => (j.templates[0].network = 'host'),
+      'templates.json: templates[0].network: must be "none" or "egress" (got "host")',
+    ],
+    ['relative workdir', (j) => (j.templates[0].workdir = 'src'), 'templates.json: templates[0].workdir: "src" must be an absolute path'],
+    [
+      'workdir with ..',
+      (j) => (j.templates[0].workdir = '/a/../b'),
+      'templates.json: templates[0].workdir: "/a/../b" must not contain ".."',
+    ],
+    [
+      'workdir with a control character',
+      (j) => (j.templates[0].workdir = '/a\nb'),
+      /^templates\.json: templates\[0\]\.workdir: .* must not contain control characters/,
+    ],
+    ['env not an object', (j) => (j.templates[0].env = ['A=1']), /^templates\.json: templates\[0\]\.env: must be an object/],
+    [
+      'bad variable name',
+      (j) => (j.templates[0].env = { '1A': 'x' }),
+      /^templates\.json: templates\[0\]\.env\.1A: "1A" is not a variable name/,
+    ],
+    [
+      'variable name with a dash',
+      (j) => (j.templates[0].env = { 'MY-VAR': 'x' }),
+      /^templates\.json: templates\[0\]\.env\.MY-VAR: "MY-VAR" is not a variable name/,
+    ],
+    ['numeric variable', (j) => (j.templates[0].env = { PORT: 3000 }), 'templates.json: templates[0].env.PORT: must be a string'],
+    [
+      'variable with NUL',
+      (j) => (j.templates[0].env = { A: 'a\u0000b' }),
+      'templates.json: templates[0].env.A: must not contain NUL characters',
+    ],
+    [
+      'env over 4 KiB',
+      (j) => (j.templates[0].env = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`VAR_${i}`, 'x'.repeat(40)]))),
+      /^templates\.json: templates\[0\]\.env: holds \d+ bytes \(names \+ values \+ 2 each\); at most 4096 bytes$/,
+    ],
   ];
   it.each(cases)('%s', (_name, mutate, expected) => {
     const json = base();
@@ -309,6 +523,10 @@ describe('validateTemplateSpec (admin upsert)', () => {
       hardMs: HOUR,
       shares: [{ name: 'src', direction: 'in', envPath: '/w/src' }],
       services: [],
+      resources: {},
+      network: 'none',
+      workdir: '/',
+      env: {},
     });
     expect(validateTemplateSpec({ ...body, name: 'custom' }, 'custom', ['default']).name).toBe('custom');
   });
@@ -326,6 +544,15 @@ describe('validateTemplateSpec (admin upsert)', () => {
     ],
     ['an unknown field', { ...body, hotNodes: 3 }, 'custom', /^hotNodes: unknown field/],
     ['a non-object body', 'x', 'custom', /^must be an object/],
+    ['a bad image', { ...body, image: 'UPPER' }, 'custom', 'image: "UPPER" must be lowercase in its repository name'],
+    [
+      'a bad memory',
+      { ...body, resources: { memory: '1 GiB' } },
+      'custom',
+      'resources.memory: "1 GiB" is not a size such as "512MiB" or "8GiB"',
+    ],
+    ['a bad network', { ...body, network: 'all' }, 'custom', 'network: must be "none" or "egress" (got "all")'],
+    ['a bad env', { ...body, env: { 'A B': '1' } }, 'custom', /^env\.A B: "A B" is not a variable name/],
   ];
   it.each(cases)('refuses %s with a field relative to the body', (_name, input, name, expected) => {
     let err: unknown;

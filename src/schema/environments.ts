@@ -7,12 +7,14 @@ import {
   exportsOf,
   labelsOf,
   type Restored as RestoredShape,
+  resourcesOf,
   restoredOf,
   sharesOf,
   type WiredShare,
 } from '../services/json-columns';
 import { builder } from './builder';
 import { connectionOf } from './paging';
+import { Network, networkOf, Resources } from './templates';
 
 const STATES = ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const;
 const EnvironmentState = builder.enumType('EnvironmentState', { values: STATES });
@@ -83,6 +85,14 @@ export const EnvironmentRef = builder.prismaObject('Environment', {
     shares: t.field({ type: [Share], resolve: (e) => sharesOf(e) }),
     snapshot: t.exposeString('snapshot', { nullable: true }),
     restored: t.field({ type: Restored, nullable: true, resolve: (e) => restoredOf(e) }),
+    image: t.exposeString('image', { nullable: true, description: "The template's OCI image when it was leased" }),
+    resources: t.field({ type: Resources, description: "The template's limits when it was leased", resolve: (e) => resourcesOf(e) }),
+    network: t.field({ type: Network, resolve: (e) => networkOf(e.network) }),
+    workdir: t.exposeString('workdir', { description: 'Working directory of its processes' }),
+    runtime: t.exposeString('runtime', {
+      nullable: true,
+      description: 'How its node runs it (container or files), once it is ready',
+    }),
   }),
 });
 

@@ -1,7 +1,36 @@
 import { formatDuration } from '../services/durations';
 import { listTemplates, upsertTemplate } from '../services/templates';
-import type { ServiceSpec, ShareSpec, TemplateSpec } from '../services/templates-file';
+import {
+  NETWORKS,
+  type Network as NetworkValue,
+  type ResourcesSpec,
+  type ServiceSpec,
+  type ShareSpec,
+  type TemplateSpec,
+} from '../services/templates-file';
 import { builder } from './builder';
+
+export const Network = builder.enumType('Network', {
+  description: 'What an environment can reach: none (loopback only) or egress (outbound, never the node or link-local addresses)',
+  values: NETWORKS,
+});
+
+/** A stored network name as the enum (anything unknown is a bug, not a value to show). */
+export function networkOf(value: string): NetworkValue {
+  const network = NETWORKS.find((n) => n === value);
+  if (!network) throw new Error(`unknown network ${value}`);
+  return network;
+}
+
+export const Resources = builder.objectRef<ResourcesSpec>('Resources').implement({
+  description: 'Limits of an environment; only those set are present',
+  fields: (t) => ({
+    cpus: t.exposeFloat('cpus', { nullable: true, description: 'CPUs, 0.1-64' }),
+    memory: t.exposeString('memory', { nullable: true, description: 'Memory, as written (512MiB, 4GiB)' }),
+    pids: t.exposeInt('pids', { nullable: true, description: 'Most processes and threads at once' }),
+    disk: t.exposeString('disk', { nullable: true, description: 'Disk space, as written (8GiB)' }),
+  }),
+});
 
 const TemplateShare = builder.objectRef<ShareSpec>('TemplateShare').implement({
   fields: (t) => ({
@@ -28,6 +57,11 @@ const Template = builder.objectRef<TemplateSpec>('Template').implement({
     hard: t.string({ resolve: (s) => formatDuration(s.hardMs) }),
     shares: t.field({ type: [TemplateShare], resolve: (s) => s.shares }),
     services: t.field({ type: [TemplateService], resolve: (s) => s.services }),
+    image: t.exposeString('image', { nullable: true, description: 'OCI image, normalised (docker.io/library/node:20)' }),
+    resources: t.field({ type: Resources, resolve: (s) => s.resources }),
+    network: t.field({ type: Network, resolve: (s) => s.network }),
+    workdir: t.exposeString('workdir', { description: 'Working directory of its processes' }),
+    env: t.field({ type: 'JSONObject', description: 'Variables of its processes', resolve: (s) => s.env }),
   }),
 });
 

@@ -97,6 +97,12 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         sync: wiring.sync,
         snapshot,
         restore,
+        // What the node runs it with, fixed at creation like startMs.
+        image: template.image ?? null,
+        resources: template.resources,
+        network: template.network,
+        workdir: template.workdir,
+        envVars: template.env,
         version: 1,
       },
     });

@@ -47,6 +47,19 @@ export type Restored = z.infer<typeof Restored>;
 export const Segment = z.object({ name: z.string(), size: z.number().int(), objects: z.number().int() });
 export type Segment = z.infer<typeof Segment>;
 
+/** The limits an environment was leased with (`resources`): only those its template sets. */
+export const Resources = z.object({
+  cpus: z.number().optional(),
+  memory: z.string().optional(),
+  pids: z.number().int().optional(),
+  disk: z.string().optional(),
+});
+export type Resources = z.infer<typeof Resources>;
+
+/** An environment's variables (`envVars`). */
+export const EnvVars = z.record(z.string(), z.string());
+export type EnvVars = z.infer<typeof EnvVars>;
+
 const Exports = z.array(Export);
 const Shares = z.array(WiredShare);
 const Segments = z.array(Segment);
@@ -57,6 +70,8 @@ export const sharesOf = (row: { shares: Prisma.JsonValue }): WiredShare[] => Sha
 export const syncOf = (row: { sync: Prisma.JsonValue }): SyncSpec => SyncSpec.parse(row.sync ?? {});
 const RestoredOrNull = Restored.nullable();
 export const restoredOf = (row: { restored: Prisma.JsonValue }): Restored | null => RestoredOrNull.parse(row.restored);
+export const resourcesOf = (row: { resources: Prisma.JsonValue }): Resources => Resources.parse(row.resources ?? {});
+export const envVarsOf = (row: { envVars: Prisma.JsonValue }): EnvVars => EnvVars.parse(row.envVars ?? {});
 export const segmentsOf = (row: { segments: Prisma.JsonValue }): Segment[] => Segments.parse(row.segments);
 
 const date = z.coerce.date();
@@ -101,6 +116,12 @@ const EnvironmentPayload = z.object({
   workClaim: date.nullable(),
   outSynced: z.array(z.string()).default([]),
   relayed: date.nullable().default(null),
+  image: z.string().nullable().default(null),
+  resources: json.default({}),
+  network: z.string().default('none'),
+  workdir: z.string().default('/'),
+  envVars: json.default({}),
+  runtime: z.string().nullable().default(null),
   version: z.number().int(),
 }) satisfies z.ZodType<Environment, unknown>;
 

@@ -6,25 +6,45 @@
 // Every error names the field path, prefixed by the file for the catalog:
 //   templates.json: templates[1].hard: "25h" exceeds the 24h maximum
 //   templates.json: pools[0].hotNodes: must be an integer >= 0
+//   templates.json: templates[0].resources.memory: "12XB" is not a size such as "512MiB" or "8GiB"
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
 import { checkMax, formatCompactDuration, HOUR_MS, parseDuration } from './durations';
 import { ValidationError } from './errors';
+import { normalizeImage } from './image-ref';
 import { validateName } from './labels';
+import { formatSize, MIB, parseSize, TIB } from './sizes';
 
 export const MAX_HARD_MS = 24 * HOUR_MS;
 export const MAX_START_MS = 24 * HOUR_MS;
 export const MAX_HOT_NODES = 10_000;
 export const MAX_QUEUED = 1_000_000;
 const MAX_DESCRIPTION = 500;
+export const MIN_CPUS = 0.1;
+export const MAX_CPUS = 64;
+export const MIN_MEMORY = 6 * MIB;
+export const MAX_MEMORY = TIB;
+export const MIN_DISK = MIB;
+export const MAX_DISK = 64 * TIB;
+export const MIN_PIDS = 16;
+export const MAX_PIDS = 1_000_000;
+/**
+ * The most a template's `env` may hold: names + values + 2 bytes each (UTF-8). A remote node
+ * receives its environment's description in one PostgreSQL NOTIFY (8000 bytes at most).
+ */
+export const MAX_ENV_BYTES = 4 * 1024;
+export const NETWORKS = ['none', 'egress'] as const;
+export type Network = (typeof NETWORKS)[number];
 
 export type PoolSpec = z.infer<typeof Pool>;
 /** A share; `envPath` is absolute and normalised. */
 export type ShareSpec = z.infer<typeof Share>;
 /** A service; `target` is host:port inside the environment. */
 export type ServiceSpec = z.infer<typeof Service>;
+/** What an environment may use; sizes as written (`512MiB`, parseSize of src/services/sizes.ts reads them). */
+export type ResourcesSpec = { cpus?: number; memory?: string; pids?: number; disk?: string };
 
 export type TemplateSpec = {
   name: string;
@@ -39,6 +59,16 @@ export type TemplateSpec = {
   hardMs: number;
   shares: ShareSpec[];
   services: ServiceSpec[];
+  /** The OCI image, normalised (`docker.io/library/node:20`); absent: environments hold files only. */
+  image?: string;
+  /** Only the limits the template sets. */
+  resources: ResourcesSpec;
+  /** `none` (loopback only, the default) or `egress` (outbound, never the node's or link-local addresses). */
+  network: Network;
+  /** Absolute and normalised; `/` by default. */
+  workdir: string;
+  /** Environment variables of the environment's processes. */
+  env: Record<string, string>;
 };
 
 export interface Catalog {
@@ -103,19 +133,90 @@ function unique<T>(items: T[], ctx: z.core.$RefinementCtx<T[]>, key: (item: T) =
   });
 }
 
-const envPath = z.string(required('must be a string')).transform((value, ctx) => {
-  const problem = (message: string) => {
-    ctx.issues.push({ code: 'custom', input: value, message });
+/** An absolute path inside the environment, normalised; the root `/` only when `root` allows it. */
+const absolutePath = (root: boolean) =>
+  z.string(required('must be a string')).transform((value, ctx) => {
+    const problem = (message: string) => {
+      ctx.issues.push({ code: 'custom', input: value, message });
+      return z.NEVER;
+    };
+    if (/[\p{Cc}\\]/u.test(value)) return problem(`${show(value)} must not contain control characters or "\\"`);
+    if (!value.startsWith('/')) return problem(`${show(value)} must be an absolute path`);
+    if (value.split('/').includes('..')) return problem(`${show(value)} must not contain ".."`);
+    let normal = path.posix.normalize(value);
+    if (normal.length > 1 && normal.endsWith('/')) normal = normal.slice(0, -1);
+    if (normal === '/' && !root) return problem('must not be the root folder "/"');
+    if (normal.length > 4096) return problem('is longer than 4096 characters');
+    return normal;
+  });
+
+const envPath = absolutePath(false);
+
+const image = z.string(required('must be a string')).transform(checked(normalizeImage));
+
+/** A size with a binary unit, kept as written once it is within min..max. */
+const size = (min: number, max: number) =>
+  z.string(required('must be a size string such as "512MiB" or "8GiB"')).transform((text, ctx) => {
+    const bytes = checked(parseSize)(text, ctx);
+    if (typeof bytes !== 'number') return z.NEVER;
+    if (bytes < min) ctx.issues.push({ code: 'custom', input: text, message: `${show(text)} is less than the ${formatSize(min)} minimum` });
+    else if (bytes > max) ctx.issues.push({ code: 'custom', input: text, message: `${show(text)} exceeds the ${formatSize(max)} maximum` });
+    return text;
+  });
+
+const cpusProblem = `must be a number from ${MIN_CPUS} to ${MAX_CPUS}`;
+
+const Resources = object(
+  {
+    cpus: z.number(required(cpusProblem)).min(MIN_CPUS, cpusProblem).max(MAX_CPUS, cpusProblem).optional(),
+    memory: size(MIN_MEMORY, MAX_MEMORY).optional(),
+    pids: integer(MIN_PIDS, MAX_PIDS).optional(),
+    disk: size(MIN_DISK, MAX_DISK).optional(),
+  },
+  'the limits cpus, memory, pids, disk',
+).transform((r): ResourcesSpec => {
+  // Only the keys that are set, in a fixed order.
+  const out: ResourcesSpec = {};
+  if (r.cpus !== undefined) out.cpus = r.cpus;
+  if (r.memory !== undefined) out.memory = r.memory;
+  if (r.pids !== undefined) out.pids = r.pids;
+  if (r.disk !== undefined) out.disk = r.disk;
+  return out;
+});
+
+const network = z.enum(NETWORKS, {
+  error: (issue) =>
+    issue.input == null
+      ? 'is required'
+      : `must be "none" or "egress"${typeof issue.input === 'string' ? ` (got ${show(issue.input)})` : ''}`,
+});
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Variable name to value; names + values + 2 bytes each at most MAX_ENV_BYTES. */
+const Env = z.unknown().transform((value, ctx): Record<string, string> => {
+  const problem = (message: string, at: string[] = []) => {
+    ctx.issues.push({ code: 'custom', input: value, path: at, message });
     return z.NEVER;
   };
-  if (/[\p{Cc}\\]/u.test(value)) return problem(`${show(value)} must not contain control characters or "\\"`);
-  if (!value.startsWith('/')) return problem(`${show(value)} must be an absolute path`);
-  if (value.split('/').includes('..')) return problem(`${show(value)} must not contain ".."`);
-  let normal = path.posix.normalize(value);
-  if (normal.length > 1 && normal.endsWith('/')) normal = normal.slice(0, -1);
-  if (normal === '/') return problem('must not be the root folder "/"');
-  if (normal.length > 4096) return problem('is longer than 4096 characters');
-  return normal;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return problem('must be an object of variable names to string values');
+  }
+  const entries = Object.entries(value);
+  let bytes = 0;
+  for (const [key, val] of entries) {
+    if (!ENV_NAME.test(key)) {
+      return problem(`${show(key)} is not a variable name (letters, digits and "_", not starting with a digit)`, [key]);
+    }
+    if (typeof val !== 'string') return problem('must be a string', [key]);
+    if (val.includes('\0')) return problem('must not contain NUL characters', [key]);
+    bytes += Buffer.byteLength(key) + Buffer.byteLength(val) + 2;
+  }
+  if (bytes > MAX_ENV_BYTES) {
+    return problem(`holds ${bytes} bytes (names + values + 2 each); at most ${MAX_ENV_BYTES} bytes`);
+  }
+  // (fromEntries defines own properties: a variable named __proto__ stays a variable)
+  return Object.fromEntries(entries) as Record<string, string>;
 });
 
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[-A-Za-z0-9]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$/;
@@ -198,6 +299,11 @@ const TEMPLATE_FIELDS = {
   hard: duration,
   shares: Shares.optional(),
   services: Services.optional(),
+  image: image.optional(),
+  resources: Resources.optional(),
+  network: network.optional(),
+  workdir: absolutePath(true).optional(),
+  env: Env.optional(),
 };
 
 /** A template; `name` is required in the catalog, and taken from the path (or equal to it) for an upsert. */
@@ -227,8 +333,13 @@ const Template = (pathName?: string) =>
       hardMs: t.hard.ms,
       shares: t.shares ?? [],
       services: t.services ?? [],
+      resources: t.resources ?? {},
+      network: t.network ?? 'none',
+      workdir: t.workdir ?? '/',
+      env: t.env ?? {},
     };
     if (t.description !== undefined) spec.description = t.description;
+    if (t.image !== undefined) spec.image = t.image;
     return spec;
   });
 

@@ -15,6 +15,7 @@ graphql(`
     exports { service listen target }
     shares { name direction envPath localPath files }
     restored { key root files created }
+    image network workdir runtime resources { cpus memory pids disk }
   }
 `);
 
@@ -139,6 +140,11 @@ function EnvironmentView({ id }: { id: string }) {
                   ['Name', e.name],
                   ['Template', e.template],
                   ['Pool', e.pool],
+                  ['Image', e.image ? <code key="im">{e.image}</code> : null],
+                  ['Runtime', e.runtime],
+                  ['Network', e.network],
+                  ['Resources', resourcesText(e.resources)],
+                  ['Working directory', <code key="wd">{e.workdir}</code>],
                   ['Node', e.node],
                   ['Sandbox', e.sandbox ? <SandboxLink key="sb" id={e.sandbox} /> : null],
                   ['Project', e.project],
@@ -227,4 +233,15 @@ function EnvironmentView({ id }: { id: string }) {
       </QueryState>
     </Page>
   );
+}
+
+/** The limits the environment was leased with, e.g. `2 CPUs · 4GiB memory · 4096 processes`. */
+function resourcesText(r: EnvironmentPageFieldsFragment['resources']): string | null {
+  const parts = [
+    r.cpus != null ? `${r.cpus} ${r.cpus === 1 ? 'CPU' : 'CPUs'}` : null,
+    r.memory != null ? `${r.memory} memory` : null,
+    r.disk != null ? `${r.disk} disk` : null,
+    r.pids != null ? `${r.pids} processes` : null,
+  ].filter((p) => p !== null);
+  return parts.length ? parts.join(' · ') : null;
 }

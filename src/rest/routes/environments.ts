@@ -9,6 +9,7 @@ graphql(`
     shares { name direction envPath localPath files }
     snapshot
     restored { key root files created }
+    image resources { cpus memory pids disk } network workdir runtime
   }
   fragment ExecFields on Exec { id lease time actor command exitCode durationMs }
   fragment QuotaFields on Quota { template maxLeases running idle hard }
@@ -16,6 +17,7 @@ graphql(`
     name description pool startMs idle hard
     shares { name direction envPath }
     services { service target }
+    image resources { cpus memory pids disk } network workdir env
   }
 `);
 
