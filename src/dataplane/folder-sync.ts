@@ -12,16 +12,19 @@
 // first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
 // so a reader never sees half a file; it never follows a symbolic link on the way to a path.
 import { once } from 'node:events';
-import { closeSync, fchmodSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { lstat, mkdir, open, rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex } from 'node:stream';
 import { type FSWatcher, watch } from 'chokidar';
 import * as tar from 'tar-stream';
 import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } from '../services/sync-rules';
+import { Beneath } from './beneath';
 
 /** Files up to this size are read whole; larger ones are streamed. */
 const SMALL_FILE = 512 * 1024;
+/** A temporary file of the receiver: new, and never through a link. */
+const NEW_FILE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 /** The process's umask, read once (files are created with mode & ~umask). */
 const UMASK = (() => {
   const mask = process.umask(0o022);
@@ -143,21 +146,38 @@ function entryPromise(pack: tar.Pack, header: Header, body?: Buffer): Promise<vo
 }
 
 /** Writes one file entry: small files whole, large ones streamed at exactly the size recorded. */
-async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry): Promise<number> {
+/** The file's path beneath the folder, or '' when a name on its way is no longer a folder. */
+function beneathFile(beneath: Beneath, rel: string): string {
+  try {
+    return beneath.file(rel);
+  } catch {
+    return '';
+  }
+}
+
+async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry, noFollow: boolean): Promise<number> {
+  if (!file) return -1;
+  const flags = constants.O_RDONLY | (noFollow ? constants.O_NOFOLLOW : 0);
   const header = { name: rel, mode: entry.mode, mtime: new Date(entry.mtimeMs), type: 'file' as const };
   if (entry.size <= SMALL_FILE) {
     let body: Buffer;
     try {
-      body = readFileSync(file); // small: cheaper than four round trips through the thread pool
+      // Small: cheaper than four round trips through the thread pool.
+      const fd = openSync(file, flags);
+      try {
+        body = readFileSync(fd);
+      } finally {
+        closeSync(fd);
+      }
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT' || code === 'EISDIR' || code === 'ENOTDIR') return -1;
+      if (code === 'ENOENT' || code === 'EISDIR' || code === 'ENOTDIR' || code === 'ELOOP') return -1;
       throw error;
     }
     await entryPromise(pack, { ...header, size: body.length }, body);
     return body.length;
   }
-  const fh = await open(file, 'r').catch(() => null);
+  const fh = await open(file, flags).catch(() => null);
   if (!fh) return -1;
   try {
     let sinkError: Error | undefined;
@@ -232,17 +252,23 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   const batch = async (): Promise<number> => {
     const now = await scan(opts.root, opts.rules, extras);
     const before0 = stats.files + stats.deletes;
-    for (const [rel, entry] of now) {
-      if (closed) return seq;
-      const before = sent.get(rel);
-      if (before && sameEntry(before, entry)) continue;
-      const size = await packFile(pack, rel, entry.source ?? path.join(opts.root, rel), entry);
-      if (size < 0) {
-        now.delete(rel); // gone while we scanned; the next scan sees it
-        continue;
+    // Files of the folder are read beneath it, never through a link (a folder the other side may change).
+    const beneath = Beneath.open(opts.root);
+    try {
+      for (const [rel, entry] of now) {
+        if (closed) return seq;
+        const before = sent.get(rel);
+        if (before && sameEntry(before, entry)) continue;
+        const size = await packFile(pack, rel, entry.source ?? beneathFile(beneath, rel), entry, !entry.source);
+        if (size < 0) {
+          now.delete(rel); // gone while we scanned; the next scan sees it
+          continue;
+        }
+        stats.files++;
+        stats.bytes += size;
       }
-      stats.files++;
-      stats.bytes += size;
+    } finally {
+      beneath.close();
     }
     for (const rel of sent.keys()) {
       if (closed) return seq;
@@ -345,99 +371,97 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
   channel.on('close', () => {
     if (!channel.readableEnded) extract.destroy(new Error('the sender went away'));
   });
-  const dirs = new Set<string>([root]);
+  // The environment may change the folder meanwhile: names resolve beneath it only (beneath.ts).
+  const beneath = Beneath.open(root);
   let counter = 0;
-
-  /** Makes sure `dir` (under root) is a real folder, replacing files or links in the way. */
-  const ensureDir = async (dir: string): Promise<void> => {
-    if (dirs.has(dir)) return;
-    await ensureDir(path.dirname(dir));
-    const st = await lstat(dir).catch(() => null);
-    if (st && !st.isDirectory()) await rm(dir, { force: true });
-    if (!st?.isDirectory())
-      await mkdir(dir).catch((err: NodeJS.ErrnoException) => (err.code === 'EEXIST' ? undefined : Promise.reject(err)));
-    dirs.add(dir);
-  };
-
-  for await (const entry of extract) {
-    const header = entry.header as Header;
-    const op = header.pax?.[OP];
-    if (op === 'mark') {
-      entry.resume();
-      stats.batches++;
-      const seq = Number(header.pax?.[SEQ] ?? 0);
-      if (!channel.destroyed) channel.write(`${JSON.stringify({ ack: seq })}\n`);
-      opts.onBatch?.({ ...stats });
-      continue;
-    }
-    let rel: string;
-    try {
-      rel = validateRelativePath(header.name, 'path');
-    } catch {
-      entry.resume();
-      continue; // never outside the folder
-    }
-    const target = path.join(root, rel);
-    if (op === 'delete') {
-      entry.resume();
-      const st = await lstat(target).catch(() => null);
-      if (st && !st.isDirectory()) {
-        await unlink(target).catch(() => undefined);
-        stats.deletes++;
+  try {
+    for await (const entry of extract) {
+      const header = entry.header as Header;
+      const op = header.pax?.[OP];
+      if (op === 'mark') {
+        entry.resume();
+        stats.batches++;
+        const seq = Number(header.pax?.[SEQ] ?? 0);
+        if (!channel.destroyed) channel.write(`${JSON.stringify({ ack: seq })}\n`);
+        opts.onBatch?.({ ...stats });
+        continue;
       }
-      continue;
-    }
-    if (header.type !== 'file' && header.type !== 'contiguous-file') {
-      entry.resume();
-      continue;
-    }
-    const dir = path.dirname(target);
-    await ensureDir(dir);
-    const tmp = path.join(dir, `.berth-${process.pid}-${counter++}.tmp`);
-    const mode = (header.mode ?? 0o644) & 0o777;
-    const mtime = header.mtime ?? new Date();
-    let bytes = 0;
-    if ((header.size ?? 0) <= SMALL_FILE) {
-      // Small files (most of a source tree) are written with synchronous calls: one entry is a
-      // few microseconds of work, and a round trip through the thread pool per call would cost
-      // more than the call itself.
-      const chunks: Buffer[] = [];
-      for await (const chunk of entry) chunks.push(chunk as Buffer);
-      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      bytes = body.length;
-      const fd = openSync(tmp, 'w', mode);
+      let rel: string;
       try {
-        writeSync(fd, body);
-        if ((mode & ~UMASK) !== mode) fchmodSync(fd, mode);
-        futimesSync(fd, mtime, mtime);
-      } finally {
-        closeSync(fd);
+        rel = validateRelativePath(header.name, 'path');
+      } catch {
+        entry.resume();
+        continue; // never outside the folder
       }
-    } else {
-      const fh = await open(tmp, 'w', mode);
-      try {
-        for await (const chunk of entry) {
-          bytes += (chunk as Buffer).length;
-          await fh.write(chunk as Buffer);
+      if (op === 'delete') {
+        entry.resume();
+        let target: string;
+        try {
+          target = beneath.file(rel);
+        } catch {
+          continue; // its folder is gone, or is no folder: nothing of it to delete
         }
-        await fh.chmod(mode);
-        await fh.utimes(mtime, mtime);
-      } finally {
-        await fh.close();
+        const st = await lstat(target).catch(() => null);
+        if (st && !st.isDirectory()) {
+          await unlink(target).catch(() => undefined);
+          stats.deletes++;
+        }
+        continue;
       }
+      if (header.type !== 'file' && header.type !== 'contiguous-file') {
+        entry.resume();
+        continue;
+      }
+      const folder = beneath.folder(path.posix.dirname(rel), true);
+      const target = `${folder}/${path.posix.basename(rel)}`;
+      const tmp = `${folder}/.berth-${process.pid}-${counter++}.tmp`;
+      const mode = (header.mode ?? 0o644) & 0o777;
+      const mtime = header.mtime ?? new Date();
+      let bytes = 0;
+      if ((header.size ?? 0) <= SMALL_FILE) {
+        // Small files (most of a source tree) are written with synchronous calls: one entry is a
+        // few microseconds of work, and a round trip through the thread pool per call would cost
+        // more than the call itself.
+        const chunks: Buffer[] = [];
+        for await (const chunk of entry) chunks.push(chunk as Buffer);
+        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+        bytes = body.length;
+        const fd = openSync(tmp, NEW_FILE, mode);
+        try {
+          writeSync(fd, body);
+          if ((mode & ~UMASK) !== mode) fchmodSync(fd, mode);
+          futimesSync(fd, mtime, mtime);
+        } finally {
+          closeSync(fd);
+        }
+      } else {
+        const fh = await open(tmp, NEW_FILE, mode);
+        try {
+          for await (const chunk of entry) {
+            bytes += (chunk as Buffer).length;
+            await fh.write(chunk as Buffer);
+          }
+          await fh.chmod(mode);
+          await fh.utimes(mtime, mtime);
+        } finally {
+          await fh.close();
+        }
+      }
+      try {
+        renameSync(tmp, target);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code !== 'EISDIR' && code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
+        // A folder stands where the file goes: the file wins.
+        beneath.forget(rel);
+        await rm(target, { recursive: true, force: true });
+        renameSync(tmp, target);
+      }
+      stats.files++;
+      stats.bytes += bytes;
     }
-    try {
-      renameSync(tmp, target);
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code !== 'EISDIR' && code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
-      // A folder stands where the file goes: the file wins.
-      await rm(target, { recursive: true, force: true });
-      for (const d of dirs) if (d === target || d.startsWith(`${target}${path.sep}`)) dirs.delete(d);
-      renameSync(tmp, target);
-    }
-    stats.files++;
-    stats.bytes += bytes;
+  } finally {
+    beneath.close();
   }
   channel.end();
   return stats;

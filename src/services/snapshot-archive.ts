@@ -5,11 +5,10 @@
 // Paths are POSIX, relative to the share folder (as selectFiles yields them). Only regular files
 // are stored; folders are implied by paths. A file that shrinks while it is read is padded with
 // zeros and one that grows is cut at the size recorded in its header, so the entry's size holds.
-import { createReadStream } from 'node:fs';
-import { constants, mkdir, open, realpath } from 'node:fs/promises';
-import path from 'node:path';
+import { constants, type FileHandle, open } from 'node:fs/promises';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
 import * as tar from 'tar-stream';
+import { Beneath } from '../dataplane/beneath';
 import { ValidationError } from './errors';
 import { type SelectedFile, validateRelativePath } from './sync-rules';
 
@@ -21,15 +20,25 @@ export interface ArchiveStats {
   bytes: number;
 }
 
-/** The content of one file, exactly `size` bytes long whatever the file does meanwhile. */
-async function* exactly(file: string, size: number): AsyncGenerator<Buffer> {
+/**
+ * The content of one file, exactly `size` bytes long whatever the file does meanwhile; opened
+ * beneath the folder, never through a link (a file swapped for one reads as zeros).
+ */
+async function* exactly(beneath: Beneath, rel: string, size: number): AsyncGenerator<Buffer> {
   let sent = 0;
-  if (size > 0) {
-    for await (const piece of createReadStream(file, { start: 0, end: size - 1 })) {
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(beneath.file(rel), constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch {
+    // gone, or no longer a file beneath the folder
+  }
+  if (handle && size > 0) {
+    for await (const piece of handle.createReadStream({ start: 0, end: size - 1 })) {
       sent += (piece as Buffer).length;
       yield piece as Buffer;
     }
   }
+  await handle?.close().catch(() => undefined);
   if (sent < size) yield Buffer.alloc(size - sent);
 }
 
@@ -37,20 +46,29 @@ async function* exactly(file: string, size: number): AsyncGenerator<Buffer> {
 export function archiveStream(root: string, files: AsyncIterable<SelectedFile>): Readable {
   const pack = tar.pack();
   (async () => {
-    for await (const file of files) {
-      await new Promise<void>((resolve, reject) => {
-        const entry = pack.entry({ name: file.path, size: file.size, mode: file.mode & 0o777, type: 'file' }, (err) =>
-          err ? reject(err) : resolve(),
-        );
-        Readable.from(exactly(path.join(root, file.path), file.size))
-          .on('error', reject)
-          .pipe(entry as unknown as NodeJS.WritableStream);
-      });
+    const beneath = Beneath.open(root);
+    try {
+      await packAll(pack, beneath, files);
+    } finally {
+      beneath.close();
     }
     pack.finalize();
   })().catch((err: Error) => pack.destroy(err));
   // tar-stream streams are streamx streams; this makes a Node stream of it for pipeline().
   return Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false });
+}
+
+async function packAll(pack: tar.Pack, beneath: Beneath, files: AsyncIterable<SelectedFile>): Promise<void> {
+  for await (const file of files) {
+    await new Promise<void>((resolve, reject) => {
+      const entry = pack.entry({ name: file.path, size: file.size, mode: file.mode & 0o777, type: 'file' }, (err) =>
+        err ? reject(err) : resolve(),
+      );
+      Readable.from(exactly(beneath, file.path, file.size))
+        .on('error', reject)
+        .pipe(entry as unknown as NodeJS.WritableStream);
+    });
+  }
 }
 
 /** What an entry's header must be: a regular file with a safe relative path and a size. */
@@ -130,26 +148,23 @@ function archiveError(err: Error): Error {
 
 /**
  * Writes the archive's files under `root` (overwriting). Nothing is written outside `root`: paths
- * are relative without `..`, every folder on the way must resolve inside `root` (a symbolic link
- * to elsewhere is refused), and the file itself is opened without following a link.
+ * are relative without `..`, and every name on the way is resolved beneath `root` without
+ * following a link (a link or file where a folder goes is replaced by the folder).
  */
 export async function extractArchive(stream: Readable, root: string): Promise<ArchiveStats> {
   const extract = tar.extract();
   const stats: ArchiveStats = { files: 0, bytes: 0 };
-  await mkdir(root, { recursive: true });
-  const realRoot = await realpath(root);
+  const beneath = Beneath.open(root);
   const source = stream.on('error', (err) => extract.destroy(err));
   source.pipe(extract as unknown as NodeJS.WritableStream);
   try {
     for await (const entry of extract) {
       const { rel, size, mode } = checkedEntry(entry.header);
-      const target = path.join(realRoot, rel);
-      await mkdir(path.dirname(target), { recursive: true });
-      const folder = await realpath(path.dirname(target));
-      if (folder !== realRoot && !folder.startsWith(realRoot + path.sep)) {
-        throw new Error(`snapshot archive path ${JSON.stringify(rel)} leads outside the share folder`);
-      }
-      const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, mode);
+      const handle = await open(
+        beneath.file(rel, true),
+        constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
+        mode,
+      );
       try {
         let written = 0;
         for await (const piece of entry as AsyncIterable<Buffer>) {
@@ -168,6 +183,7 @@ export async function extractArchive(stream: Readable, root: string): Promise<Ar
   } catch (err) {
     throw archiveError(err as Error);
   } finally {
+    beneath.close();
     stream.destroy();
   }
 }

@@ -1,0 +1,47 @@
+// The node's share code against links an environment plants (src/dataplane/beneath.ts): what the
+// scan listed a moment ago may be a link by the time it is read or written.
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { archiveStream, extractArchive } from '../src/services/snapshot-archive';
+
+let dir: string;
+let share: string;
+let outside: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'berth-beneath-'));
+  share = join(dir, 'share');
+  outside = join(dir, 'outside');
+  await mkdir(share);
+  await mkdir(outside);
+  await writeFile(join(outside, 'secret'), 'the node host secret');
+});
+afterEach(() => rm(dir, { recursive: true, force: true }));
+
+async function* listed(...files: { path: string; size: number }[]) {
+  for (const f of files) yield { ...f, mode: 0o644, mtimeMs: 0 };
+}
+
+it('reads a file swapped for a link, or behind a folder swapped for one, as zeros: never the target', async () => {
+  await symlink(join(outside, 'secret'), join(share, 'key'));
+  await symlink(outside, join(share, 'folder'));
+  const archive = archiveStream(share, listed({ path: 'key', size: 20 }, { path: 'folder/secret', size: 20 }));
+  const copy = join(dir, 'copy');
+  await extractArchive(archive, copy);
+  expect(await readFile(join(copy, 'key'))).toEqual(Buffer.alloc(20));
+  expect(await readFile(join(copy, 'folder', 'secret'))).toEqual(Buffer.alloc(20));
+});
+
+it('writes through neither a planted file link nor a planted folder link', async () => {
+  const source = join(dir, 'source');
+  await mkdir(join(source, 'folder'), { recursive: true });
+  await writeFile(join(source, 'key'), 'restored');
+  await writeFile(join(source, 'folder', 'secret'), 'restored');
+  const archive = archiveStream(source, listed({ path: 'key', size: 8 }, { path: 'folder/secret', size: 8 }));
+  await symlink(join(outside, 'secret'), join(share, 'key'));
+  await symlink(outside, join(share, 'folder'));
+  await expect(extractArchive(archive, share)).rejects.toThrow();
+  expect(await readFile(join(outside, 'secret'), 'utf8')).toBe('the node host secret');
+});
