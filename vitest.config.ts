@@ -12,7 +12,7 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     // Builds the console again when its sources are newer than console/dist.
-    globalSetup: ['test/helpers/console-build.ts'],
+    globalSetup: ['test/helpers/console-build.ts', 'test/helpers/engine-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Two cores: each suite starts its own server and database; two at a time keeps them responsive.

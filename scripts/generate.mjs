@@ -17,3 +17,4 @@ run('npx', ['--no-install', 'graphql-codegen', '--config', 'codegen.ts', '--sile
 run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], { NODE_ENV: 'production' });
 // The bundle `npm start` runs (scripts/build-server.mjs), so that the first start need not build it.
 run(process.execPath, ['scripts/build-server.mjs']);
+run(process.execPath, ['scripts/build-envd.mjs']);

@@ -32,6 +32,8 @@ export interface Config {
   nodeLostMs: number;
   /** How often node agents send heartbeats (NODE_HEARTBEAT_MS, default 5 s; at most a third of nodeLostMs). */
   nodeHeartbeatMs: number;
+  /** The built-in pool's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
+  dockerHost?: string;
 }
 
 function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -87,6 +89,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     azureConnectionString: opt('AZURE_STORAGE_CONNECTION_STRING'),
     azureContainer: opt('AZURE_STORAGE_CONTAINER') ?? 'berth',
     masterKey: opt('MASTER_KEY'),
+    dockerHost: opt('DOCKER_HOST'),
     linkSecret: linkSecret(opt('LINK_SECRET')),
     bootstrapToken: opt('BOOTSTRAP_TOKEN'),
     templatesFile: resolve(opt('TEMPLATES_FILE') ?? packagePath('templates.json')),

@@ -2,6 +2,7 @@ import type { Clock } from './clock';
 import type { Config } from './config';
 import type { Database, Prisma } from './db';
 import type { Events } from './events';
+import type { NodeRuntime } from './node/runtime';
 import type { Background } from './scheduler/background';
 import type { CredentialCache } from './services/credential-cache';
 import type { Catalog } from './services/templates-file';
@@ -22,6 +23,8 @@ export interface Deps {
   background: Background;
   /** Pools and catalog templates from TEMPLATES_FILE. */
   catalog: Catalog;
+  /** The built-in pool's node (src/scheduler/builtin-node.ts). */
+  node: NodeRuntime;
 }
 
 /** Who is calling: resolved from the bearer credential before any resolver runs. */

@@ -8,6 +8,7 @@ import { openDatabase } from './db';
 import { createEvents } from './events';
 import { callOperatorSocket } from './operator';
 import { createBackground } from './scheduler/background';
+import { failEnded, openBuiltinEngine, openBuiltinNode } from './scheduler/builtin-node';
 import { backgroundJobs } from './scheduler/jobs';
 import { loadAddressLocks } from './services/auth';
 import { CredentialCache } from './services/credential-cache';
@@ -35,6 +36,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
   // A bad catalog fails the start with a message naming the field, before anything else opens.
   const catalog = await loadCatalog(config.templatesFile);
   const masterKey = await loadMasterKey({ masterKeyB64: config.masterKey, dataDir: config.dataDir });
+  const engine = await openBuiltinEngine(config, log);
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
     const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema });
@@ -48,7 +50,10 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       const background = createBackground(backgroundJobs, log);
       const credentials = new CredentialCache(events);
       await loadAddressLocks(db.prisma, credentials, clock.now());
-      return { config, db, prisma: db.prisma, clock, events, credentials, store, masterKey, catalog, background };
+      const node = openBuiltinNode(config, masterKey, engine, log);
+      const deps: Deps = { config, db, prisma: db.prisma, clock, events, credentials, store, masterKey, catalog, background, node };
+      node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
+      return deps;
     } catch (err) {
       await events.close();
       throw err;

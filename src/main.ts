@@ -19,6 +19,12 @@ const { config } = app.deps;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
 console.log(`Berth listening on ${app.url}  (database: ${where})`);
 console.log(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
+const engine = app.deps.node.engine;
+console.log(
+  engine
+    ? `  Built-in pool: containers through ${engine.url}`
+    : '  Built-in pool: no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)',
+);
 if (app.generatedToken) {
   console.log(`  First start: an admin token for the default organization was created; it is shown only now:`);
   console.log(`    export BERTH_TOKEN=${app.generatedToken}`);

@@ -3,12 +3,11 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/containers';
 import {
-  answers,
   type BerthProc,
   berthExec,
-  echoServer,
   echoThrough,
   eventually,
   forwarding,
@@ -34,12 +33,10 @@ async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
 
 for (const backend of backends) {
-  describe(`agents end to end [${backend}]`, () => {
+  describeContainers(`agents end to end [${backend}]`, () => {
     let base: string;
     let nodeDir: string;
     let sandboxDir: string;
-    let echo: Awaited<ReturnType<typeof echoServer>>;
-    let withPostgres = false;
     let nodeSide: BerthProc;
     let sandboxSide: BerthProc;
     let nodeAgent: Proc | undefined;
@@ -57,10 +54,12 @@ for (const backend of backends) {
       base = await mkdtemp(join(tmpdir(), 'berth-e2e-'));
       nodeDir = join(base, 'node');
       sandboxDir = join(base, 'sandbox');
-      echo = await echoServer();
-      withPostgres = await answers(5432);
-      const services = [{ service: 'echo', target: `127.0.0.1:${echo.port}` }];
-      if (withPostgres) services.push({ service: 'postgres', target: '127.0.0.1:5432' });
+      // The echo service is the image's own command, on the environment's port 7000; the postgres
+      // service names 127.0.0.1:5432, this machine's PostgreSQL were it dialled outside the environment.
+      const services = [
+        { service: 'echo', target: '127.0.0.1:7000' },
+        { service: 'postgres', target: '127.0.0.1:5432' },
+      ];
       const templates = join(base, 'templates.json');
       await writeFile(
         templates,
@@ -71,6 +70,7 @@ for (const backend of backends) {
               name: 'dev',
               pool: 'remote',
               startMs: 50,
+              image: TEST_ECHO_IMAGE,
               idle: '30m',
               hard: '1h',
               shares: [
@@ -105,7 +105,10 @@ for (const backend of backends) {
       const node = await api().post('/v1/nodes', { pool: 'remote', name: 'builder' });
       expect(node.status).toBe(201);
       nodeToken = node.body.secret;
-      nodeAgent = spawnNode(['bin/berth.js', 'node', '--server', nodeSide.url, '--token', nodeToken, '--dir', nodeDir], {});
+      nodeAgent = spawnNode(
+        ['bin/berth.js', 'node', '--server', nodeSide.url, '--token', nodeToken, '--dir', nodeDir, '--engine', engine()],
+        {},
+      );
       await nodeAgent.waitFor(/online as builder/);
       const reg = await api().post('/v1/sandboxes', { name: 'laptop' });
       sandboxAgent = spawnNode(['bin/berth.js', 'agent', '--server', sandboxSide.url, '--join', reg.body.key, '--dir', sandboxDir], {});
@@ -116,7 +119,6 @@ for (const backend of backends) {
       await sandboxAgent?.kill('SIGKILL');
       await nodeAgent?.kill('SIGKILL');
       for (const b of instances.reverse()) await b.kill();
-      await echo?.close();
       if (schema) {
         const c = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
         await c.connect();
@@ -157,23 +159,20 @@ for (const backend of backends) {
       const payload = randomBytes(2 * 1024 * 1024);
       const back = await eventually(() => echoThrough(listen.echo!, payload));
       expect(back.equals(payload)).toBe(true);
-      if (withPostgres) {
-        await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
-        const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
-        await db.connect();
-        try {
-          expect((await db.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
-        } finally {
-          await db.end();
-        }
-      }
+      // The tunnel dials 5432 inside the environment, where nothing listens: never this machine's PostgreSQL.
+      await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
+      const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
+      db.on('error', () => undefined);
+      await expect(db.connect()).rejects.toThrow();
     });
 
     it('berth exec prints a workspace file with its exit code, and the exec is in the log', async () => {
-      const ran = await berthExec(sandboxSide.url, BOOTSTRAP, envId, 'cat', 'workspace/src/main.txt');
+      const ran = await berthExec(sandboxSide.url, BOOTSTRAP, envId, 'cat', '/workspace/src/main.txt');
       expect(ran).toMatchObject({ code: 0, stdout: 'version 2\n' });
       const execs = (await api().get(`/v1/environments/${envId}/execs`)).body.execs;
-      expect(execs.map((e: { command: string; exitCode: number }) => [e.command, e.exitCode])).toEqual([['cat workspace/src/main.txt', 0]]);
+      expect(execs.map((e: { command: string; exitCode: number }) => [e.command, e.exitCode])).toEqual([
+        ['cat /workspace/src/main.txt', 0],
+      ]);
     });
 
     it('killing and restarting the sandbox agent resumes forwarding without a join key', async () => {
@@ -205,10 +204,22 @@ for (const backend of backends) {
       envId = restored.id;
     });
 
-    it('killing the node agent fails its environments with the reason', { timeout: 120_000 }, async () => {
+    it('killing the node agent fails its environments with the reason; the restarted agent removes their containers', {
+      timeout: 120_000,
+    }, async () => {
+      expect(containersOf(envId)).toHaveLength(1);
       await nodeAgent!.kill('SIGKILL');
       const failed = await until(envId, 'failed');
       expect(failed.error).toMatch(/^node builder was lost/);
+      // The container outlived the killed agent; the restarted one finds it ended on the server.
+      expect(containersOf(envId)).toHaveLength(1);
+      nodeAgent = spawnNode(
+        ['bin/berth.js', 'node', '--server', nodeSide.url, '--token', nodeToken, '--dir', nodeDir, '--engine', engine()],
+        {},
+      );
+      await nodeAgent.waitFor(/online as builder/);
+      await eventually(async () => (containersOf(envId).length === 0 ? true : undefined));
+      await expect(stat(join(nodeDir, envId))).rejects.toMatchObject({ code: 'ENOENT' });
     });
   });
 }

@@ -8,6 +8,7 @@ import WebSocket from 'ws';
 import type { App } from '../src/server';
 import { createOrganization } from '../src/services/organizations';
 import { graphql } from './gql';
+import { engine, TEST_IMAGE } from './helpers/containers';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const CreateNode = graphql(`
@@ -62,7 +63,7 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
   let secret: string;
 
   beforeAll(async () => {
-    s = await startServer(backend);
+    s = await startServer(backend, { DOCKER_HOST: engine() || 'none' });
     if (backend === 'postgres') peer = await s.startPeer();
     memberKey = (await admin.post('/v1/keys', { name: 'member-key' })).body.secret;
     theirs = (await createOrganization(s.app.deps.prisma, `gqlnodeother${backend}`, 'boss@other.example')).secret;
@@ -137,14 +138,18 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
     expect((await admin.gql(RemoveNode, { id: node.id })).body.errors?.[0]?.extensions?.code).toBe('not_found');
   });
 
-  it('runCommand on the built-in hot pool streams output and the exit, records the Exec; other organizations are refused', async () => {
-    const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+  it('runCommand on the built-in pool streams output and the exit, records the Exec; other organizations are refused', async (ctx) => {
+    if (!engine()) ctx.skip();
+    const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
+    const box = { pool, idle: '30m', hard: '1h', image: TEST_IMAGE, workdir: '/tmp' };
+    expect((await admin.put('/v1/templates/box', box)).status).toBe(200);
+    const env = (await admin.post('/v1/environments', { template: 'box' })).body.environment;
     await untilState(s, BOOTSTRAP, env.id, 'ready');
-    // On PostgreSQL through the other instance (both share this data folder in the test).
+    // On PostgreSQL through the other instance (both reach the same engine in the test).
     const url = peer?.url ?? s.url;
     const events = await runCommand(url, memberKey, env.id, ['sh', '-c', 'pwd; echo to-stderr >&2; exit 7']);
     expect(events.filter((e) => e.errors)).toEqual([]);
-    expect(output(events, 'stdout')).toBe(`${join(s.dataDir, 'workspaces', env.id)}\n`);
+    expect(output(events, 'stdout')).toBe('/tmp\n');
     expect(output(events, 'stderr')).toBe('to-stderr\n');
     const end = events.at(-1)!.data!.runCommand;
     const command = "sh -c 'pwd; echo to-stderr >&2; exit 7'";

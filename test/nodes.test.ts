@@ -7,8 +7,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { App } from '../src/server';
 import { createOrganization } from '../src/services/organizations';
+import { describeContainerBackends, engine, TEST_IMAGE } from './helpers/containers';
 import { berthExec } from './helpers/processes';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -23,6 +24,8 @@ const CATALOG = {
       name: 'remote',
       pool: 'remote',
       startMs: 0,
+      image: TEST_IMAGE,
+      workdir: '/workspace',
       idle: '30m',
       hard: '1h',
       shares: [
@@ -31,7 +34,7 @@ const CATALOG = {
       ],
       services: [],
     },
-    { name: 'default', pool: 'default', startMs: 0, idle: '30m', hard: '1h', shares: [], services: [] },
+    { name: 'default', pool: 'default', startMs: 0, idle: '30m', hard: '1h', image: TEST_IMAGE, shares: [], services: [] },
   ],
 };
 
@@ -58,7 +61,8 @@ interface Agent {
 }
 
 function startAgent(url: string, token: string, dir: string): Agent {
-  const child = spawn(process.execPath, ['bin/berth.js', 'node', '--server', url, '--token', token, '--dir', dir, '--slots', '1'], {
+  const args = ['bin/berth.js', 'node', '--server', url, '--token', token, '--dir', dir, '--slots', '1', '--engine', engine()];
+  const child = spawn(process.execPath, args, {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -102,7 +106,7 @@ async function startCutter(target: string) {
   };
 }
 
-describeBackends('remote nodes', (backend) => {
+describeContainerBackends('remote nodes', (backend) => {
   let s: TestServer;
   let peer: App | undefined;
   let dir: string;
@@ -116,7 +120,7 @@ describeBackends('remote nodes', (backend) => {
     dir = await mkdtemp(join(tmpdir(), 'berth-node-'));
     const templates = join(dir, 'templates.json');
     await writeFile(templates, JSON.stringify(CATALOG));
-    s = await startServer(backend, { TEMPLATES_FILE: templates, NODE_LOST_MS: '1500', NODE_HEARTBEAT_MS: '250' });
+    s = await startServer(backend, { TEMPLATES_FILE: templates, NODE_LOST_MS: '1500', NODE_HEARTBEAT_MS: '250', DOCKER_HOST: engine() });
     if (backend === 'postgres') peer = await s.startPeer();
   }, 60_000);
   afterAll(async () => {
@@ -205,18 +209,18 @@ describeBackends('remote nodes', (backend) => {
     await writeFile(join(envRoot(id), 'workspace', 'src', 'a.txt'), 'made on the node');
     await writeFile(join(envRoot(id), 'workspace', 'out', 'result.txt'), 'built');
 
-    // berth exec runs on the node, in the environment root, through the instance the caller uses.
-    const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, ready.name, 'cat', 'workspace/src/a.txt');
+    // berth exec runs in the environment's container on the node, through the instance the caller uses.
+    const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, ready.name, 'cat', 'src/a.txt');
     expect(ran).toMatchObject({ code: 0, stdout: 'made on the node' });
     const failing = await berthExec(peer?.url ?? s.url, BOOTSTRAP, id, 'sh', '-c', 'echo to-stderr >&2; echo "$PWD"; exit 3');
-    expect(failing).toMatchObject({ code: 3, stderr: 'to-stderr\n', stdout: `${envRoot(id)}\n` });
+    expect(failing).toMatchObject({ code: 3, stderr: 'to-stderr\n', stdout: '/workspace\n' });
     const missing = await berthExec(peer?.url ?? s.url, BOOTSTRAP, id, 'no-such-program-here');
     expect(missing.code).toBe(127);
     const execs = (await leases.get(`/v1/environments/${id}/execs`)).body.execs;
     expect(execs.map((e: { command: string; exitCode: number; actor: string }) => [e.command, e.exitCode, e.actor])).toEqual([
       ['no-such-program-here', 127, 'admin@berth.local'],
       [`sh -c 'echo to-stderr >&2; echo "$PWD"; exit 3'`, 3, 'admin@berth.local'],
-      ['cat workspace/src/a.txt', 0, 'admin@berth.local'],
+      ['cat src/a.txt', 0, 'admin@berth.local'],
     ]);
     const other = await createOrganization(s.app.deps.prisma, `execother${backend}`, 'boss@exec.example');
     const refused = await berthExec(s.url, other.secret, id, 'true');
@@ -289,13 +293,12 @@ describeBackends('remote nodes', (backend) => {
     await leases.del(`/v1/environments/${queued.body.environment.id}`);
   });
 
-  it("berth exec on the built-in hot pool runs the command in the server's workspace, the same way", async () => {
+  it("berth exec on the built-in pool runs the command in the environment's container, the same way", async () => {
     const hot = await leases.post('/v1/environments', { template: 'default' });
     const env = await untilState(hot.body.environment.id, 'ready');
+    // On PostgreSQL either instance may have claimed it; both reach the same engine in the test.
     const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, env.id, 'sh', '-c', 'pwd; exit 7');
-    const workspace = join(s.dataDir, 'workspaces', env.id);
-    // On PostgreSQL either instance may have claimed it; both share this data folder in the test.
-    expect(ran).toMatchObject({ code: 7, stdout: `${workspace}\n` });
+    expect(ran).toMatchObject({ code: 7, stdout: '/\n' });
     const execs = (await leases.get(`/v1/environments/${env.id}/execs`)).body.execs;
     expect(execs[0]).toMatchObject({ command: "sh -c 'pwd; exit 7'", exitCode: 7, actor: 'admin@berth.local' });
     expect((await leases.post(`/v1/environments/${env.id}/exec`, { command: [] })).status).toBe(422);

@@ -4,7 +4,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
-import { echoServer, eventually } from './helpers/processes';
+import { engine, TEST_ECHO_IMAGE } from './helpers/containers';
+import { eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 describeBackends('relay checks', (backend) => {
@@ -22,13 +23,17 @@ describeBackends('relay checks', (backend) => {
     );
 
   beforeAll(async () => {
-    s = await startServer(backend);
+    s = await startServer(backend, { DOCKER_HOST: engine() || 'none' });
     const admin = client(() => s.url, BOOTSTRAP);
     const anonymous = client(() => s.url);
     const mine = await admin.post('/v1/sandboxes', { name: 'mine' });
     credential = (await anonymous.post('/v1/sandboxes/join', { key: mine.body.key })).body.credential;
     const other = await admin.post('/v1/sandboxes', { name: 'other' });
     otherCredential = (await anonymous.post('/v1/sandboxes/join', { key: other.body.key })).body.credential;
+    // The catalog's default template, on the offline test image (no registry is reachable here).
+    const catalogDefault = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default');
+    const { name: _name, ...spec } = catalogDefault;
+    expect((await admin.put('/v1/templates/default', { ...spec, image: engine() ? TEST_ECHO_IMAGE : undefined })).status).toBe(200);
     const created = await admin.post('/v1/environments', { template: 'default', sandbox: 'mine' });
     envId = created.body.environment.id;
   });
@@ -79,12 +84,14 @@ describeBackends('relay checks', (backend) => {
     expect(JSON.parse(raw.body)).toMatchObject({ code: 'bad_request', error: expect.stringContaining('service: malformed') });
   });
 
-  it('counts relay traffic as activity: a tunnel in use outlives the idle time-out, an environment without traffic ends idle', async () => {
+  it('counts relay traffic as activity: a tunnel in use outlives the idle time-out, an environment without traffic ends idle', async (ctx) => {
+    if (!engine()) ctx.skip();
     const admin = client(() => s.url, BOOTSTRAP);
-    const echo = await echoServer();
-    try {
+    {
       const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
-      const spec = { pool, startMs: 10, idle: '5m', hard: '1h', services: [{ service: 'echo', target: `127.0.0.1:${echo.port}` }] };
+      // The image's own command echoes on the environment's port 7000.
+      const services = [{ service: 'echo', target: '127.0.0.1:7000' }];
+      const spec = { pool, startMs: 10, idle: '5m', hard: '1h', image: TEST_ECHO_IMAGE, services };
       expect((await admin.put('/v1/templates/echoing', spec)).status).toBe(200);
       const used = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
       const unused = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
@@ -124,8 +131,6 @@ describeBackends('relay checks', (backend) => {
       expect(['stopping', 'stopped']).toContain(ended.state);
       expect(ended.error).toMatch(/^idle time-out/);
       ws.close();
-    } finally {
-      await echo.close();
     }
   });
 });

@@ -3,17 +3,23 @@
 // It keeps one control channel (a WebSocket at /v1/nodes/channel, opened with its bnd_
 // credential) and reconnects with backoff. On that channel it says hello with its slots, sends a
 // heartbeat at the interval the server names, and does what the server asks, by message `type`:
-// `prepare` (make the environment's root and restore its snapshot there), `release` (save the
-// shares, then remove the root), `discard` (remove the root). It moves snapshot archives over the
-// node HTTP calls (docs/snapshots.md) with the same credential. Environment roots live under
-// `--dir` (src/dataplane/layout.ts); a fresh start holds nothing, so it wipes every root it finds.
+// `prepare` (make the environment's root, restore its snapshot there, start its container),
+// `release` (remove the container, save the shares, remove the root), `discard`, `exec`,
+// `exec-kill` and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
+// the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
+// with the same credential. After a restart it holds the environments whose containers still run
+// (the server says which are live; the rest are removed) and nothing else.
+import { createHash } from 'node:crypto';
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
-import { environmentRoot, shareDir } from '../dataplane/layout';
+import { shareDir } from '../dataplane/layout';
 import { NODE_CHANNEL_PATH } from '../dataplane/protocol';
+import { type RelayJob, serveRelay } from '../dataplane/relay-node';
+import type { Engine } from '../node/engine';
+import { type Command, type EnvironmentSpec, NodeRuntime } from '../node/runtime';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
 
@@ -25,24 +31,19 @@ export interface NodeAgentOptions {
   /** Where environment roots live. */
   dir: string;
   slots: number;
+  /** null: environments hold files only. */
+  engine: Engine | null;
   log?: (line: string) => void;
 }
 
-interface ShareSpec {
-  name: string;
-  envPath: string;
-  rules?: SyncRules;
-}
-
-interface EnvMessage {
+interface ReleaseMessage {
   id: string;
-  shares?: ShareSpec[];
+  shares?: { name: string; envPath: string; rules?: SyncRules }[];
   snapshot?: boolean;
   saved?: string[];
 }
 
-/** Server messages by type; the sandbox engineer's `relay` and exec plug in here. */
-export type NodeAgentHandler = (agent: NodeAgent, message: Record<string, unknown>) => Promise<Record<string, unknown> | undefined>;
+const EXEC_CHUNK = 4096;
 
 const MIN_BACKOFF_MS = 250;
 const MAX_BACKOFF_MS = 10_000;
@@ -58,13 +59,18 @@ export class NodeAgent {
   private heartbeat: NodeJS.Timeout | undefined;
   private stopped = false;
   private readonly work = new Map<string, Promise<unknown>>();
-  readonly handlers = new Map<string, NodeAgentHandler>();
   private readonly log: (line: string) => void;
+  readonly runtime: NodeRuntime;
+  private readonly commands = new Map<string, Command>();
 
   constructor(private readonly opts: NodeAgentOptions) {
     this.server = opts.server.replace(/\/+$/, '');
     this.client = new BerthClient({ server: this.server, token: opts.token });
     this.log = opts.log ?? ((line) => console.log(`berth node: ${line}`));
+    // One node's containers, whatever its credential becomes: the server and the folder name it.
+    const owner = `node-${createHash('sha256').update(`${this.server}\n${opts.dir}`).digest('hex').slice(0, 16)}`;
+    this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
+    this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
   }
 
   get dir(): string {
@@ -74,9 +80,7 @@ export class NodeAgent {
   /** Runs until stop() or until the server refuses the credential (then rejects with RefusedError). */
   async run(): Promise<void> {
     await mkdir(this.opts.dir, { recursive: true });
-    // A fresh start holds no environment: whatever roots an earlier run left are wiped.
-    for (const name of await readdir(this.opts.dir))
-      if (name.startsWith('env_')) await rm(`${this.opts.dir}/${name}`, { recursive: true, force: true });
+    await this.adopt();
     let backoff = MIN_BACKOFF_MS;
     while (!this.stopped) {
       const outcome = await this.connectOnce(() => {
@@ -169,20 +173,30 @@ export class NodeAgent {
         this.log(`server: ${String(message.error)}`);
         return;
       case 'discard':
-        await this.discard((message.environment as EnvMessage).id);
+        await this.discard((message.environment as { id: string }).id);
         return;
       case 'prepare':
+        return this.answer(message, () =>
+          this.once(`prepare:${(message.environment as EnvironmentSpec).id}`, () => this.prepare(message.environment as EnvironmentSpec)),
+        );
       case 'release':
         return this.answer(message, () =>
-          this.once(`${message.type}:${(message.environment as EnvMessage).id}`, () =>
-            message.type === 'prepare' ? this.prepare(message.environment as EnvMessage) : this.release(message.environment as EnvMessage),
-          ),
+          this.once(`release:${(message.environment as ReleaseMessage).id}`, () => this.release(message.environment as ReleaseMessage)),
         );
-      default: {
-        const handler = this.handlers.get(String(message.type));
-        if (handler) return this.answer(message, () => handler(this, message));
+      case 'exec':
+        return this.exec(
+          String(message.exec),
+          (message.environment as { id: string }).id,
+          message.argv as string[],
+          String(message.workdir ?? '/'),
+        );
+      case 'exec-kill':
+        this.commands.get(String(message.exec))?.kill();
+        return;
+      case 'relay':
+        return this.relay(message);
+      default:
         this.log(`ignored a message of unknown type ${JSON.stringify(message.type)}`);
-      }
     }
   }
 
@@ -207,7 +221,7 @@ export class NodeAgent {
   }
 
   root(id: string): string {
-    return environmentRoot(this.opts.dir, id);
+    return this.runtime.root(id);
   }
 
   /** The node HTTP calls: the CLI's client with the node credential (the server's `{error, code}` thrown as an ApiError). */
@@ -221,30 +235,49 @@ export class NodeAgent {
     } as RequestInit);
   }
 
-  private async prepare(env: EnvMessage): Promise<void> {
-    const root = this.root(env.id);
-    this.held.add(env.id);
-    const shares = env.shares ?? [];
-    await mkdir(root, { recursive: true });
-    for (const share of shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
-    const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
-    if (planned.status === 204) return this.log(`${env.id} prepared in ${root}`);
-    const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
-    let files = 0;
-    for (const { share, snapshot } of plan.shares) {
-      const envPath = shares.find((s) => s.name === share)?.envPath ?? `/${share}`;
-      const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
-      const body = Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
-      files += (await extractArchive(body, shareDir(root, envPath))).files;
-    }
-    await this.call('POST', `/v1/environments/${env.id}/restored`, {
-      body: JSON.stringify({ root: plan.root, files }),
-      type: 'application/json',
+  /**
+   * After a restart: environments whose containers still run are held again (the server's welcome
+   * says which are live; the others are discarded then); every other root and container is removed.
+   */
+  private async adopt(): Promise<void> {
+    const { ended, present } = await this.runtime.reconcile(async (ids) => {
+      const running = new Map<string, EnvironmentSpec>();
+      for (const id of ids) if (/^env_[A-Za-z0-9]+$/.test(id)) running.set(id, { id } as EnvironmentSpec);
+      return running;
     });
-    this.log(`${env.id} prepared in ${root}, ${files} files restored from ${plan.key}`);
+    for (const id of ended.keys()) await this.runtime.discard(id);
+    for (const id of present) if (!ended.has(id)) this.held.add(id);
+    for (const name of await readdir(this.opts.dir))
+      if (name.startsWith('env_') && !this.held.has(name)) await rm(`${this.opts.dir}/${name}`, { recursive: true, force: true });
+    if (this.held.size) this.log(`holding ${this.held.size} environment(s) whose containers still run`);
   }
 
-  private async release(env: EnvMessage): Promise<void> {
+  private async prepare(env: EnvironmentSpec): Promise<{ runtime: string }> {
+    this.held.add(env.id);
+    const runtime = await this.runtime.prepare(env, async (root) => {
+      const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
+      if (planned.status === 204) return;
+      const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
+      let files = 0;
+      for (const { share, snapshot } of plan.shares) {
+        const envPath = env.shares.find((s) => s.name === share)?.envPath ?? `/${share}`;
+        const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
+        const body = Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
+        files += (await extractArchive(body, shareDir(root, envPath))).files;
+      }
+      await this.call('POST', `/v1/environments/${env.id}/restored`, {
+        body: JSON.stringify({ root: plan.root, files }),
+        type: 'application/json',
+      });
+      this.log(`${env.id}: ${files} files restored from ${plan.key}`);
+    });
+    this.log(`${env.id} prepared (${runtime === 'container' ? `a container of ${env.image}` : 'files only'})`);
+    return { runtime };
+  }
+
+  private async release(env: ReleaseMessage): Promise<void> {
+    // The container goes first: nothing changes the shares while they are saved.
+    await this.runtime.stop(env.id);
     const root = this.root(env.id);
     if (env.snapshot) {
       for (const share of env.shares ?? []) {
@@ -262,8 +295,56 @@ export class NodeAgent {
   }
 
   async discard(id: string): Promise<void> {
-    await rm(this.root(id), { recursive: true, force: true });
+    await this.runtime.discard(id);
     this.held.delete(id);
+  }
+
+  /** A command in the environment's container: its output as `exec-output` events, then `exec-exit`. */
+  private async exec(run: string, env: string, argv: string[], workdir: string): Promise<void> {
+    const output = (stream: 'stdout' | 'stderr', data: Buffer) => {
+      for (let i = 0; i < data.length; i += EXEC_CHUNK)
+        this.send({ type: 'exec-output', exec: run, stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+    };
+    if (!this.held.has(env)) {
+      output('stderr', Buffer.from(`berth node: environment ${env} is not on this node\n`));
+      return this.send({ type: 'exec-exit', exec: run, exitCode: 126 });
+    }
+    let exitCode: number;
+    try {
+      const command = await this.runtime.exec(env, argv, workdir, output);
+      this.commands.set(run, command);
+      exitCode = await command.exited;
+    } catch (error) {
+      output('stderr', Buffer.from(`berth node: ${(error as Error).message}\n`));
+      exitCode = 126;
+    } finally {
+      this.commands.delete(run);
+    }
+    this.send({ type: 'exec-exit', exec: run, exitCode });
+  }
+
+  /** A relay socket: dialled back to the instance holding the sandbox's end (docs/agents.md, "The relay"). */
+  private async relay(message: Record<string, unknown>): Promise<void> {
+    const job = message.job as RelayJob;
+    if (!job || typeof job.environment !== 'string' || !this.held.has(job.environment)) {
+      return this.log(`refused a relay for ${String(job?.environment)}: not an environment of this node`);
+    }
+    const ws = new WebSocket(String(message.url), {
+      headers: { authorization: `Bearer ${this.opts.token}` },
+      perMessageDeflate: false,
+      // A zero mask: see openRelay in sandbox-agent.ts.
+      generateMask: (mask) => void mask.fill(0),
+    });
+    ws.once('unexpected-response', (_req, res) => {
+      this.log(`relay ${String(message.relay)}: the server answered ${res.statusCode}`);
+      ws.terminate();
+    });
+    ws.once('error', (error) => this.log(`relay ${String(message.relay)}: ${error.message}`));
+    ws.once('open', () => {
+      void serveRelay(ws, job, this.root(job.environment), (j) => this.runtime.dial(j.environment, j.port)).catch((error: Error) =>
+        this.log(`relay ${String(message.relay)}: ${error.message}`),
+      );
+    });
   }
 }
 

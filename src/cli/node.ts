@@ -2,9 +2,9 @@
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { NodeAgent } from '../agent/node-agent';
-import { installExec } from '../agent/node-agent-exec';
-import { installRelay } from '../agent/node-agent-relay';
 import { MAX_SLOTS } from '../dataplane/protocol';
+import { Engine, engineAddress, engineMessage } from '../node/engine';
+import { CommandError } from './errors';
 
 function slots(value: string): number {
   const n = Number(value);
@@ -20,13 +20,29 @@ export function registerNodeCommands(program: Command): void {
     .requiredOption('--token <secret>', 'the node credential (bnd_…) from POST /v1/nodes')
     .requiredOption('--dir <dir>', 'where environment roots live (DIR/<environment id>/)')
     .option('--slots <n>', 'how many environments at once', slots, 1)
-    .action(async (opts: { server: string; token: string; dir: string; slots: number }) => {
-      const agent = new NodeAgent({ server: opts.server, token: opts.token, dir: resolve(opts.dir), slots: opts.slots });
-      installExec(agent);
-      installRelay(agent, opts.token);
+    .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
+    .action(async (opts: { server: string; token: string; dir: string; slots: number; engine?: string }) => {
+      const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
+      const agent = new NodeAgent({ server: opts.server, token: opts.token, dir: resolve(opts.dir), slots: opts.slots, engine });
+      console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
       const stop = () => agent.stop();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
       await agent.run();
+      // The engine's open watches (one per container, which outlive this process) keep no one waiting.
+      process.exit(0);
     });
+}
+
+/** The node's engine: one named must answer; without one named, a socket found may be used. */
+async function engineFor(choice: string | undefined): Promise<Engine | null> {
+  const address = engineAddress(choice);
+  if (!address) return null;
+  try {
+    return await Engine.open(address);
+  } catch (error) {
+    if (choice) throw new CommandError(`--engine: ${engineMessage(error)} (--engine none runs files-only environments)`);
+    console.log(`berth node: ${engineMessage(error)}; environments hold files only`);
+    return null;
+  }
 }

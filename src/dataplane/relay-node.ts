@@ -1,9 +1,10 @@
 // The node side of the byte relay (docs/agents.md, "The relay"): what a node does with one relay
-// socket. The built-in hot pool runs it inside the server on the sandbox's own socket; a remote
-// node agent runs it on the socket it dials back to the server. Either way the socket carries a
-// byte stream (ws-bridge.ts): for an import, the bytes of one TCP connection to the target; for a
-// share, the folder sync of folder-sync.ts (in: the node receives; out: the node sends).
-import net from 'node:net';
+// socket. The built-in node runs it inside the server on the sandbox's own socket; a remote node
+// agent runs it on the socket it dials back to the server. Either way the socket carries a byte
+// stream (ws-bridge.ts): for an import, the bytes of one TCP connection to a port of the
+// environment, dialled inside its container (src/node/runtime.ts); for a share, the folder sync of
+// folder-sync.ts (in: the node receives; out: the node sends).
+import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
 import type { SyncRules } from '../services/sync-rules';
 import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
@@ -14,8 +15,8 @@ export interface ImportJob {
   kind: 'import';
   environment: string;
   service: string;
-  /** host:port on the node. */
-  target: string;
+  /** A port on the environment's own loopback. */
+  port: number;
 }
 
 export interface ShareJob {
@@ -39,31 +40,25 @@ export function parseAddress(address: string): { host: string; port: number } {
   return { host: m[1] || '127.0.0.1', port: Number(m[2]) };
 }
 
-function connect(address: string): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect({ ...parseAddress(address), allowHalfOpen: true });
-    socket.setNoDelay(true);
-    socket.once('connect', () => {
-      socket.off('error', reject);
-      resolve(socket);
-    });
-    socket.once('error', reject);
-  });
-}
-
 /**
- * Serves one relay socket for an environment whose root on this node is `envRoot`. Resolves when
- * the socket closed, with how it closed. `onTraffic` is called for every chunk carried either way.
+ * Serves one relay socket for an environment whose root on this node is `envRoot`; `dial` opens an
+ * import's connection inside the environment. Resolves when the socket closed, with how it closed. `onTraffic` is called for every chunk carried either way.
  */
-export async function serveRelay(ws: WebSocket, job: RelayJob, envRoot: string, onTraffic?: () => void): Promise<BridgeEnd> {
+export async function serveRelay(
+  ws: WebSocket,
+  job: RelayJob,
+  envRoot: string,
+  dial: (job: ImportJob) => Promise<Duplex>,
+  onTraffic?: () => void,
+): Promise<BridgeEnd> {
   if (job.kind === 'import') {
     // Messages that arrive while we connect wait in the socket, not in memory.
     ws.pause();
-    let socket: net.Socket;
+    let socket: Duplex;
     try {
-      socket = await connect(job.target);
+      socket = await dial(job);
     } catch (error) {
-      const reason = `cannot reach ${job.service} at ${job.target}: ${(error as Error).message}`;
+      const reason = `cannot reach ${job.service} on port ${job.port}: ${(error as Error).message}`;
       ws.close(CLOSE.nodeFailed, closeReason(reason));
       return { code: CLOSE.nodeFailed, reason };
     }

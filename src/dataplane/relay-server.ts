@@ -17,7 +17,6 @@
 // Bytes pass through memory only, never to disk or the database.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Deps } from '../context';
@@ -31,7 +30,6 @@ import { authenticate } from '../services/auth';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
 import { authorizeRelay, recordOutSynced, recordRelayActivity, recordRelayed, relayActivityStep } from '../services/relay';
-import { environmentRoot } from './layout';
 import { type RelayJob, serveRelay } from './relay-node';
 import { CLOSE, joinSockets } from './ws-bridge';
 
@@ -43,11 +41,6 @@ export const NODE_JOIN_MS = 15_000;
 interface Pending {
   nodeId: string;
   join(node: WebSocket): void;
-}
-
-/** Where the built-in hot pool keeps environment roots. */
-export function hotPoolDir(deps: Deps): string {
-  return path.join(deps.config.dataDir, 'workspaces');
 }
 
 export interface RelayServer {
@@ -106,8 +99,8 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
       track(ws);
-      // The built-in hot pool: this process is the node side.
-      void serveRelay(ws, job, environmentRoot(hotPoolDir(deps), env.id), traffic)
+      // The built-in node: this process is the node side.
+      void serveRelay(ws, job, deps.node.root(env.id), (j) => deps.node.dial(j.environment, j.port), traffic)
         .then((end) => finished(end.code))
         .catch((error) => log('relay failed', error));
     });

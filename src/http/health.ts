@@ -13,5 +13,7 @@ export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: b
   if (stopping) return sendError(res, 503, 'not ready: this instance is stopping', 'not_ready');
   const state = await readiness(deps);
   if (!state.ready) return sendError(res, 503, `not ready: ${state.reason}`, 'not_ready');
-  sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok' } });
+  // Which engine the built-in pool runs containers with ('none': its environments hold files only).
+  const engine = deps.node.engine?.url ?? 'none';
+  sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok', engine } });
 }

@@ -5,6 +5,7 @@
 //   agent → server  {type: 'hello', slots, environments}   {type: 'heartbeat'}
 //                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
 //                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
+//                   {type: 'ended', environment, reason}   (its container ended on its own)
 //   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
 //                   {type: 'error', error, code}
@@ -25,7 +26,7 @@ import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
 import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
-import { nodeHeartbeat, nodeHello } from '../services/nodes';
+import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello } from '../services/nodes';
 import { statusOf } from './status';
 
 export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
@@ -96,6 +97,9 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
                 throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
               }
               await deps.events.publish(message.reply, message);
+              return;
+            case 'ended':
+              await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
               return;
             case 'exec-output':
             case 'exec-exit':

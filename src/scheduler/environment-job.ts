@@ -1,10 +1,9 @@
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { stat } from 'node:fs/promises';
 import type { Deps } from '../context';
-import { environmentRoot, shareDir } from '../dataplane/layout';
+import { shareDir } from '../dataplane/layout';
 import type { Environment } from '../generated/prisma/client';
 import { formatDuration } from '../services/durations';
-import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from '../services/environment-events';
+import { announceEnvironment, ENDED_STATES, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
 import { syncOf } from '../services/json-columns';
 import { awaitingOutSync } from '../services/relay';
@@ -12,8 +11,8 @@ import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
-import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
+import { environmentSpec } from './node-specs';
 import type { NodeProvider } from './provider';
 
 /** The longest a start may take before the environment fails: 10× the template's start, at least a minute. */
@@ -21,52 +20,43 @@ export function startBound(startMs: number): number {
   return Math.max(60_000, 10 * startMs);
 }
 
-function workspacesRoot(deps: Deps): string {
-  return join(deps.config.dataDir, 'workspaces');
-}
-
-export function workspaceDir(deps: Deps, envId: string): string {
-  return environmentRoot(workspacesRoot(deps), envId);
-}
-
 /**
- * The built-in provider: every node is a folder per environment under DATA_DIR/workspaces, each
- * template share at its envPath under it (src/dataplane/layout.ts), as on a remote node. Snapshots move as plain archive streams through the snapshot
- * service, the same calls a remote node agent makes over HTTP (docs/snapshots.md).
+ * The built-in provider: the server's own node (src/scheduler/builtin-node.ts), the same runtime
+ * `berth node` runs. Snapshots move as plain archive streams through the snapshot service, the
+ * same calls a remote node agent makes over HTTP (docs/snapshots.md).
  */
-export const hotPoolProvider: NodeProvider = {
+export const builtinProvider: NodeProvider = {
   async prepare(deps, env) {
-    const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
-    const dir = workspaceDir(deps, env.id);
-    await mkdir(dir, { recursive: true });
-    for (const share of template?.shares ?? []) await mkdir(shareDir(dir, share.envPath), { recursive: true });
-    const plan = await planRestore(deps, env);
-    if (!plan) return;
-    let files = 0;
-    for (const snapshot of plan.shares) {
-      // A share the template no longer has is restored where its name would put it.
-      const envPath = template?.shares.find((s) => s.name === snapshot.share)?.envPath ?? `/${snapshot.share}`;
-      const target = shareDir(dir, envPath);
-      await mkdir(target, { recursive: true });
-      files += (await extractArchive(await openSnapshotShare(deps, snapshot), target)).files;
-    }
-    await recordRestored(deps, env.id, plan, files);
+    const spec = await environmentSpec(deps, env);
+    return deps.node.prepare(spec, async (root) => {
+      const plan = await planRestore(deps, env);
+      if (!plan) return;
+      let files = 0;
+      for (const snapshot of plan.shares) {
+        // A share the template no longer has is restored where its name would put it.
+        const envPath = spec.shares.find((s) => s.name === snapshot.share)?.envPath ?? `/${snapshot.share}`;
+        files += (await extractArchive(await openSnapshotShare(deps, snapshot), shareDir(root, envPath))).files;
+      }
+      await recordRestored(deps, env.id, plan, files);
+    });
   },
   async release(deps, env) {
-    const dir = workspaceDir(deps, env.id);
+    // The container goes first: nothing changes the shares while they are saved.
+    await deps.node.stop(env.id);
     if (env.snapshot) {
-      const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
+      const spec = await environmentSpec(deps, env);
+      const root = deps.node.root(env.id);
       const done = await savedShares(deps, env);
-      for (const share of template?.shares ?? []) {
-        const root = shareDir(dir, share.envPath);
-        if (done.includes(share.name) || !(await isDir(root))) continue;
-        await saveSnapshotShare(deps, env, share.name, archiveStream(root, selectFiles(root, shareRules(env, share.name))));
+      for (const share of spec.shares) {
+        const dir = shareDir(root, share.envPath);
+        if (done.includes(share.name) || !(await isDir(dir))) continue;
+        await saveSnapshotShare(deps, env, share.name, archiveStream(dir, selectFiles(dir, shareRules(env, share.name))));
       }
     }
-    await rm(dir, { recursive: true, force: true });
+    await deps.node.discard(env.id);
   },
   async discard(deps, env) {
-    await rm(workspaceDir(deps, env.id), { recursive: true, force: true });
+    await deps.node.discard(env.id);
   },
 };
 
@@ -177,14 +167,16 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     return;
   }
   if (!(await claimWork(deps, id, 'starting'))) return;
+  let runtime: string;
   try {
-    await provider.prepare(deps, env);
+    runtime = await provider.prepare(deps, env);
   } catch (error) {
     await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
     return;
   }
   const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({
     ready: at,
+    runtime,
     readyMs: at.getTime() - current.created.getTime(),
     idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
   }));
@@ -267,25 +259,5 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
     },
   };
 }
-
-export const WORKSPACE_JOB = 'workspace-sweeper';
-
-/**
- * Removes the workspace folders of environments that are not live (the database says which), so
- * no plain file of an ended environment outlives a crash between its end and its clean-up.
- */
-async function sweepWorkspaces(deps: Deps): Promise<void> {
-  const root = workspacesRoot(deps);
-  const names = await readdir(root).catch(() => [] as string[]);
-  if (names.length === 0) return;
-  const live = await deps.prisma.environment.findMany({
-    where: { id: { in: names }, state: { in: [...LIVE_STATES] } },
-    select: { id: true },
-  });
-  const keep = new Set(live.map((e) => e.id));
-  for (const name of names) if (!keep.has(name)) await rm(join(root, name), { recursive: true, force: true });
-}
-
-export const workspaceSweeper: BackgroundJob = { name: WORKSPACE_JOB, intervalMs: 60_000, run: sweepWorkspaces };
 
 export const eventPruneJob: BackgroundJob = { name: 'environment-events', intervalMs: 60 * 60 * 1000, run: pruneEvents };

@@ -1,7 +1,8 @@
 import { artifactSweeper } from '../services/artifacts';
 import { shredJob } from '../services/shredding';
 import type { BackgroundJob } from './background';
-import { environmentJob, eventPruneJob, workspaceSweeper } from './hot-pool';
+import { builtinNodeJob } from './builtin-node';
+import { environmentJob, eventPruneJob } from './environment-job';
 import { nodeJob, nodeProvider } from './remote-nodes';
 
 /** Every periodic job of a Berth instance. */
@@ -9,7 +10,7 @@ export const backgroundJobs: BackgroundJob[] = [
   environmentJob(nodeProvider),
   nodeJob,
   eventPruneJob,
-  workspaceSweeper,
+  builtinNodeJob,
   artifactSweeper,
   shredJob,
 ];

@@ -1,5 +1,6 @@
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
+import type { RuntimeKind } from '../node/runtime';
 
 /**
  * What a node does for an environment. The built-in hot-node pool implements it in-process;
@@ -7,8 +8,8 @@ import type { Environment } from '../generated/prisma/client';
  * after a crash the scheduler calls them again for the same environment.
  */
 export interface NodeProvider {
-  /** Runs on the claimed node before the environment is ready (e.g. restoring a snapshot). */
-  prepare(deps: Deps, env: Environment): Promise<void>;
+  /** Runs on the claimed node before the environment is ready (restoring a snapshot, starting its container). */
+  prepare(deps: Deps, env: Environment): Promise<RuntimeKind>;
   /** Runs when the environment ends, before its node is freed (e.g. saving a snapshot). */
   release(deps: Deps, env: Environment): Promise<void>;
   /**

@@ -8,7 +8,8 @@ import { markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
 import { savedShares } from '../services/snapshots';
 import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
-import { hotPoolProvider, shareRules, startBound } from './hot-pool';
+import { builtinProvider, shareRules, startBound } from './environment-job';
+import { environmentSpec } from './node-specs';
 import type { NodeProvider } from './provider';
 
 /** The longest a node may take to save an environment's shares. */
@@ -33,12 +34,13 @@ function stillWanted(deps: Deps, env: Environment, state: string) {
 
 export const remoteProvider: NodeProvider = {
   async prepare(deps, env) {
-    await askNode(
+    const reply = await askNode(
       deps,
       env.nodeId!,
-      { type: 'prepare', environment: { id: env.id, shares: await sharesOf(deps, env) } },
+      { type: 'prepare', environment: await environmentSpec(deps, env) },
       { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting') },
     );
+    return reply.runtime === 'container' ? 'container' : 'files';
   },
   async release(deps, env) {
     const shares = (await sharesOf(deps, env)).map((s) => ({ ...s, rules: shareRules(env, s.name) }));
@@ -57,9 +59,9 @@ export const remoteProvider: NodeProvider = {
 
 /** Each environment's work goes to the node it runs on: a remote node, else the built-in hot pool. */
 export const nodeProvider: NodeProvider = {
-  prepare: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).prepare(deps, env),
-  release: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).release(deps, env),
-  discard: (deps, env) => (env.nodeId ? remoteProvider : hotPoolProvider).discard(deps, env),
+  prepare: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).prepare(deps, env),
+  release: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).release(deps, env),
+  discard: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).discard(deps, env),
 };
 
 /** Liveness (lost nodes fail their environments) and draining (revoked once empty). */

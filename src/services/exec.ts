@@ -1,20 +1,16 @@
-// Running a command in an environment (docs/agents.md, "Exec"): on its node, with the
-// environment's root as working directory; output streamed to the caller as it comes; the Exec
-// row (command, exit code, duration, actor) written here, by the server, when the command ends.
+// Running a command in an environment (docs/agents.md, "Exec"): inside its container, through its
+// node's runtime (src/node/runtime.ts), in the template's workdir, as the image's user; output
+// streamed to the caller as it comes; the Exec row (command, exit code, duration, actor) written
+// here, by the server, when the command ends. A files-only environment runs nothing (no_runtime).
 //
 // Output travels as events on the topic `exec:<node>:<run id>`: a remote node's agent sends
 // `exec-output` / `exec-exit` on its control channel and the instance holding the channel
-// publishes them under that node's id only (src/rest/node-channel.ts); the built-in hot pool runs
-// the command in this process and publishes the same events. The run id is random and lives only
-// as long as the caller's request: a caller that goes away stops the command.
-import { spawn } from 'node:child_process';
+// publishes them under that node's id only (src/rest/node-channel.ts); the built-in node runs in
+// this process and publishes the same events. The run id is random and lives only as long as the
+// caller's request: a caller that goes away stops the command's whole session.
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { constants } from 'node:os';
-import { join } from 'node:path';
 import type { Actor, Deps } from '../context';
-import { environmentRoot } from '../dataplane/layout';
-import type { Exec } from '../generated/prisma/client';
+import type { Environment, Exec } from '../generated/prisma/client';
 import { requireMember } from './access';
 import { findEnvironment, recordExecRow } from './environments';
 import { ConflictError, DomainError, ValidationError } from './errors';
@@ -36,10 +32,22 @@ export function commandLine(argv: string[]): string {
   return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
 }
 
-/** An exit code as a shell reports it: the code, or 128 + the signal's number. */
-export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number {
-  if (code !== null) return code;
-  return 128 + (signal ? (constants.signals[signal] ?? 0) : 0);
+/**
+ * Refuses to run anything in a files-only environment (no image, or a node without an engine),
+ * saying what is missing and how to add it.
+ */
+export function requireRuntime(env: Environment, what: string): void {
+  if (env.runtime === 'container') return;
+  if (!env.image) {
+    throw new ConflictError(
+      `environment ${env.name} holds files only: template ${env.template} has no image, so no ${what} can run; give the template an "image" (PUT /v1/templates/${env.template}) and lease again`,
+      'no_runtime',
+    );
+  }
+  throw new ConflictError(
+    `environment ${env.name} holds files only: node ${env.node} has no container engine, so no ${what} can run; give it one (DOCKER_HOST for the built-in pool, berth node --engine) and lease again`,
+    'no_runtime',
+  );
 }
 
 function validateArgv(argv: unknown): string[] {
@@ -69,6 +77,7 @@ export async function runCommand(
   const env = await findEnvironment(deps, actor, envRef);
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
+  requireRuntime(env, 'command');
   const run = randomUUID();
   const node = env.nodeId ?? HOT;
   const events = deps.events.subscribe(execTopic(node, run))[Symbol.asyncIterator]();
@@ -77,9 +86,9 @@ export async function runCommand(
   const started = Date.now();
   let stopLocal: (() => void) | undefined;
   if (env.nodeId) {
-    await sendToNode(deps, env.nodeId, { type: 'exec', exec: run, environment: { id: env.id }, argv });
+    await sendToNode(deps, env.nodeId, { type: 'exec', exec: run, environment: { id: env.id }, argv, workdir: env.workdir });
   } else {
-    stopLocal = runLocally(deps, environmentRoot(join(deps.config.dataDir, 'workspaces'), env.id), run, argv);
+    stopLocal = runOnBuiltinNode(deps, env, run, argv);
   }
   let finished = false;
   const stop = () => {
@@ -142,36 +151,34 @@ export async function runCommand(
   };
 }
 
-/** The hot pool's runner: the command in the environment's workspace, events on the same topic. */
-function runLocally(deps: Deps, cwd: string, run: string, argv: string[]): () => void {
+/** The built-in node's runner: the command in the environment's container, events on the same topic. */
+function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[]): () => void {
   const topic = execTopic(HOT, run);
   let chain = Promise.resolve();
   const publish = (payload: Record<string, unknown>) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
   };
-  const forward = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
-    for (let i = 0; i < data.length; i += EXEC_CHUNK)
-      publish({ type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+  let kill: (() => void) | undefined;
+  let killed = false;
+  deps.node
+    .exec(env.id, argv, env.workdir, (stream, data) => {
+      for (let i = 0; i < data.length; i += EXEC_CHUNK)
+        publish({ type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+    })
+    .then(
+      (command) => {
+        kill = command.kill;
+        if (killed) command.kill();
+        return command.exited;
+      },
+      (error: Error) => {
+        publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
+        return 126;
+      },
+    )
+    .then((exitCode) => publish({ type: 'exec-exit', exitCode }));
+  return () => {
+    killed = true;
+    kill?.();
   };
-  if (!existsSync(cwd)) {
-    forward('stderr')(Buffer.from(`berth: the environment's workspace ${cwd} is not on this Berth instance\n`));
-    publish({ type: 'exec-exit', exitCode: 126 });
-    return () => undefined;
-  }
-  const child = spawn(argv[0]!, argv.slice(1), { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stdout.on('data', forward('stdout'));
-  child.stderr.on('data', forward('stderr'));
-  let exited = false;
-  child.on('error', (err: NodeJS.ErrnoException) => {
-    if (exited) return;
-    exited = true;
-    forward('stderr')(Buffer.from(`berth: ${argv[0]}: ${err.code === 'ENOENT' ? 'command not found' : err.message}\n`));
-    publish({ type: 'exec-exit', exitCode: err.code === 'ENOENT' ? 127 : 126 });
-  });
-  child.on('close', (code, signal) => {
-    if (exited) return;
-    exited = true;
-    publish({ type: 'exec-exit', exitCode: exitCodeOf(code, signal) });
-  });
-  return () => child.kill('SIGKILL');
 }

@@ -241,6 +241,21 @@ async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readon
   return env;
 }
 
+/**
+ * The agent's word that an environment's container ended on its own (its main process died, or was
+ * killed for memory): the environment fails with the reason, prefixed by the node's name.
+ */
+export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: unknown, reason: unknown): Promise<void> {
+  if (typeof envId !== 'string') throw new ValidationError('environment: must be an environment id', 'environment');
+  if (typeof reason !== 'string' || reason.length === 0 || reason.length > 500) {
+    throw new ValidationError('reason: must be a string of 1 to 500 characters', 'reason');
+  }
+  const env = await envOnNode(deps, actor, envId, ['starting', 'ready']);
+  const { transition } = await import('./environments');
+  await transition(deps, env.id, ['starting', 'ready'], 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));
+  await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
+}
+
 /** GET /v1/environments/{id}/restore: what the starting environment restores (null: nothing). */
 export async function nodeRestorePlan(deps: Deps, actor: Actor, envId: string): Promise<RestorePlan | null> {
   const env = await envOnNode(deps, actor, envId, ['starting']);

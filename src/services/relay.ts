@@ -1,10 +1,11 @@
 // The rules of the byte relay (docs/agents.md, "The relay"): which socket a sandbox may open, and
 // the release's wait for the last `out` pass.
 import type { Actor, Deps } from '../context';
-import type { RelayJob } from '../dataplane/relay-node';
+import { parseAddress, type RelayJob } from '../dataplane/relay-node';
 import type { Environment } from '../generated/prisma/client';
 import { ENVIRONMENT_JOB } from './environments';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
+import { requireRuntime } from './exec';
 import { exportsOf, sharesOf, syncOf } from './json-columns';
 
 /** How long a release waits for a live sandbox agent to bring the `out` shares home. */
@@ -48,7 +49,9 @@ export async function authorizeRelay(deps: Deps, actor: Actor, req: RelayRequest
       );
     }
     requireState(env, ['ready']);
-    return { env, job: { kind: 'import', environment: env.id, service: entry.service, target: entry.target } };
+    requireRuntime(env, 'service');
+    // Only the port goes to the node: it dials it on the environment's own loopback, from inside.
+    return { env, job: { kind: 'import', environment: env.id, service: entry.service, port: parseAddress(entry.target).port } };
   }
   if (req.kind === 'share') {
     const share = sharesOf(env).find((s) => s.name === req.share);

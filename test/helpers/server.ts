@@ -43,6 +43,8 @@ export async function startServer(backend: Backend = 'pglite', env: Record<strin
     HOST: '127.0.0.1',
     DATA_DIR: dataDir,
     BOOTSTRAP_TOKEN: BOOTSTRAP,
+    // Files-only unless a suite gives the built-in pool an engine (test/helpers/containers.ts).
+    DOCKER_HOST: 'none',
     ...(schema ? { DATABASE_URL: process.env.TEST_DATABASE_URL!, DATABASE_SCHEMA: schema } : {}),
     ...env,
   };

@@ -1,0 +1,233 @@
+// The container engine a node drives: the Docker Engine API, spoken by dockerode, so Docker and
+// Podman's Docker-compatible service both serve (docs/environments.md, "Engines").
+//
+// Every call that is not a stream is bounded (CALL_MS): an engine that hangs fails the one
+// operation, with the engine named, instead of holding a lease or a command forever.
+import { existsSync } from 'node:fs';
+import { type Duplex, PassThrough } from 'node:stream';
+import type Dockerode from 'dockerode';
+
+/** The most one engine call (not a stream) may take. Pulls are streams and are not bounded here. */
+export const CALL_MS = 20_000;
+
+export interface ContainerState {
+  running: boolean;
+  exitCode: number;
+  oomKilled: boolean;
+  /** The container's addresses and the subnets of its networks (the egress guard blocks them). */
+  subnets: string[];
+  gateways: string[];
+}
+
+export interface ListedContainer {
+  id: string;
+  labels: Record<string, string>;
+  running: boolean;
+  /** It ran and ended (exited, stopped, dead), as opposed to one created but not started yet. */
+  ended: boolean;
+}
+
+export interface ExecOptions {
+  cmd: string[];
+  workdir?: string;
+  privileged?: boolean;
+}
+
+export interface RunningExec {
+  /** The command's standard input; ending or destroying it is how envd learns the caller went away. */
+  stdin: Duplex;
+  stdout: PassThrough;
+  stderr: PassThrough;
+  /** Resolves when the engine's stream ends: the command's exit code (as the engine reports it). */
+  exited: Promise<number>;
+}
+
+export interface ImageConfig {
+  entrypoint: string[];
+  cmd: string[];
+  user: string;
+}
+
+export class EngineError extends Error {}
+
+/** `unix:///path` or `tcp://host:port` (or a bare socket path) to dockerode's options. */
+function connection(url: string): Dockerode.DockerOptions {
+  if (url.startsWith('unix://')) return { socketPath: url.slice('unix://'.length) };
+  if (url.startsWith('/')) return { socketPath: url };
+  const m = /^tcp:\/\/([^:/]+|\[[^\]]+\]):(\d+)\/?$/.exec(url);
+  if (m) return { host: m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]), protocol: 'http' };
+  throw new EngineError(`not an engine address: ${url} (expected unix:///path/to/socket or tcp://host:port)`);
+}
+
+function within<T>(what: string, work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new EngineError(`the engine did not answer ${what} within ${CALL_MS / 1000} s`)), CALL_MS);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
+/** A 404 from the engine, or Podman's 500 that says the same. */
+export function isMissing(error: unknown): boolean {
+  const e = error as { statusCode?: number; message?: string };
+  return e?.statusCode === 404 || (e?.statusCode === 500 && /no such (container|image|exec)/i.test(e.message ?? ''));
+}
+
+/** The engine's own words for a failed call, without dockerode's "(HTTP code …)" preamble. */
+export function engineMessage(error: unknown): string {
+  const e = error as { json?: { message?: string }; message?: string };
+  return (e?.json?.message ?? e?.message ?? String(error)).replace(/^\(HTTP code \d+\) [^-]*- /, '').trim();
+}
+
+export class Engine {
+  private constructor(
+    readonly url: string,
+    private readonly docker: Dockerode,
+  ) {}
+
+  /** Connects to the engine at `url` and checks that it answers. */
+  static async open(url: string): Promise<Engine> {
+    const { default: Docker } = await import('dockerode');
+    const engine = new Engine(url, new Docker(connection(url)));
+    try {
+      await within('a ping', engine.docker.ping());
+    } catch (error) {
+      throw new EngineError(`no container engine answers at ${url}: ${engineMessage(error)}`);
+    }
+    return engine;
+  }
+
+  /** The image's command and user, pulling it first when the engine lacks it. */
+  async image(ref: string): Promise<ImageConfig> {
+    let info: Dockerode.ImageInspectInfo;
+    try {
+      info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+      await this.pull(ref);
+      info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+    }
+    const config = info.Config;
+    return { entrypoint: toList(config.Entrypoint), cmd: toList(config.Cmd), user: config.User ?? '' };
+  }
+
+  private async pull(ref: string): Promise<void> {
+    const stream = await this.docker.pull(ref);
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(stream, (error: Error | null, events: { error?: string }[]) => {
+        const failed = error?.message ?? events.find((e) => e.error)?.error;
+        if (failed) reject(new EngineError(failed));
+        else resolve();
+      });
+    });
+  }
+
+  async create(spec: Dockerode.ContainerCreateOptions): Promise<string> {
+    const container = await within('a create', this.docker.createContainer(spec));
+    return container.id;
+  }
+
+  async start(id: string): Promise<void> {
+    await within('a start', this.docker.getContainer(id).start());
+  }
+
+  async signal(id: string, signal: string): Promise<void> {
+    await within('a kill', this.docker.getContainer(id).kill({ signal }));
+  }
+
+  /** Removes the container, running or not; one that is already gone is no error. */
+  async remove(id: string): Promise<void> {
+    try {
+      await within('a remove', this.docker.getContainer(id).remove({ force: true, v: true }));
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+    }
+  }
+
+  /** The container's state, or null when there is no such container. */
+  async inspect(id: string): Promise<ContainerState | null> {
+    let info: Dockerode.ContainerInspectInfo;
+    try {
+      info = await within('an inspect', this.docker.getContainer(id).inspect());
+    } catch (error) {
+      if (isMissing(error)) return null;
+      throw error;
+    }
+    const networks = Object.values(info.NetworkSettings?.Networks ?? {});
+    return {
+      running: info.State.Running,
+      exitCode: info.State.ExitCode,
+      oomKilled: info.State.OOMKilled,
+      subnets: networks.filter((n) => n.IPAddress).map((n) => `${n.IPAddress}/${n.IPPrefixLen}`),
+      gateways: networks.map((n) => n.Gateway).filter((g): g is string => Boolean(g)),
+    };
+  }
+
+  /** Containers carrying every one of `labels`. */
+  async list(labels: Record<string, string>): Promise<ListedContainer[]> {
+    const filters = { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) };
+    const found = await within('a list', this.docker.listContainers({ all: true, filters }));
+    return found.map((c) => ({
+      id: c.Id,
+      labels: c.Labels ?? {},
+      running: c.State === 'running',
+      ended: ['exited', 'stopped', 'dead'].includes(c.State),
+    }));
+  }
+
+  /** Resolves with the exit code when the container ends (after a restart too: call it again). */
+  async wait(id: string): Promise<number> {
+    const result = (await this.docker.getContainer(id).wait()) as { StatusCode: number };
+    return result.StatusCode;
+  }
+
+  /** Starts a command in the container with its streams attached (stdin kept open). */
+  async exec(id: string, options: ExecOptions): Promise<RunningExec> {
+    const exec = await within(
+      'an exec',
+      this.docker.getContainer(id).exec({
+        Cmd: options.cmd,
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        WorkingDir: options.workdir,
+        Privileged: options.privileged ?? false,
+      }),
+    );
+    const stream = (await within('an exec start', exec.start({ hijack: true, stdin: true }))) as unknown as Duplex;
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    const exited = new Promise<number>((resolve, reject) => {
+      let settled = false;
+      const done = () => {
+        if (settled) return;
+        settled = true;
+        stdout.end();
+        stderr.end();
+        within('an exec inspect', exec.inspect()).then((info) => resolve(info.ExitCode ?? 255), reject);
+      };
+      stream.once('end', done);
+      stream.once('close', done);
+      stream.once('error', done);
+    });
+    return { stdin: stream, stdout, stderr, exited };
+  }
+}
+
+function toList(value: string | string[] | null | undefined): string[] {
+  if (!value) return [];
+  return Array.isArray(value) ? value : [value];
+}
+
+/**
+ * Which engine a node uses: `choice` (`--engine` or DOCKER_HOST) when given (`none`: no engine),
+ * else the Docker socket, then Podman's, when they exist; null when there is none.
+ */
+export function engineAddress(choice: string | undefined): string | null {
+  if (choice === 'none') return null;
+  if (choice) return choice;
+  for (const socket of ['/var/run/docker.sock', '/run/podman/podman.sock']) if (existsSync(socket)) return `unix://${socket}`;
+  return null;
+}

@@ -1,0 +1,370 @@
+// One node runtime for both kinds of node (docs/environments.md, "Nodes"): the built-in pool runs
+// it inside the server, `berth node` on a build machine. For each environment it holds the share
+// folders under `dir` (src/dataplane/layout.ts) and, when the environment has an image and the node
+// an engine, one container, created from the image with the template's limits:
+//
+// - named `berth-<environment id>`, labelled berth.environment / berth.template / berth.organization
+//   and berth.owner (which node made it: a node only ever touches its own containers);
+// - the engine's default capabilities minus DROPPED_CAPABILITIES, no-new-privileges, memory with
+//   swap equal to memory, a CPU quota, a pids limit;
+// - nothing of the host mounted but its share folders (at their envPath) and berth-envd, read-only;
+// - berth-envd as PID 1: the image's own command starts only after the node's go, which comes
+//   once the egress guard is in place.
+//
+// Commands and service tunnels run through berth-envd inside the container (`run`, `dial`), never
+// on the node: the node cannot be made to dial its own or another host's addresses.
+import { existsSync } from 'node:fs';
+import { lchown, mkdir, readdir, rm } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
+import { join } from 'node:path';
+import { Duplex } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import type Dockerode from 'dockerode';
+import { environmentRoot, shareDir } from '../dataplane/layout';
+import { formatSize, parseSize } from '../services/sizes';
+import { type Engine, engineMessage, type RunningExec } from './engine';
+
+/** Where a node finds berth-envd (scripts/build-envd.mjs builds it); BERTH_ENVD overrides. */
+export const ENVD_BINARY = process.env.BERTH_ENVD ?? fileURLToPath(new URL('../../dist/envd/berth-envd', import.meta.url));
+/** Where berth-envd is inside every container. */
+export const ENVD_PATH = '/.berth/envd';
+
+export const DROPPED_CAPABILITIES = ['SYS_ADMIN', 'NET_ADMIN', 'SYS_MODULE', 'SYS_RAWIO', 'SYS_PTRACE', 'NET_RAW', 'SYS_TIME', 'MKNOD'];
+/** The pids limit of a template that sets none: a fork storm stops here, not at the node's limit. */
+export const DEFAULT_PIDS = 4096;
+/**
+ * Open files and processes per container. Engines ask for more than these machines allow by default
+ * (Podman asks for 1048576 open files and fails to start the container); pids bound processes.
+ */
+const ULIMITS = [
+  { Name: 'nofile', Soft: 1024, Hard: 8192 },
+  { Name: 'nproc', Soft: 16384, Hard: 16384 },
+];
+/** Addresses no egress environment reaches besides the node's own: link-local (cloud metadata). */
+const ALWAYS_BLOCKED = ['169.254.0.0/16', 'fe80::/10'];
+
+export type RuntimeKind = 'container' | 'files';
+
+export interface EnvironmentSpec {
+  id: string;
+  /** Its hostname inside the container. */
+  name: string;
+  orgId: string;
+  template: string;
+  shares: { name: string; envPath: string }[];
+  image: string | null;
+  resources: { cpus?: number; memory?: string; pids?: number; disk?: string };
+  network: 'none' | 'egress';
+  workdir: string;
+  env: Record<string, string>;
+}
+
+export interface RuntimeOptions {
+  /** null: no engine, environments hold files only. */
+  engine: Engine | null;
+  /** Where environment roots live. */
+  dir: string;
+  /** Which node this is, on every container it makes (label berth.owner). */
+  owner: string;
+  log: (line: string) => void;
+}
+
+export interface Command {
+  /** The exit code: the command's, or 137 when it was killed. */
+  exited: Promise<number>;
+  kill(): void;
+}
+
+export class NoRuntimeError extends Error {}
+
+export const containerName = (id: string) => `berth-${id}`;
+
+export class NodeRuntime {
+  /** Containers this node is removing itself: their end is no failure. */
+  private readonly removing = new Set<string>();
+  private readonly watched = new Set<string>();
+
+  /** A container ended on its own (its main process died, or was killed for memory). */
+  onEnded: (id: string, reason: string) => void = () => undefined;
+
+  constructor(readonly options: RuntimeOptions) {}
+
+  get engine(): Engine | null {
+    return this.options.engine;
+  }
+
+  root(id: string): string {
+    return environmentRoot(this.options.dir, id);
+  }
+
+  /**
+   * Makes the share folders, lets `restore` fill them, then starts the container when there is an
+   * image and an engine. Safe to call again for the same environment (a retry after a crash).
+   */
+  async prepare(spec: EnvironmentSpec, restore: (root: string) => Promise<void>): Promise<RuntimeKind> {
+    const root = this.root(spec.id);
+    await mkdir(root, { recursive: true });
+    for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
+    await restore(root);
+    const engine = this.options.engine;
+    if (!spec.image || !engine) return 'files';
+    if (!existsSync(ENVD_BINARY)) {
+      throw new Error(`berth-envd is not built at ${ENVD_BINARY} (it needs a C compiler: apt-get install gcc, then npm install)`);
+    }
+    const name = containerName(spec.id);
+    await engine.remove(name);
+    let image: Awaited<ReturnType<Engine['image']>>;
+    try {
+      image = await engine.image(spec.image);
+    } catch (error) {
+      throw new Error(`cannot pull image ${spec.image}: ${engineMessage(error)}`);
+    }
+    try {
+      await engine.create(this.containerSpec(spec, root, [...image.entrypoint, ...image.cmd]));
+      await engine.start(name);
+      if (!/^(|root|0)(:.*)?$/.test(image.user)) await this.giveShares(engine, name, spec, root);
+      if (spec.network === 'egress') await this.guard(engine, name);
+      await engine.signal(name, 'SIGUSR1');
+    } catch (error) {
+      await engine.remove(name).catch(() => undefined);
+      throw new Error(`cannot start a container of ${spec.image}: ${engineMessage(error)}`);
+    }
+    this.watch(spec.id, spec.resources.memory);
+    return 'container';
+  }
+
+  private containerSpec(spec: EnvironmentSpec, root: string, command: string[]): Dockerode.ContainerCreateOptions {
+    const memory = spec.resources.memory ? parseSize(spec.resources.memory) : undefined;
+    return {
+      name: containerName(spec.id),
+      Image: spec.image!,
+      Hostname: spec.name,
+      Labels: {
+        'berth.environment': spec.id,
+        'berth.template': spec.template,
+        'berth.organization': spec.orgId,
+        'berth.owner': this.options.owner,
+      },
+      Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+      WorkingDir: spec.workdir,
+      Entrypoint: [ENVD_PATH, 'init'],
+      Cmd: command,
+      HostConfig: {
+        Binds: [`${ENVD_BINARY}:${ENVD_PATH}:ro`, ...spec.shares.map((share) => `${shareDir(root, share.envPath)}:${share.envPath}`)],
+        NetworkMode: spec.network === 'egress' ? 'bridge' : 'none',
+        ...(memory ? { Memory: memory, MemorySwap: memory } : {}),
+        ...(spec.resources.cpus ? { NanoCpus: Math.round(spec.resources.cpus * 1e9) } : {}),
+        PidsLimit: spec.resources.pids ?? DEFAULT_PIDS,
+        CapDrop: DROPPED_CAPABILITIES,
+        SecurityOpt: ['no-new-privileges'],
+        Ulimits: ULIMITS,
+      },
+    };
+  }
+
+  /**
+   * Share folders belong to the image's user, as does what the restore put there: asked of berth-envd
+   * (the user may be a name only the image's /etc/passwd knows) before anything of the image runs.
+   */
+  private async giveShares(engine: Engine, name: string, spec: EnvironmentSpec, root: string): Promise<void> {
+    const { code, stdout, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'id'] }));
+    const m = /^(\d+):(\d+)$/.exec(stdout.trim());
+    if (code !== 0 || !m) throw new Error(`cannot tell the image's user (${code}): ${stderr.trim()}`);
+    for (const share of spec.shares) await chownTree(shareDir(root, share.envPath), Number(m[1]), Number(m[2]));
+  }
+
+  /**
+   * The egress guard: prohibit rules in the container's own network namespace, for the node's
+   * addresses, the engine network's subnets (other environments, the gateway) and link-local
+   * addresses. Added by a privileged exec before the image's command starts; the environment
+   * lacks NET_ADMIN and cannot remove them.
+   */
+  private async guard(engine: Engine, name: string): Promise<void> {
+    const state = await engine.inspect(name);
+    const own = Object.values(networkInterfaces())
+      .flat()
+      .filter((a): a is NonNullable<typeof a> => Boolean(a) && !a!.internal)
+      .map((a) => (a.family === 'IPv4' ? `${a.address}/32` : `${a.address.split('%')[0]}/128`));
+    const subnets = (state?.subnets ?? []).map(networkOf);
+    const prefixes = [...new Set([...own, ...subnets, ...(state?.gateways ?? []).map((g) => `${g}/32`), ...ALWAYS_BLOCKED])];
+    const { code, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'guard', ...prefixes], privileged: true }));
+    if (code !== 0) throw new Error(`the egress guard failed (${code}): ${stderr.trim()}`);
+  }
+
+  /** Watches the container: an end this node did not cause is reported with its reason. */
+  watch(id: string, memory?: string): void {
+    const engine = this.options.engine;
+    if (!engine || this.watched.has(id)) return;
+    this.watched.add(id);
+    const name = containerName(id);
+    engine
+      .wait(name)
+      .then(async (code) => {
+        this.watched.delete(id);
+        if (this.removing.has(name)) return;
+        const state = await engine.inspect(name).catch(() => null);
+        this.onEnded(id, endReason(state?.oomKilled ?? false, code, memory));
+      })
+      .catch((error) => {
+        this.watched.delete(id);
+        // The reconciliation finds what a lost watch would have seen.
+        if (!this.removing.has(name)) this.options.log(`lost the watch on ${name}: ${engineMessage(error)}`);
+      });
+  }
+
+  /** Removes the container (its processes end at once), keeping the share folders. */
+  async stop(id: string): Promise<void> {
+    const engine = this.options.engine;
+    if (!engine) return;
+    const name = containerName(id);
+    this.removing.add(name);
+    try {
+      await engine.remove(name);
+    } finally {
+      this.removing.delete(name);
+    }
+  }
+
+  /** Removes the container and the environment's folders. */
+  async discard(id: string): Promise<void> {
+    await this.stop(id);
+    await rm(this.root(id), { recursive: true, force: true });
+  }
+
+  /**
+   * Runs argv in the environment's container (in `workdir`, as the image's user), handing its
+   * output to `output` as it comes. kill() ends the command's whole session.
+   */
+  async exec(id: string, argv: string[], workdir: string, output: (stream: 'stdout' | 'stderr', data: Buffer) => void): Promise<Command> {
+    const engine = this.requireEngine();
+    const run = await engine.exec(containerName(id), { cmd: [ENVD_PATH, 'run', ...argv], workdir });
+    run.stdout.on('data', (data: Buffer) => output('stdout', data));
+    run.stderr.on('data', (data: Buffer) => output('stderr', data));
+    let killed = false;
+    return {
+      // berth-envd kills the session when its input ends: the caller went away.
+      kill: () => {
+        killed = true;
+        run.stdin.destroy();
+      },
+      exited: run.exited.then(
+        (code) => (killed ? 137 : code),
+        () => 137,
+      ),
+    };
+  }
+
+  /** A byte stream to `port` on the environment's own loopback, dialled from inside its network. */
+  async dial(id: string, port: number): Promise<Duplex> {
+    const engine = this.requireEngine();
+    const run = await engine.exec(containerName(id), { cmd: [ENVD_PATH, 'dial', String(port)] });
+    let problem = '';
+    run.stderr.on('data', (d: Buffer) => (problem += d.toString()));
+    const stream = new Duplex({
+      write(chunk, _encoding, done) {
+        if (run.stdin.write(chunk)) done();
+        else run.stdin.once('drain', () => done());
+      },
+      final(done) {
+        run.stdin.end();
+        done();
+      },
+      read() {
+        run.stdout.resume();
+      },
+      destroy(error, done) {
+        run.stdin.destroy();
+        done(error);
+      },
+    });
+    run.stdout.on('data', (chunk: Buffer) => {
+      if (!stream.push(chunk)) run.stdout.pause();
+    });
+    run.stdout.on('end', () => stream.push(null));
+    run.exited.then(
+      (code) => {
+        if (code !== 0) stream.destroy(new Error(problem.trim().replace(/^berth-envd: /, '') || `the tunnel ended with ${code}`));
+      },
+      (error: Error) => stream.destroy(error),
+    );
+    return stream;
+  }
+
+  private requireEngine(): Engine {
+    if (!this.options.engine) throw new NoRuntimeError('this node has no container engine');
+    return this.options.engine;
+  }
+
+  /**
+   * After a restart: every container of this node whose environment is not in `live` is removed,
+   * with its folder; of the live ones, those whose container ended are answered with why, the
+   * running ones watched again (adopted). One created but not started yet belongs to a prepare in
+   * flight and is left alone. `lookup` is asked after the containers are listed, so a container a
+   * prepare makes meanwhile belongs to an environment it already counts as live.
+   */
+  async reconcile(
+    lookup: (ids: string[]) => Promise<Map<string, EnvironmentSpec>>,
+  ): Promise<{ ended: Map<string, string>; present: Set<string> }> {
+    const ended = new Map<string, string>();
+    const present = new Set<string>();
+    const engine = this.options.engine;
+    if (!engine) return { ended, present };
+    const containers = await engine.list({ 'berth.owner': this.options.owner });
+    const live = await lookup(containers.map((c) => c.labels['berth.environment'] ?? ''));
+    for (const container of containers) {
+      const id = container.labels['berth.environment'] ?? '';
+      const spec = live.get(id);
+      if (!spec) {
+        this.removing.add(container.id);
+        await engine.remove(container.id).finally(() => this.removing.delete(container.id));
+        if (/^env_[A-Za-z0-9]+$/.test(id)) await rm(this.root(id), { recursive: true, force: true });
+        this.options.log(`removed the container of ${id || 'an unknown environment'}: it is not live`);
+        continue;
+      }
+      present.add(id);
+      if (container.ended) {
+        const state = await engine.inspect(container.id);
+        ended.set(id, endReason(state?.oomKilled ?? false, state?.exitCode ?? 0, spec.resources?.memory));
+      } else if (container.running) {
+        this.watch(id, spec.resources?.memory);
+      }
+    }
+    return { ended, present };
+  }
+}
+
+/** Runs one berth-envd step to its end: its exit code and output. */
+async function collect(run: RunningExec): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  run.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  run.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  run.stdin.end();
+  return { code: await run.exited, stdout, stderr };
+}
+
+/** Gives a folder and everything in it to uid:gid, never following a link. */
+async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
+  await lchown(dir, uid, gid);
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) await chownTree(path, uid, gid);
+    else await lchown(path, uid, gid);
+  }
+}
+
+/** Why a container ended, as the environment's `error` says it. */
+export function endReason(oomKilled: boolean, code: number, memory?: string): string {
+  if (oomKilled) return `out of memory${memory ? ` (limit ${formatSize(parseSize(memory))})` : ''}`;
+  return `its container ended: the image's command exited with code ${code}`;
+}
+
+/** `10.88.0.5/16` → `10.88.0.0/16`. */
+function networkOf(cidr: string): string {
+  const [address, bits] = cidr.split('/') as [string, string];
+  if (address.includes(':')) return cidr;
+  const n = address.split('.').reduce((acc, part) => (acc << 8) + Number(part), 0) >>> 0;
+  const mask = Number(bits) === 0 ? 0 : (0xffffffff << (32 - Number(bits))) >>> 0;
+  const net = (n & mask) >>> 0;
+  return `${[24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.')}/${bits}`;
+}

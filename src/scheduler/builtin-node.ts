@@ -1,0 +1,89 @@
+// The built-in pool's node: the node runtime (src/node/runtime.ts) inside the server, holding
+// environments under DATA_DIR/workspaces, with the engine DOCKER_HOST names, else the local Docker
+// or Podman socket, else none (files-only environments). Its containers carry this deployment's
+// owner label, so servers sharing an engine never touch each other's.
+import { createHash } from 'node:crypto';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Config } from '../config';
+import type { Deps } from '../context';
+import { Engine, engineAddress, engineMessage } from '../node/engine';
+import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
+import { LIVE_STATES } from '../services/environment-events';
+import type { BackgroundJob } from './background';
+import { environmentSpec } from './node-specs';
+
+export const BUILTIN_NODE_JOB = 'builtin-node';
+
+type Log = (message: string, err?: unknown) => void;
+
+/** The built-in node's engine: the one DOCKER_HOST names must answer; a found socket may not. */
+export async function openBuiltinEngine(config: Config, log: Log): Promise<Engine | null> {
+  const address = engineAddress(config.dockerHost);
+  if (!address) return null;
+  try {
+    return await Engine.open(address);
+  } catch (error) {
+    if (config.dockerHost) throw new Error(`DOCKER_HOST: ${engineMessage(error)} (DOCKER_HOST=none runs files-only environments)`);
+    log(`the built-in pool runs files-only environments: ${engineMessage(error)}`);
+    return null;
+  }
+}
+
+export function openBuiltinNode(config: Config, masterKey: Buffer, engine: Engine | null, log: Log): NodeRuntime {
+  // Every instance of one deployment shares its master key and database: the same owner.
+  const owner = `builtin-${createHash('sha256')
+    .update(masterKey)
+    .update(config.databaseUrl ? `${config.databaseUrl}#${config.databaseSchema ?? ''}` : config.dataDir)
+    .digest('hex')
+    .slice(0, 16)}`;
+  return new NodeRuntime({
+    engine,
+    dir: join(config.dataDir, 'workspaces'),
+    owner,
+    log: (line) => log(`built-in node: ${line}`),
+  });
+}
+
+/** Ends a live environment whose container ended without being asked, with why. */
+export async function failEnded(deps: Deps, id: string, reason: string, from: string[] = ['starting', 'ready']): Promise<void> {
+  // Imported lazily: environments.ts → … → scheduler would otherwise form a cycle at load.
+  const { transition } = await import('../services/environments');
+  const failed = await transition(deps, id, from, 'failed', (at) => ({ error: reason, stopped: at }));
+  if (failed) await deps.node.discard(id);
+}
+
+/**
+ * Removes the folders and containers of environments that are no longer live, fails ready ones whose
+ * container stopped or vanished, and watches the rest again: after a restart (kill -9 included)
+ * no container outlives its environment. Runs at start, then every minute.
+ */
+async function reconcile(deps: Deps): Promise<void> {
+  // Listed before the database is asked: a folder or container a prepare makes meanwhile is of an
+  // environment the answer already counts as live.
+  const root = deps.node.options.dir;
+  const folders = await readdir(root).catch(() => [] as string[]);
+  const liveOf = (ids: string[]) =>
+    deps.prisma.environment.findMany({ where: { id: { in: ids }, nodeId: null, state: { in: [...LIVE_STATES] } } });
+  const keep = new Set((await liveOf(folders)).map((e) => e.id));
+  for (const name of folders) if (!keep.has(name)) await rm(join(root, name), { recursive: true, force: true });
+  if (!deps.node.engine) return;
+  const { ended, present } = await deps.node.reconcile(async (ids) => {
+    const live = new Map<string, EnvironmentSpec>();
+    for (const env of await liveOf(ids)) live.set(env.id, await environmentSpec(deps, env));
+    return live;
+  });
+  for (const [id, reason] of ended) await failEnded(deps, id, reason);
+  // A ready environment whose container vanished (removed by hand, the engine's storage reset).
+  const ready = await deps.prisma.environment.findMany({
+    where: { nodeId: null, state: 'ready', runtime: 'container' },
+    select: { id: true },
+  });
+  const now = new Set((await deps.node.engine.list({ 'berth.owner': deps.node.options.owner })).map((c) => c.labels['berth.environment']));
+  for (const { id } of ready) {
+    if (!present.has(id) && !now.has(id) && !ended.has(id))
+      await failEnded(deps, id, 'its container is gone (removed outside Berth)', ['ready']);
+  }
+}
+
+export const builtinNodeJob: BackgroundJob = { name: BUILTIN_NODE_JOB, intervalMs: 60_000, run: reconcile };

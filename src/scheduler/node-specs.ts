@@ -1,0 +1,22 @@
+// What a node needs to know of an environment to hold it (src/node/runtime.ts): its shares, as the
+// template places them, and what it was leased with (image, limits, network, workdir, variables).
+import type { Deps } from '../context';
+import type { Environment } from '../generated/prisma/client';
+import type { EnvironmentSpec } from '../node/runtime';
+import { findTemplate } from '../services/templates';
+
+export async function environmentSpec(deps: Deps, env: Environment): Promise<EnvironmentSpec> {
+  const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
+  return {
+    id: env.id,
+    name: env.name,
+    orgId: env.orgId,
+    template: env.template,
+    shares: (template?.shares ?? []).map((s) => ({ name: s.name, envPath: s.envPath })),
+    image: env.image,
+    resources: (env.resources ?? {}) as EnvironmentSpec['resources'],
+    network: env.network === 'egress' ? 'egress' : 'none',
+    workdir: env.workdir,
+    env: (env.envVars ?? {}) as Record<string, string>,
+  };
+}

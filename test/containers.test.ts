@@ -1,0 +1,386 @@
+// Environments as containers, through the public interfaces, on both kinds of node: the built-in
+// pool (in the server) and `berth node` (a real process), with a real engine (Podman's Docker API).
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { openRelay } from '../src/agent/sandbox-agent';
+import { describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
+import { type Proc, spawnNode } from './helpers/processes';
+import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+
+const MISSING_IMAGE = 'localhost/berth-test/no-such-image:1';
+
+const TEMPLATES = [
+  {
+    name: 'box',
+    image: TEST_IMAGE,
+    workdir: '/workspace',
+    env: { GREETING: 'hello from the template' },
+    resources: { memory: '128MiB', pids: 64, cpus: 1 },
+    shares: [
+      { name: 'src', direction: 'in', envPath: '/workspace/src' },
+      { name: 'out', direction: 'out', envPath: '/workspace/out' },
+    ],
+    services: [{ service: 'web', target: '127.0.0.1:8080' }],
+  },
+  { name: 'user', image: TEST_USER_IMAGE, shares: [{ name: 'src', direction: 'in', envPath: '/workspace/src' }] },
+  { name: 'egress', image: TEST_IMAGE, network: 'egress' },
+  { name: 'hog', image: TEST_HOG_IMAGE, resources: { memory: '64MiB' } },
+  { name: 'missing', image: MISSING_IMAGE },
+  {
+    name: 'files',
+    shares: [{ name: 'src', direction: 'in', envPath: '/workspace/src' }],
+    services: [{ service: 'web', target: '127.0.0.1:8080' }],
+  },
+];
+
+interface Ran {
+  status: number;
+  stdout: string;
+  stderr: string;
+  exitCode?: number;
+  error?: { error: string; code: string };
+}
+
+/** The addresses of this machine that are not loopback: what no environment may reach. */
+function hostAddresses(): string[] {
+  return Object.values(networkInterfaces())
+    .flat()
+    .filter((a) => a && !a.internal && a.family === 'IPv4')
+    .map((a) => a!.address);
+}
+
+for (const kind of ['built-in pool', 'berth node'] as const) {
+  describeContainers(`environments as containers on the ${kind}`, () => {
+    let s: TestServer;
+    let dir: string;
+    let node: Proc | undefined;
+    const admin = client(() => s.url, BOOTSTRAP);
+
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'berth-containers-'));
+      const templates = await writeCatalog(
+        dir,
+        TEMPLATES.map((t) => ({ ...t, pool: kind === 'berth node' ? 'remote' : 'default' })),
+      );
+      // Rewritten with a remote pool when the node serves it.
+      const catalog = JSON.parse(await readFile(templates, 'utf8'));
+      catalog.pools.push({ name: 'remote', hotNodes: 0, maxQueued: 100 });
+      await import('node:fs/promises').then((fs) => fs.writeFile(templates, JSON.stringify(catalog)));
+      s = await startServer('pglite', {
+        TEMPLATES_FILE: templates,
+        DOCKER_HOST: kind === 'built-in pool' ? engine() : 'none',
+        NODE_HEARTBEAT_MS: '250',
+      });
+      if (kind === 'berth node') {
+        const created = await admin.post('/v1/nodes', { name: 'builder', pool: 'remote' });
+        node = spawnNode(
+          [
+            'bin/berth.js',
+            'node',
+            '--server',
+            s.url,
+            '--token',
+            created.body.secret,
+            '--dir',
+            join(dir, 'node'),
+            '--slots',
+            '24',
+            '--engine',
+            engine(),
+          ],
+          {},
+        );
+        await node.waitFor(/online as builder/);
+      }
+    }, 120_000);
+    afterAll(async () => {
+      const live = await admin.get('/v1/environments?state=live');
+      for (const env of live.body.environments ?? []) await admin.del(`/v1/environments/${env.id}`);
+      for (let i = 0; i < 30 && (await admin.get('/v1/environments?state=live')).body.environments?.length; i++) {
+        await s.app.deps.background.tick();
+      }
+      await node?.kill();
+      await s?.stop();
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    /** Runs the background jobs until the environment reaches one of `states`. */
+    async function until(id: string, ...states: string[]): Promise<Record<string, any>> {
+      for (;;) {
+        const env = (await admin.get(`/v1/environments/${id}`)).body;
+        if (states.includes(env.state)) return env;
+        if (['stopped', 'failed'].includes(env.state)) throw new Error(`environment ${id} is ${env.state}: ${env.error}`);
+        await s.app.deps.background.tick();
+      }
+    }
+
+    async function lease(template: string): Promise<Record<string, any>> {
+      const made = await admin.post('/v1/environments', { template });
+      expect(made.status, JSON.stringify(made.body)).toBe(202);
+      return until(made.body.environment.id, 'ready');
+    }
+
+    /** POST /v1/environments/{id}/exec, read to its end (or until `signal` aborts it). */
+    async function run(id: string, command: string[], signal?: AbortSignal, onOutput?: (text: string) => void): Promise<Ran> {
+      try {
+        return await runOnce(id, command, signal, onOutput);
+      } catch (error) {
+        // A request the test aborted, or one the server ended as it stopped after the test.
+        return { status: 0, stdout: '', stderr: '', error: { error: (error as Error).message, code: 'aborted' } };
+      }
+    }
+
+    async function runOnce(id: string, command: string[], signal?: AbortSignal, onOutput?: (text: string) => void): Promise<Ran> {
+      const res = await fetch(`${s.url}/v1/environments/${id}/exec`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ command }),
+        signal,
+      });
+      const ran: Ran = { status: res.status, stdout: '', stderr: '' };
+      if (res.status !== 200) {
+        ran.error = await res.json();
+        return ran;
+      }
+      let rest = '';
+      try {
+        for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>) {
+          rest += Buffer.from(piece).toString();
+          let nl = rest.indexOf('\n');
+          while (nl >= 0) {
+            const line = JSON.parse(rest.slice(0, nl));
+            rest = rest.slice(nl + 1);
+            nl = rest.indexOf('\n');
+            if (line.stream) {
+              const text = Buffer.from(line.data, 'base64').toString();
+              ran[line.stream as 'stdout' | 'stderr'] += text;
+              onOutput?.(text);
+            } else if (line.exitCode !== undefined) ran.exitCode = line.exitCode;
+            else if (line.error) ran.error = line;
+          }
+        }
+      } catch (error) {
+        if (!signal?.aborted) throw error;
+      }
+      return ran;
+    }
+
+    const sh = (id: string, script: string) => run(id, ['sh', '-c', script]);
+
+    it("a command sees the image's files, variables and processes, never the host's", async () => {
+      const env = await lease('box');
+      expect(env).toMatchObject({ image: TEST_IMAGE, runtime: 'container', network: 'none', workdir: '/workspace' });
+      expect(env.resources).toEqual({ memory: '128MiB', pids: 64, cpus: 1 });
+      const seen = await sh(env.id, 'cat /etc/berth-image; hostname; pwd; echo "$GREETING"; env | sort; ps -o pid,args');
+      expect(seen.exitCode).toBe(0);
+      const [image, hostname, pwd, greeting] = seen.stdout.split('\n');
+      expect([image, hostname, pwd, greeting]).toEqual(['the berth test image', env.name, '/workspace', 'hello from the template']);
+      // Nothing of the server's environment or data folder.
+      expect(seen.stdout).not.toMatch(/DATA_DIR|BOOTSTRAP|berth-test-|DOCKER_HOST/);
+      const processes = seen.stdout.split('\n').filter((l) => /^\s*\d+ /.test(l));
+      expect(processes[0]).toMatch(/^\s*1 \/\.berth\/envd init/);
+      expect(processes.every((p) => /envd|ps -o|sh -c|sort|env$/.test(p))).toBe(true);
+      const host = await sh(env.id, `ls ${s.dataDir} || echo no-data-dir; cat ${join(s.dataDir, 'master.key')} || echo no-key`);
+      expect(host.stdout).toContain('no-data-dir');
+      expect(host.stdout).toContain('no-key');
+      // Dangerous capabilities are off and no privilege can be gained.
+      const status = await sh(env.id, 'grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status');
+      const caps = BigInt(`0x${/CapBnd:\s+([0-9a-f]+)/.exec(status.stdout)![1]}`);
+      for (const [name, bit] of Object.entries({
+        NET_ADMIN: 12,
+        NET_RAW: 13,
+        SYS_MODULE: 16,
+        SYS_RAWIO: 17,
+        SYS_PTRACE: 19,
+        SYS_ADMIN: 21,
+        MKNOD: 27,
+      })) {
+        expect((caps >> BigInt(bit)) & 1n, name).toBe(0n);
+      }
+      expect(status.stdout).toMatch(/NoNewPrivs:\s+1/);
+      const exec = (await admin.get(`/v1/environments/${env.id}/execs`)).body.execs[0];
+      expect(exec).toMatchObject({ exitCode: 0, actor: 'admin@berth.local' });
+    });
+
+    it("commands run as the image's user, in its shares, and exit codes come back", async () => {
+      const env = await lease('user');
+      const ran = await sh(env.id, 'id -u; pwd; touch /workspace/src/made-here && echo wrote; exit 3');
+      expect(ran).toMatchObject({ exitCode: 3, stdout: '1234\n/\nwrote\n' });
+      expect((await run(env.id, ['no-such-program'])).exitCode).toBe(127);
+    });
+
+    it('a memory hog exits 137 and the environment lives on; a fork storm stops at pids while another environment answers', async () => {
+      const env = await lease('box');
+      const other = await lease('egress');
+      const hog = await sh(env.id, 'head -c 300000000 /dev/zero | tail');
+      expect(hog.exitCode).toBe(137);
+      expect((await admin.get(`/v1/environments/${env.id}`)).body.state).toBe('ready');
+      const storm = new AbortController();
+      let _forked = false;
+      let stormed: Promise<Ran> | undefined;
+      const refused = new Promise<void>((resolve) => {
+        stormed = run(
+          env.id,
+          ['sh', '-c', 'i=0; while [ $i -lt 500 ]; do sleep 60 & i=$((i+1)); done; echo forked; wait'],
+          storm.signal,
+          (text) => {
+            _forked ||= text.includes('forked');
+            if (/can't fork|Resource temporarily unavailable|fork/i.test(text)) resolve();
+          },
+        );
+      });
+      await refused;
+      expect((await sh(other.id, 'echo alive')).stdout).toBe('alive\n');
+      storm.abort();
+      await stormed;
+      expect((await sh(env.id, 'echo after')).stdout).toBe('after\n');
+    });
+
+    it('a caller that goes away kills the whole session of its command, recorded as 137', async () => {
+      const env = await lease('box');
+      const gone = new AbortController();
+      const started = new Promise<void>((resolve) => {
+        void run(env.id, ['sh', '-c', 'sleep 300 & echo started; sleep 301'], gone.signal, (text) => text.includes('started') && resolve());
+      });
+      await started;
+      gone.abort();
+      let execs: { command: string; exitCode: number }[] = [];
+      while (!execs.some((e) => e.command.includes('sleep 301'))) execs = (await admin.get(`/v1/environments/${env.id}/execs`)).body.execs;
+      expect(execs.find((e) => e.command.includes('sleep 301'))!.exitCode).toBe(137);
+      const ps = await sh(env.id, 'ps -o args');
+      expect(ps.stdout).not.toMatch(/sleep 30[01]/);
+    });
+
+    it("two environments see neither each other's files nor processes", async () => {
+      const a = await lease('box');
+      const b = await lease('box');
+      // setsid: a process of a session of its own outlives the command that started it.
+      await sh(a.id, 'echo secret > /workspace/src/mine; setsid sh -c "sleep 120 </dev/null >/dev/null 2>&1 &"; echo started');
+      const seen = await sh(b.id, 'ls -A /workspace/src; ps -o args | grep -c "^sleep 120" || true');
+      expect(seen.stdout).toBe('0\n');
+      expect((await sh(a.id, 'ps -o args | grep -c "^sleep 120"')).stdout).toBe('1\n');
+    });
+
+    it('network none has only loopback and reaches neither the server nor this machine', async () => {
+      const env = await lease('box');
+      const links = await sh(env.id, 'ip -o link | cut -d: -f2');
+      expect(links.stdout.trim()).toBe('lo');
+      const port = new URL(s.url).port;
+      for (const host of ['127.0.0.1', ...hostAddresses()]) {
+        const probe = await sh(env.id, `nc -w 2 ${host} ${port} </dev/null 2>&1; echo "exit $?"`);
+        expect(probe.stdout, host).not.toContain('exit 0');
+        expect(probe.stdout, host).toMatch(/unreachable|refused/i);
+      }
+    });
+
+    it('egress reaches neither this machine, its gateway, link-local addresses nor a neighbour, and cannot undo its rules', async () => {
+      const env = await lease('egress');
+      const neighbour = await lease('egress');
+      const neighbourIp = (await sh(neighbour.id, "ip -o -4 addr show | grep -v ' lo ' | awk '{print $4}' | cut -d/ -f1")).stdout.trim();
+      const gateway = (await sh(env.id, "ip route | awk '/default/ {print $3}'")).stdout.trim();
+      expect(neighbourIp).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+      const port = new URL(s.url).port;
+      const targets = [...hostAddresses().map((h) => `${h}:${port}`), `${gateway}:${port}`, '169.254.169.254:80', `${neighbourIp}:80`];
+      for (const target of targets) {
+        const [host, port] = target.split(':');
+        const probe = await sh(env.id, `nc -w 2 ${host} ${port} </dev/null 2>&1; echo "exit $?"`);
+        expect(probe.stdout, target).not.toContain('exit 0');
+        expect(probe.stdout, target).toMatch(/denied|prohibited|unreachable|not permitted|timed out|refused/i);
+      }
+      const undo = await sh(env.id, 'ip rule del prio 10 2>&1; ip rule flush 2>&1; ip rule | grep -c prohibit');
+      expect(undo.stdout).toMatch(/not permitted/i);
+      expect(Number(undo.stdout.trim().split('\n').at(-1))).toBeGreaterThan(0);
+    });
+
+    it("a service tunnel reaches the environment's own loopback and never a port of this machine", async () => {
+      const name = `tunnel-${kind.replace(/\W/g, '')}`;
+      const key = (await admin.post('/v1/sandboxes', { name })).body.key;
+      const credential = (await client(() => s.url).post('/v1/sandboxes/join', { key })).body.credential;
+      const made = await admin.post('/v1/environments', { template: 'box', sandbox: name });
+      const env = await until(made.body.environment.id, 'ready');
+      // The template's target is 127.0.0.1:8080: the server's own port 8080 on this machine, were
+      // the node to dial it itself. Nothing listens in the environment yet: refused, not this machine.
+      const early = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'web' });
+      const closed = await new Promise<string>((resolve) => early.once('close', (_code, reason) => resolve(reason.toString())));
+      expect(closed).toMatch(/cannot reach port 8080/);
+      let served: Promise<Ran> | undefined;
+      await new Promise<void>((resolve) => {
+        served = run(env.id, ['sh', '-c', 'echo ready; echo inside-the-environment | nc -l -p 8080'], undefined, (t) => {
+          if (t.includes('ready')) resolve();
+        });
+      });
+      // Until nc listens (it starts just after "ready"), a tunnel is refused like the early one.
+      let got = '';
+      while (!got.includes('inside-the-environment')) {
+        const ws = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'web' });
+        got = await new Promise<string>((resolve) => {
+          let text = '';
+          ws.on('message', (data: Buffer, binary: boolean) => {
+            if (binary) text += data.toString();
+            if (text.includes('inside-the-environment')) ws.close();
+          });
+          ws.once('close', () => resolve(text));
+        });
+      }
+      expect(got).toBe('inside-the-environment\n');
+      expect((await served)?.exitCode).toBe(0);
+    });
+
+    it('a missing image fails the lease naming it; files-only environments refuse commands and tunnels', async () => {
+      const made = await admin.post('/v1/environments', { template: 'missing' });
+      const failed = await until(made.body.environment.id, 'failed');
+      expect(failed.error).toContain(MISSING_IMAGE);
+      const files = await lease('files');
+      expect(files).toMatchObject({ runtime: 'files' });
+      expect(files.image).toBeUndefined();
+      const refused = await run(files.id, ['true']);
+      expect(refused.status).toBe(409);
+      expect(refused.error).toMatchObject({ code: 'no_runtime' });
+      expect(refused.error!.error).toMatch(/holds files only: template files has no image/);
+    });
+
+    it('a link the environment plants in a share is never followed by the snapshot or the restore', async () => {
+      const key = `links-${kind.replace(/\W/g, '')}`;
+      const made = await admin.post('/v1/environments', { template: 'box', snapshot: key });
+      const env = await until(made.body.environment.id, 'ready');
+      const planted = await sh(
+        env.id,
+        `echo real > /workspace/out/real; ln -s ${join(s.dataDir, 'master.key')} /workspace/out/key; ln -s ${s.dataDir} /workspace/out/data; ln -s /etc /workspace/src/etc`,
+      );
+      expect(planted.exitCode).toBe(0);
+      await admin.del(`/v1/environments/${env.id}`);
+      await until(env.id, 'stopped');
+      const next = await admin.post('/v1/environments', { template: 'box', snapshot: key });
+      const restored = await until(next.body.environment.id, 'ready');
+      const seen = await sh(restored.id, 'cd /workspace && find . | sort; cat out/real');
+      expect(seen.stdout).toBe('.\n./out\n./out/real\n./src\nreal\n');
+    });
+
+    it('a main process killed for memory fails the lease with the reason; its container is removed', async () => {
+      const env = await lease('hog');
+      await sh(env.id, 'touch /tmp/go');
+      for (;;) {
+        const now = (await admin.get(`/v1/environments/${env.id}`)).body;
+        if (now.state === 'failed') {
+          expect(now.error).toMatch(/out of memory \(limit 64MiB\)|exited with code 137/);
+          break;
+        }
+        await s.app.deps.background.tick();
+      }
+      const left = execFileSync('podman', [
+        '--runtime',
+        'runc',
+        '--cgroup-manager',
+        'cgroupfs',
+        'ps',
+        '-aq',
+        '--filter',
+        `label=berth.environment=${env.id}`,
+      ]);
+      expect(left.toString().trim()).toBe('');
+    });
+  });
+}

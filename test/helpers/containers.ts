@@ -1,0 +1,50 @@
+// Suites that run environments as containers: the engine the global setup found
+// (test/helpers/engine-setup.ts), a catalog of templates of the offline test images, and waits.
+import { execFileSync } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, inject } from 'vitest';
+import { type Backend, describeBackends } from './server';
+
+export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE } from './engine-setup';
+
+/** The engine for DOCKER_HOST / --engine ('' when there is none). */
+export const engine = (): string => inject('engine');
+
+/** Runs the suite when there is an engine; otherwise skips it with one line saying why. */
+export function describeContainers(name: string, suite: () => void): void {
+  if (inject('engine')) describe(name, suite);
+  else describe.skip(`${name} (${inject('engineMissing')})`, suite);
+}
+
+/** describeBackends (test/helpers/server.ts) for suites that need the engine: skipped, saying why, without one. */
+export function describeContainerBackends(name: string, suite: (backend: Backend) => void): void {
+  if (inject('engine')) describeBackends(name, suite);
+  else describe.skip(`${name} (${inject('engineMissing')})`, () => suite('pglite'));
+}
+
+/** Writes a catalog with the default pool and `templates` (each gets the pool and time-outs). */
+export async function writeCatalog(dir: string, templates: Record<string, unknown>[], hotNodes = 32): Promise<string> {
+  const file = join(dir, 'container-templates.json');
+  const catalog = {
+    pools: [{ name: 'default', hotNodes, maxQueued: 100 }],
+    templates: templates.map((t) => ({ pool: 'default', idle: '30m', hard: '2h', ...t })),
+  };
+  await writeFile(file, JSON.stringify(catalog, null, 2));
+  return file;
+}
+
+/** The ids of the engine's containers of one environment (none once it is removed). */
+export function containersOf(environmentId: string): string[] {
+  const out = execFileSync('podman', [
+    '--runtime',
+    'runc',
+    '--cgroup-manager',
+    'cgroupfs',
+    'ps',
+    '-aq',
+    '--filter',
+    `label=berth.environment=${environmentId}`,
+  ]);
+  return out.toString().split('\n').filter(Boolean);
+}

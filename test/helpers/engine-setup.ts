@@ -1,0 +1,112 @@
+// vitest global setup: a container engine for the suites that run environments as containers.
+// BERTH_TEST_ENGINE names one (unix:///… or tcp://…); otherwise, where Podman is installed (as
+// .ci/run installs it), a Podman service is started on a socket of its own for this run, with runc
+// and the cgroupfs manager (crun refuses these machines' hybrid cgroups: ../shared/DESIGN.md).
+// The test image is built offline from Debian's busybox-static (no registry is reachable here).
+// Suites read the engine with inject('engine'); '' means none, and they skip saying why.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+
+export const TEST_IMAGE = 'localhost/berth-test/busybox:1';
+export const TEST_USER_IMAGE = 'localhost/berth-test/busybox-user:1';
+/** Its command waits for /tmp/go, then eats memory until the limit kills it. */
+export const TEST_HOG_IMAGE = 'localhost/berth-test/busybox-hog:1';
+/** Its command is an echo service on the environment's port 7000. */
+export const TEST_ECHO_IMAGE = 'localhost/berth-test/busybox-echo:1';
+const PODMAN_FLAGS = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
+const BUSYBOX = '/bin/busybox';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    engine: string;
+    engineMissing: string;
+  }
+}
+
+let service: ChildProcess | undefined;
+let dir: string | undefined;
+
+function which(program: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${program}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const podman = (...args: string[]) => execFileSync('podman', [...PODMAN_FLAGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+
+/** The busybox image (and one with a user of its own), imported from a root file system made here. */
+function buildImages(): void {
+  const have = podman('images', '--format', '{{.Repository}}:{{.Tag}}');
+  if ([TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE].every((image) => have.includes(image))) return;
+  const root = mkdtempSync(join(tmpdir(), 'berth-rootfs-'));
+  try {
+    for (const d of ['bin', 'etc', 'tmp', 'root', 'home/builder']) mkdirSync(join(root, d), { recursive: true });
+    execFileSync('cp', [BUSYBOX, join(root, 'bin/busybox')]);
+    for (const applet of execFileSync(BUSYBOX, ['--list']).toString().split('\n').filter(Boolean)) {
+      if (applet !== 'busybox' && !existsSync(join(root, 'bin', applet))) symlinkSync('busybox', join(root, 'bin', applet));
+    }
+    writeFileSync(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nbuilder:x:1234:1234:builder:/home/builder:/bin/sh\n');
+    writeFileSync(join(root, 'etc/group'), 'root:x:0:\nbuilder:x:1234:\n');
+    writeFileSync(join(root, 'etc/berth-image'), 'the berth test image\n');
+    execFileSync('chown', ['1234:1234', join(root, 'home/builder')]);
+    const tar = join(root, '..', `${root.split('/').pop()}.tar`);
+    execFileSync('tar', ['-C', root, '-cf', tar, '.']);
+    podman('import', '--change', 'CMD ["sh"]', tar, TEST_IMAGE);
+    podman('import', '--change', 'CMD ["sh"]', '--change', 'USER builder', '--change', 'WORKDIR /home/builder', tar, TEST_USER_IMAGE);
+    const hog = 'while [ ! -e /tmp/go ]; do sleep 0.1; done; head -c 1000000000 /dev/zero | tail';
+    podman('import', '--change', `CMD ["sh", "-c", "${hog}"]`, tar, TEST_HOG_IMAGE);
+    podman('import', '--change', 'CMD ["nc", "-ll", "-p", "7000", "-e", "cat"]', tar, TEST_ECHO_IMAGE);
+    rmSync(tar, { force: true });
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+async function answers(socket: string): Promise<boolean> {
+  const { request } = await import('node:http');
+  return new Promise((resolve) => {
+    const req = request({ socketPath: socket, path: '/_ping' }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('error', () => resolve(false));
+    req.end();
+  });
+}
+
+export default async function setup(project: TestProject): Promise<() => void> {
+  let engine = process.env.BERTH_TEST_ENGINE ?? '';
+  let missing = '';
+  if (!engine) {
+    if (!which('podman') || !existsSync(BUSYBOX)) {
+      missing = 'no container engine: install podman, runc and busybox-static (.ci/run does), or set BERTH_TEST_ENGINE';
+    } else {
+      buildImages();
+      dir = mkdtempSync(join(tmpdir(), 'berth-podman-'));
+      const socket = join(dir, 'podman.sock');
+      service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore' });
+      for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
+      if (await answers(socket)) engine = `unix://${socket}`;
+      else missing = 'the Podman service did not answer on its socket';
+    }
+  }
+  project.provide('engine', engine);
+  project.provide('engineMissing', missing);
+  return () => {
+    // Whatever a failed suite left behind: containers of the test images.
+    if (which('podman')) {
+      for (const image of [TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE]) {
+        const ids = podman('ps', '-aq', '--filter', `ancestor=${image}`).split('\n').filter(Boolean);
+        if (ids.length) podman('rm', '-f', ...ids);
+      }
+    }
+    service?.kill();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  };
+}
