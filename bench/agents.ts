@@ -5,9 +5,11 @@
  *
  * Berth and `berth agent` run as processes of their own on loopback (PGlite, temp folders).
  * - Tunnel throughput: BENCH_TUNNEL_MIB (256) MiB sent through an import's listen port (agent ->
- *   Berth relay -> in-process hot node -> TCP sink) against the same copy straight to the sink.
+ *   Berth relay -> the built-in node -> berth-envd dial inside the environment's container -> a
+ *   byte counter there) against the same copy straight to a counter on this machine.
+ *   The built-in pool runs on a Podman service of its own (BENCH_ENGINE names another).
  * - Round-trip latency: BENCH_ROUNDS (2000) sequential 64-byte echoes on one connection, p50/p99,
- *   through the tunnel and direct.
+ *   through the tunnel (to an echo in the environment) and direct (to one on this machine).
  * - Initial sync: a BENCH_FILES (10,000)-file tree sent into an `in` share (this process plays the
  *   sandbox side with the agent's own code: the relay socket and sendFolder, until the node side
  *   acknowledged the whole batch) against `tar c | tar x` of the same tree on this machine.
@@ -22,6 +24,7 @@ import { promisify } from 'node:util';
 import { openRelay } from '../src/agent/sandbox-agent';
 import { duplexPair, sendFolder } from '../src/dataplane/folder-sync';
 import { bridge } from '../src/dataplane/ws-bridge';
+import { buildImages, startPodman, stopPodman, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
 
 const TOKEN = 'bct_bench-agents-0123456789abcdef0123';
@@ -39,11 +42,8 @@ async function sinkServer(): Promise<net.Server> {
     socket.on('data', (c: Buffer) => {
       bytes += c.length;
     });
-    socket.on('end', () => {
-      const answer = Buffer.alloc(8);
-      answer.writeBigUInt64BE(BigInt(bytes));
-      socket.end(answer);
-    });
+    // As `wc -c` answers in the environment's sink: the count as a line of text.
+    socket.on('end', () => socket.end(`${bytes}\n`));
     socket.on('error', () => undefined);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -80,7 +80,7 @@ function copy(port: number, total: number): Promise<number> {
     socket.on('data', (c: Buffer) => got.push(c));
     socket.on('end', () => {
       const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-      const count = Buffer.concat(got).readBigUInt64BE(0);
+      const count = Number.parseInt(Buffer.concat(got).toString().trim(), 10);
       socket.end();
       if (Number(count) !== total) reject(new Error(`sink counted ${count} bytes of ${total}`));
       else resolve(seconds);
@@ -189,17 +189,31 @@ async function main() {
           startMs: 10,
           idle: '1h',
           hard: '2h',
+          // Its command serves a byte counter on 9000 and an echo on 7000, inside the environment.
+          image: TEST_ECHO_IMAGE,
           shares: [{ name: 'src', direction: 'in', envPath: '/workspace/src' }],
           services: [
-            { service: 'sink', target: `127.0.0.1:${portOf(sink)}` },
-            { service: 'echo', target: `127.0.0.1:${portOf(echo)}` },
+            { service: 'sink', target: '127.0.0.1:9000' },
+            { service: 'echo', target: '127.0.0.1:7000' },
           ],
         },
       ],
     }),
   );
   const dataDir = join(base, 'data');
-  const berth = await startBerth({ DATA_DIR: dataDir, BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, NODE_ENV: 'production' });
+  let engine = process.env.BENCH_ENGINE ?? '';
+  if (!engine) {
+    const started = await startPodman();
+    if (!('engine' in started)) throw new Error(started.missing);
+    engine = started.engine;
+  } else buildImages();
+  const berth = await startBerth({
+    DATA_DIR: dataDir,
+    BOOTSTRAP_TOKEN: TOKEN,
+    TEMPLATES_FILE: templates,
+    NODE_ENV: 'production',
+    DOCKER_HOST: engine,
+  });
   let agent: ReturnType<typeof spawnNode> | undefined;
   try {
     // The tunnel: a real `berth agent` with an environment wired to it.
@@ -300,6 +314,7 @@ async function main() {
     sink.close();
     echo.close();
     await rm(base, { recursive: true, force: true });
+    if (!process.env.BENCH_ENGINE) stopPodman();
   }
 }
 

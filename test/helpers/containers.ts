@@ -1,11 +1,10 @@
 // Suites that run environments as containers: the engine the global setup found
 // (test/helpers/engine-setup.ts), a catalog of templates of the offline test images, and waits.
 import { execFileSync } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { describe, inject } from 'vitest';
 import { type Backend, describeBackends } from './server';
 
+export { writeCatalog } from './catalog';
 export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE } from './engine-setup';
 
 /** The engine for DOCKER_HOST / --engine ('' when there is none). */
@@ -21,17 +20,6 @@ export function describeContainers(name: string, suite: () => void): void {
 export function describeContainerBackends(name: string, suite: (backend: Backend) => void): void {
   if (inject('engine')) describeBackends(name, suite);
   else describe.skip(`${name} (${inject('engineMissing')})`, () => suite('pglite'));
-}
-
-/** Writes a catalog with the default pool and `templates` (each gets the pool and time-outs). */
-export async function writeCatalog(dir: string, templates: Record<string, unknown>[], hotNodes = 32): Promise<string> {
-  const file = join(dir, 'container-templates.json');
-  const catalog = {
-    pools: [{ name: 'default', hotNodes, maxQueued: 100 }],
-    templates: templates.map((t) => ({ pool: 'default', idle: '30m', hard: '2h', ...t })),
-  };
-  await writeFile(file, JSON.stringify(catalog, null, 2));
-  return file;
 }
 
 /** The ids of the engine's containers of one environment (none once it is removed). */

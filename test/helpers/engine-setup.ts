@@ -14,7 +14,7 @@ export const TEST_IMAGE = 'localhost/berth-test/busybox:1';
 export const TEST_USER_IMAGE = 'localhost/berth-test/busybox-user:1';
 /** Its command waits for /tmp/go, then eats memory until the limit kills it. */
 export const TEST_HOG_IMAGE = 'localhost/berth-test/busybox-hog:1';
-/** Its command is an echo service on the environment's port 7000. */
+/** Its command serves an echo on the environment's port 7000 and a byte counter (`wc -c`) on 9000. */
 export const TEST_ECHO_IMAGE = 'localhost/berth-test/busybox-echo:1';
 const PODMAN_FLAGS = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
 const BUSYBOX = '/bin/busybox';
@@ -41,9 +41,10 @@ function which(program: string): boolean {
 const podman = (...args: string[]) => execFileSync('podman', [...PODMAN_FLAGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
 
 /** The busybox image (and one with a user of its own), imported from a root file system made here. */
-function buildImages(): void {
+export function buildImages(): void {
   const have = podman('images', '--format', '{{.Repository}}:{{.Tag}}');
   if ([TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE].every((image) => have.includes(image))) return;
+  // (Delete the images to build them again after changing them here.)
   const root = mkdtempSync(join(tmpdir(), 'berth-rootfs-'));
   try {
     for (const d of ['bin', 'etc', 'tmp', 'root', 'home/builder']) mkdirSync(join(root, d), { recursive: true });
@@ -61,7 +62,8 @@ function buildImages(): void {
     podman('import', '--change', 'CMD ["sh"]', '--change', 'USER builder', '--change', 'WORKDIR /home/builder', tar, TEST_USER_IMAGE);
     const hog = 'while [ ! -e /tmp/go ]; do sleep 0.1; done; head -c 1000000000 /dev/zero | tail';
     podman('import', '--change', `CMD ["sh", "-c", "${hog}"]`, tar, TEST_HOG_IMAGE);
-    podman('import', '--change', 'CMD ["nc", "-ll", "-p", "7000", "-e", "cat"]', tar, TEST_ECHO_IMAGE);
+    const services = 'nc -ll -p 9000 -e wc -c & exec nc -ll -p 7000 -e cat';
+    podman('import', '--change', `CMD ["sh", "-c", "${services}"]`, tar, TEST_ECHO_IMAGE);
     rmSync(tar, { force: true });
   } finally {
     rmSync(root, { recursive: true, force: true });
@@ -80,21 +82,34 @@ async function answers(socket: string): Promise<boolean> {
   });
 }
 
+/** Starts a Podman service on a socket of its own; resolves with its address, or why there is none. */
+export async function startPodman(): Promise<{ engine: string } | { missing: string }> {
+  if (!which('podman') || !existsSync(BUSYBOX)) {
+    return { missing: 'no container engine: install podman, runc and busybox-static (.ci/run does), or set BERTH_TEST_ENGINE' };
+  }
+  buildImages();
+  dir = mkdtempSync(join(tmpdir(), 'berth-podman-'));
+  const socket = join(dir, 'podman.sock');
+  service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore' });
+  // The service makes its socket a moment after it starts.
+  for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
+  if (await answers(socket)) return { engine: `unix://${socket}` };
+  return { missing: 'the Podman service did not answer on its socket' };
+}
+
+/** Stops the service startPodman started. */
+export function stopPodman(): void {
+  service?.kill();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+}
+
 export default async function setup(project: TestProject): Promise<() => void> {
   let engine = process.env.BERTH_TEST_ENGINE ?? '';
   let missing = '';
   if (!engine) {
-    if (!which('podman') || !existsSync(BUSYBOX)) {
-      missing = 'no container engine: install podman, runc and busybox-static (.ci/run does), or set BERTH_TEST_ENGINE';
-    } else {
-      buildImages();
-      dir = mkdtempSync(join(tmpdir(), 'berth-podman-'));
-      const socket = join(dir, 'podman.sock');
-      service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore' });
-      for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
-      if (await answers(socket)) engine = `unix://${socket}`;
-      else missing = 'the Podman service did not answer on its socket';
-    }
+    const started = await startPodman();
+    if ('engine' in started) engine = started.engine;
+    else missing = started.missing;
   }
   project.provide('engine', engine);
   project.provide('engineMissing', missing);
@@ -106,7 +121,6 @@ export default async function setup(project: TestProject): Promise<() => void> {
         if (ids.length) podman('rm', '-f', ...ids);
       }
     }
-    service?.kill();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    stopPodman();
   };
 }

@@ -1,0 +1,84 @@
+// After kill -9 of the server, no container outlives its environment: the restarted server
+// adopts the running ones, fails the live ones whose container ended (with why), and removes the
+// containers it owns that belong to no live environment.
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { type BerthProc, berthExec, eventually, startBerth } from './helpers/processes';
+import { BOOTSTRAP, client } from './helpers/server';
+
+const podman = (...args: string[]) =>
+  execFileSync('podman', ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs', ...args])
+    .toString()
+    .trim();
+
+describeContainers('containers across a kill -9 of the server', () => {
+  let dir: string;
+  let env: Record<string, string>;
+  let berth: BerthProc;
+  /** This server's owner label (its containers carry it). */
+  let owner = '';
+  const api = () => client(() => berth.url, BOOTSTRAP);
+  const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
+  const until = (id: string, wanted: string) => eventually(async () => ((await state(id)).state === wanted ? state(id) : undefined));
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-restart-'));
+    const templates = await writeCatalog(dir, [{ name: 'box', image: TEST_IMAGE, startMs: 0 }]);
+    env = { DATA_DIR: join(dir, 'data'), BOOTSTRAP_TOKEN: BOOTSTRAP, TEMPLATES_FILE: templates, DOCKER_HOST: engine() };
+    berth = await startBerth(env);
+  });
+  afterAll(async () => {
+    await berth?.kill('SIGKILL');
+    const left = owner ? podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`).split('\n').filter(Boolean) : [];
+    if (left.length) podman('rm', '-f', ...left);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('adopts the running, fails the stopped with the reason, removes the unknown', async () => {
+    const lease = async () => until((await api().post('/v1/environments', { template: 'box' })).body.environment.id, 'ready');
+    const kept = await lease();
+    const stopped = await lease();
+    const [keptContainer] = containersOf(kept.id);
+    owner = podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', keptContainer!);
+
+    await berth.kill('SIGKILL');
+    // While no server runs: one environment's container ends, and a container of this server's
+    // appears that belongs to no environment of it.
+    podman('kill', containersOf(stopped.id)[0]!);
+    const ghost = podman(
+      'run',
+      '-d',
+      '--ulimit',
+      'nofile=1024:8192',
+      '--ulimit',
+      'nproc=16384',
+      '--label',
+      `berth.owner=${owner}`,
+      '--label',
+      'berth.environment=env_ghost0000',
+      '--label',
+      'berth.template=box',
+      TEST_IMAGE,
+      'sleep',
+      '600',
+    );
+    berth = await startBerth(env);
+
+    const failed = await until(stopped.id, 'failed');
+    expect(failed.error).toMatch(/its container ended: the image's command exited with code 137/);
+    await eventually(async () => (containersOf('env_ghost0000').length === 0 && containersOf(stopped.id).length === 0 ? true : undefined));
+    expect(podman('ps', '-aq', '--filter', `id=${ghost}`)).toBe('');
+
+    // The adopted one still runs commands, and is watched again: its container's end fails it.
+    expect((await state(kept.id)).state).toBe('ready');
+    expect(await berthExec(berth.url, BOOTSTRAP, kept.id, 'echo', 'still here')).toMatchObject({ code: 0, stdout: 'still here\n' });
+    podman('kill', keptContainer!);
+    const ended = await until(kept.id, 'failed');
+    expect(ended.error).toMatch(/exited with code 137/);
+    await eventually(async () => (containersOf(kept.id).length === 0 ? true : undefined));
+  });
+});
