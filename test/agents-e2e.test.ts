@@ -218,8 +218,9 @@ for (const backend of backends) {
         {},
       );
       await nodeAgent.waitFor(/online as builder/);
+      // Its container goes first, then its folder.
       await eventually(async () => (containersOf(envId).length === 0 ? true : undefined));
-      await expect(stat(join(nodeDir, envId))).rejects.toMatchObject({ code: 'ENOENT' });
+      await eventually(async () => ((await stat(join(nodeDir, envId)).catch(() => null)) === null ? true : undefined));
     });
   });
 }

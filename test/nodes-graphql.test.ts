@@ -1,6 +1,5 @@
 // The node API and running commands over GraphQL: what test/nodes.test.ts asserts over REST
-// (createNode, nodes, removeNode; the runCommand subscription on the built-in hot pool).
-import { join } from 'node:path';
+// (createNode, nodes, removeNode; the runCommand subscription on the built-in pool).
 import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it } from 'vitest';

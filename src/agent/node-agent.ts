@@ -44,6 +44,8 @@ interface ReleaseMessage {
 }
 
 const EXEC_CHUNK = 4096;
+/** How often the containers of held environments are looked at (an end whose report was lost). */
+const CHECK_MS = 60_000;
 
 const MIN_BACKOFF_MS = 250;
 const MAX_BACKOFF_MS = 10_000;
@@ -62,6 +64,7 @@ export class NodeAgent {
   private readonly log: (line: string) => void;
   readonly runtime: NodeRuntime;
   private readonly commands = new Map<string, Command>();
+  private checks: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: NodeAgentOptions) {
     this.server = opts.server.replace(/\/+$/, '');
@@ -81,6 +84,7 @@ export class NodeAgent {
   async run(): Promise<void> {
     await mkdir(this.opts.dir, { recursive: true });
     await this.adopt();
+    this.checks = setInterval(() => void this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`)), CHECK_MS);
     let backoff = MIN_BACKOFF_MS;
     while (!this.stopped) {
       const outcome = await this.connectOnce(() => {
@@ -97,6 +101,7 @@ export class NodeAgent {
   stop(): void {
     this.stopped = true;
     clearInterval(this.heartbeat);
+    clearInterval(this.checks);
     this.ws?.close(1000, 'node agent stopping');
   }
 
@@ -164,6 +169,8 @@ export class NodeAgent {
         // Roots of environments the server no longer counts as live on this node are wiped.
         const live = new Set(message.environments as string[]);
         for (const id of [...this.held]) if (!live.has(id)) await this.discard(id);
+        // An end reported while the channel was down was lost: every container is looked at again.
+        await this.checkContainers();
         return;
       }
       case 'hello-again':
@@ -250,6 +257,19 @@ export class NodeAgent {
     for (const name of await readdir(this.opts.dir))
       if (name.startsWith('env_') && !this.held.has(name)) await rm(`${this.opts.dir}/${name}`, { recursive: true, force: true });
     if (this.held.size) this.log(`holding ${this.held.size} environment(s) whose containers still run`);
+  }
+
+  /**
+   * Containers of held environments that ended are reported (again) to the server; those of
+   * environments this node does not hold are removed. A prepare in flight holds its environment.
+   */
+  private async checkContainers(): Promise<void> {
+    const { ended } = await this.runtime.reconcile(async (ids) => {
+      const held = new Map<string, EnvironmentSpec>();
+      for (const id of ids) if (this.held.has(id)) held.set(id, { id } as EnvironmentSpec);
+      return held;
+    });
+    for (const [id, reason] of ended) this.send({ type: 'ended', environment: id, reason });
   }
 
   private async prepare(env: EnvironmentSpec): Promise<{ runtime: string }> {

@@ -9,6 +9,8 @@ import type Dockerode from 'dockerode';
 
 /** The most one engine call (not a stream) may take. Pulls are streams and are not bounded here. */
 export const CALL_MS = 20_000;
+/** How often a command's stream is checked against its exec's state (see exec()). */
+const WATCH_MS = 5_000;
 
 export interface ContainerState {
   running: boolean;
@@ -131,8 +133,15 @@ export class Engine {
     await within('a start', this.docker.getContainer(id).start());
   }
 
+  /** Sends a signal; tried three times, as Podman sometimes refuses one to a container just started. */
   async signal(id: string, signal: string): Promise<void> {
-    await within('a kill', this.docker.getContainer(id).kill({ signal }));
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await within('a kill', this.docker.getContainer(id).kill({ signal }));
+      } catch (error) {
+        if (attempt === 3 || isMissing(error)) throw error;
+      }
+    }
   }
 
   /** Removes the container, running or not; one that is already gone is no error. */
@@ -199,18 +208,31 @@ export class Engine {
     const stdout = new PassThrough();
     const stderr = new PassThrough();
     this.docker.modem.demuxStream(stream, stdout, stderr);
+    // Podman now and then leaves an exec's stream open after the command ended: looked at every
+    // WATCH_MS, such a stream is closed, so no caller waits for an end that never comes.
+    const watchdog = setInterval(() => {
+      exec.inspect().then(
+        (info) => {
+          if (!info.Running) stream.destroy();
+        },
+        () => undefined,
+      );
+    }, WATCH_MS);
+    watchdog.unref();
     const exited = new Promise<number>((resolve, reject) => {
       let settled = false;
       const done = () => {
         if (settled) return;
         settled = true;
+        clearInterval(watchdog);
         stdout.end();
         stderr.end();
         within('an exec inspect', exec.inspect()).then((info) => resolve(info.ExitCode ?? 255), reject);
       };
-      stream.once('end', done);
-      stream.once('close', done);
-      stream.once('error', done);
+      stream.on('end', done);
+      stream.on('close', done);
+      // Every error, not only the first: a write after the engine closed the stream must not end the process.
+      stream.on('error', done);
     });
     return { stdin: stream, stdout, stderr, exited };
   }
