@@ -84,7 +84,10 @@ export class NodeAgent {
   async run(): Promise<void> {
     await mkdir(this.opts.dir, { recursive: true });
     await this.adopt();
-    this.checks = setInterval(() => void this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`)), CHECK_MS);
+    this.checks = setInterval(
+      () => void this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`)),
+      CHECK_MS,
+    );
     let backoff = MIN_BACKOFF_MS;
     while (!this.stopped) {
       const outcome = await this.connectOnce(() => {
