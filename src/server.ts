@@ -86,7 +86,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       for (const [name, value] of Object.entries(cors.headers(req))) res.setHeader(name, value);
       const path = (req.url ?? '/').split('?')[0];
       if (path === '/healthz') return sendLiveness(res);
-      if (path === '/readyz') return await sendReadiness(res, deps, stopping);
+      if (path === '/readyz') return await sendReadiness(res, deps, stopping, log);
       if (path === '/graphql') {
         const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
         if (encoding) return sendError(res, 400, encoding, 'bad_request');

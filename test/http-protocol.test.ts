@@ -97,7 +97,8 @@ describeBackends('HTTP protocol errors, health', (backend) => {
     await s.app.deps.db.close();
     const down = await fetch(`${s.url}/readyz`);
     expect(down.status).toBe(503);
-    expect(await down.json()).toMatchObject({ code: 'not_ready', error: expect.stringContaining('database') });
+    // The driver's own words (they may name hosts and users) go to the log only.
+    expect(await down.json()).toEqual({ code: 'not_ready', error: 'not ready: the database is unreachable' });
     expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
   });
 });

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Deps } from '../context';
+import type { Log } from '../deps';
 import { readiness } from '../services/health';
 import { sendError, sendJson } from './respond';
 
@@ -8,11 +9,17 @@ export function sendLiveness(res: ServerResponse): void {
   sendJson(res, 200, { status: 'ok' });
 }
 
-/** GET /readyz: 200 when this instance can serve requests; 503 with the reason otherwise (also while stopping). */
-export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: boolean): Promise<void> {
+/**
+ * GET /readyz: 200 when this instance can serve requests; 503 with the reason otherwise (also while
+ * stopping). Anyone may ask, so the answer never carries the database driver's words: those go to the log.
+ */
+export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: boolean, log: Log): Promise<void> {
   if (stopping) return sendError(res, 503, 'not ready: this instance is stopping', 'not_ready');
   const state = await readiness(deps);
-  if (!state.ready) return sendError(res, 503, `not ready: ${state.reason}`, 'not_ready');
+  if (!state.ready) {
+    log(`not ready: ${state.reason}${state.detail ? ` (${state.detail})` : ''}`);
+    return sendError(res, 503, `not ready: ${state.reason}`, 'not_ready');
+  }
   // Which engine the built-in pool runs containers with ('none': its environments hold files only).
   const engine = deps.node.engine?.url ?? 'none';
   sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok', engine } });

@@ -12,18 +12,22 @@ function within<T>(promise: Promise<T>, what: string): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** Whether this instance can serve: the database answers and every migration of this version is applied; else why not. */
-export async function readiness(deps: Deps): Promise<{ ready: true } | { ready: false; reason: string }> {
+/**
+ * Whether this instance can serve: the database answers and every migration of this version is
+ * applied; else why not. `reason` is for anyone who asks; `detail` (the driver's own words, which
+ * may name hosts and users) only for the log.
+ */
+export async function readiness(deps: Deps): Promise<{ ready: true } | { ready: false; reason: string; detail?: string }> {
   try {
     await within(deps.db.pool.query('SELECT 1'), 'the database');
   } catch (err) {
-    return { ready: false, reason: `the database is unreachable (${(err as Error).message})` };
+    return { ready: false, reason: 'the database is unreachable', detail: (err as Error).message };
   }
   let pending: string[];
   try {
     pending = await within(pendingMigrations(deps.db.pool), 'the migration history');
   } catch (err) {
-    return { ready: false, reason: `cannot read the migration history (${(err as Error).message})` };
+    return { ready: false, reason: 'cannot read the migration history', detail: (err as Error).message };
   }
   if (pending.length) return { ready: false, reason: `migrations not applied: ${pending.join(', ')}` };
   return { ready: true };
