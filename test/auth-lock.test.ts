@@ -6,7 +6,8 @@ describeBackends('failed-authentication lock', (backend) => {
   const url = () => s.url;
 
   beforeAll(async () => {
-    s = await startServer(backend, { AUTH_FAILURE_LIMIT: '3' });
+    // One proxy in front: each test names its own client address.
+    s = await startServer(backend, { AUTH_FAILURE_LIMIT: '3', TRUST_PROXY: '1' });
   });
   afterAll(() => s?.stop());
 
@@ -42,5 +43,28 @@ describeBackends('failed-authentication lock', (backend) => {
     s.clock.advance(30_001);
     expect((await admin.get('/v1/me')).status).toBe(200);
     expect((await intruder.get('/v1/me')).status).toBe(401);
+  });
+
+  it('prunes the failures of addresses whose window is over and that are not locked', async () => {
+    const intruder = client(url, 'bct_wrong-again');
+    const failures = () => s.app.deps.prisma.authFailure.count({ where: { address: { startsWith: '198.51.100.' } } });
+    for (let i = 1; i <= 20; i++) {
+      expect((await intruder.get('/v1/me', { 'x-forwarded-for': `198.51.100.${i}` })).status).toBe(401);
+    }
+    // One address fails once 30 s later, then three times more 20 s after that: locked until 110 s.
+    s.clock.advance(30_000);
+    await intruder.get('/v1/me', { 'x-forwarded-for': '198.51.100.99' });
+    s.clock.advance(20_000);
+    for (let i = 0; i < 3; i++) await intruder.get('/v1/me', { 'x-forwarded-for': '198.51.100.99' });
+    expect((await intruder.get('/v1/me', { 'x-forwarded-for': '198.51.100.99' })).status).toBe(429);
+    expect(await failures()).toBe(21);
+    await s.app.deps.background.tick();
+    expect(await failures()).toBe(21); // all within their window
+    s.clock.advance(45_000);
+    await s.app.deps.background.tick();
+    expect(await failures()).toBe(1); // the locked one keeps its row while its lock holds
+    s.clock.advance(16_000);
+    await s.app.deps.background.tick();
+    expect(await failures()).toBe(0);
   });
 });

@@ -1,4 +1,5 @@
 import { artifactSweeper } from '../services/artifacts';
+import { pruneAuthFailures } from '../services/auth';
 import { shredJob } from '../services/shredding';
 import type { BackgroundJob } from './background';
 import { builtinNodeJob } from './builtin-node';
@@ -13,4 +14,5 @@ export const backgroundJobs: BackgroundJob[] = [
   builtinNodeJob,
   artifactSweeper,
   shredJob,
+  { name: 'auth-failures', intervalMs: 5 * 60_000, run: pruneAuthFailures },
 ];

@@ -117,6 +117,21 @@ function parseBearer(header: string | null | undefined): string | undefined {
 }
 
 /** The address locks in force at start, so a remembered credential is refused from a locked address. */
+/**
+ * Deletes the failure rows that no longer count: their window is over and no lock holds. Without
+ * this, every address that ever failed once kept a row (a scan of many addresses grew the table
+ * without bound).
+ */
+export async function pruneAuthFailures(deps: Deps): Promise<void> {
+  const now = deps.clock.now();
+  await deps.prisma.authFailure.deleteMany({
+    where: {
+      windowStart: { lte: new Date(now.getTime() - WINDOW_MS) },
+      OR: [{ blockedUntil: null }, { blockedUntil: { lte: now } }],
+    },
+  });
+}
+
 export async function loadAddressLocks(prisma: Prisma, cache: CredentialCache, now: Date): Promise<void> {
   const locks = await prisma.authFailure.findMany({ where: { blockedUntil: { gt: now } }, select: { address: true, blockedUntil: true } });
   for (const lock of locks) if (lock.blockedUntil) cache.noteBlocked(lock.address, lock.blockedUntil.getTime());
