@@ -28,9 +28,13 @@ export function registerNodeCommands(program: Command): void {
       const stop = () => agent.stop();
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
-      await agent.run();
-      // The engine's open watches (one per container, which outlive this process) keep no one waiting.
-      process.exit(0);
+      try {
+        await agent.run();
+      } finally {
+        // The engine's open watches (one per container, which outlive this process) keep no one
+        // waiting: the process ends once the error, if any, is reported (index.ts sets exitCode).
+        setImmediate(() => process.exit());
+      }
     });
 }
 
