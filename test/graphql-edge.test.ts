@@ -72,6 +72,21 @@ describeBackends('GraphQL edge', (backend) => {
     await ws.dispose();
   });
 
+  it('closes a graphql-ws connection whose frame is larger than 1 MiB, before buffering it', async () => {
+    const ws = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+    await new Promise((resolve) => ws.once('open', resolve));
+    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+    ws.send(Buffer.alloc(1024 * 1024 + 1, 'a').toString());
+    expect(await closed).toBe(1009);
+    // A frame up to the limit is read (and refused for what it says, not for its size).
+    const fine = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+    await new Promise((resolve) => fine.once('open', resolve));
+    const fineClosed = new Promise<number>((resolve) => fine.once('close', (code) => resolve(code)));
+    fine.send(JSON.stringify({ type: 'connection_init', payload: { pad: 'a'.repeat(1000) } }));
+    fine.close(1000);
+    expect(await fineClosed).not.toBe(1009);
+  });
+
   it('refuses a query string that is not well-formed UTF-8, as REST does', async () => {
     for (const bad of ['%FF', '%ED%A0%80', '%zz']) {
       const res = await admin.get(`/graphql?query=${bad}`);

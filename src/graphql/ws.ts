@@ -8,6 +8,7 @@ import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
+import { MAX_JSON_BODY_BYTES } from '../http/text';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { CREDENTIALS_TOPIC, type CredentialChange } from '../services/credential-cache';
@@ -93,7 +94,8 @@ export function serveGraphQLWebSocket(
   /** Other WebSocket endpoints by path (the node control channel), served before any origin check: agents are not browsers. */
   others: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {},
 ) {
-  const wss = new WebSocketServer({ noServer: true });
+  // A frame larger than an HTTP body may be is refused (1009) from its header, before it is buffered.
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_JSON_BODY_BYTES });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '/').split('?')[0];
