@@ -76,6 +76,12 @@ function linkSecret(value: string | undefined): string | undefined {
   return value;
 }
 
+/** BOOTSTRAP_TOKEN is an admin credential: as long as the tokens Berth makes itself, at least. */
+function bootstrapToken(value: string | undefined): string | undefined {
+  if (value !== undefined && value.length < 32) throw new Error('BOOTSTRAP_TOKEN must be at least 32 characters');
+  return value;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const opt = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
   const nodeLostMs = intFrom(env, 'NODE_LOST_MS', 30_000);
@@ -91,7 +97,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     masterKey: opt('MASTER_KEY'),
     dockerHost: opt('DOCKER_HOST'),
     linkSecret: linkSecret(opt('LINK_SECRET')),
-    bootstrapToken: opt('BOOTSTRAP_TOKEN'),
+    bootstrapToken: bootstrapToken(opt('BOOTSTRAP_TOKEN')),
     templatesFile: resolve(opt('TEMPLATES_FILE') ?? packagePath('templates.json')),
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
     trustProxy: intFrom(env, 'TRUST_PROXY', 0),

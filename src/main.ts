@@ -25,6 +25,9 @@ console.log(
     ? `  Built-in pool: containers through ${engine.url}`
     : '  Built-in pool: no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)',
 );
+if (app.bootstrapRevoked) {
+  console.log('  BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked (unset it, or set a new value).');
+}
 if (app.generatedToken) {
   console.log(`  First start: an admin token for the default organization was created; it is shown only now:`);
   console.log(`    export BERTH_TOKEN=${app.generatedToken}`);

@@ -31,6 +31,8 @@ export interface App {
   url: string;
   /** A CLI token generated on the first start of an empty database (no BOOTSTRAP_TOKEN). */
   generatedToken?: string;
+  /** BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked. */
+  bootstrapRevoked?: boolean;
   stop(): Promise<void>;
 }
 
@@ -140,11 +142,12 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   };
   let operator: Server | undefined;
   let generatedToken: string | undefined;
+  let bootstrapRevoked: boolean | undefined;
   try {
     operator = config.databaseUrl ? undefined : await startOperatorSocket(deps.prisma, config.dataDir);
     // The first start's admin token is made only once the port is bound: a start that fails
     // before that (a taken port) makes none, so the next start is still the first and shows one.
-    ({ generatedToken } = await ensureDefaultOrganization(deps.prisma, config.bootstrapToken));
+    ({ generatedToken, bootstrapRevoked } = await ensureDefaultOrganization(deps.prisma, config.bootstrapToken));
   } catch (err) {
     await new Promise<void>((resolve) => (operator ? operator.close(() => resolve()) : resolve()));
     await closeServer();
@@ -158,6 +161,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     server,
     url,
     generatedToken,
+    bootstrapRevoked,
     async stop() {
       if (stopped) return;
       stopped = true;

@@ -15,6 +15,23 @@ describeBackends('authentication and identity', (backend) => {
   });
   afterAll(() => s?.stop());
 
+  it('keeps a revoked BOOTSTRAP_TOKEN revoked across restarts, and refuses one shorter than 32 characters', async () => {
+    const other = await startServer(backend);
+    try {
+      const boss = client(() => other.url, BOOTSTRAP);
+      const mine = (await boss.get('/v1/tokens')).body.tokens.find((t: { name: string }) => t.name === 'bootstrap');
+      expect((await boss.del(`/v1/tokens/${mine.id}`)).status).toBe(200);
+      await other.restart();
+      expect(other.app.bootstrapRevoked).toBe(true);
+      expect((await client(() => other.url, BOOTSTRAP).get('/v1/me')).status).toBe(401);
+    } finally {
+      await other.stop();
+    }
+    await expect(startServer(backend, { BOOTSTRAP_TOKEN: 'bct_short-0123456789' })).rejects.toThrow(
+      /BOOTSTRAP_TOKEN must be at least 32 characters/,
+    );
+  });
+
   it('serves the bootstrap admin of the default organization', async () => {
     const me = await admin.get('/v1/me');
     expect(me.status).toBe(200);

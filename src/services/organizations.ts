@@ -42,9 +42,13 @@ export async function issueAdminToken(prisma: Prisma, orgName: string, adminEmai
 
 /**
  * Makes sure the default organization exists and, with BOOTSTRAP_TOKEN, that its admin holds a
- * CLI token with exactly that value. Returns the token to print when one was generated.
+ * CLI token with exactly that value, made once: a revoked one stays revoked (an operator revoked
+ * it for a reason), which `bootstrapRevoked` reports. Returns the token to print when one was generated.
  */
-export async function ensureDefaultOrganization(prisma: Prisma, bootstrapToken: string | undefined): Promise<{ generatedToken?: string }> {
+export async function ensureDefaultOrganization(
+  prisma: Prisma,
+  bootstrapToken: string | undefined,
+): Promise<{ generatedToken?: string; bootstrapRevoked?: boolean }> {
   return prisma.$transaction(async (tx) => {
     let org = await tx.organization.findUnique({ where: { name: DEFAULT_ORG } });
     const fresh = !org;
@@ -65,10 +69,9 @@ export async function ensureDefaultOrganization(prisma: Prisma, bootstrapToken: 
           expires: null,
           secret: bootstrapToken,
         });
-      } else if (existing.revoked || existing.expires) {
-        await tx.credential.update({ where: { id: existing.id }, data: { revoked: null, expires: null } });
+        return {};
       }
-      return {};
+      return existing.revoked ? { bootstrapRevoked: true } : {};
     }
     if (!fresh) return {};
     const { secret } = await issueCliToken(tx as Prisma, person, { name: 'first start', createdBy: 'berth', expires: null });
