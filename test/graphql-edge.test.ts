@@ -72,6 +72,39 @@ describeBackends('GraphQL edge', (backend) => {
     await ws.dispose();
   });
 
+  it('holds at most 100 subscriptions on one graphql-ws connection: the next is refused, a completed one frees its place', async () => {
+    const ws = createClient({
+      url: `${s.url.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
+    type Errors = { message: string; extensions?: { code?: string } }[];
+    const query = 'subscription { environments { state } }';
+    /** Subscribes; `outcome` settles with its first event or its error. */
+    const subscribe = () => {
+      let settle: (value: 'event' | Errors) => void = () => undefined;
+      const outcome = new Promise<'event' | Errors>((resolve) => {
+        settle = resolve;
+      });
+      const stop = ws.subscribe({ query }, { next: () => settle('event'), error: (e) => settle(e as Errors), complete: () => undefined });
+      return { stop, outcome };
+    };
+    const held = Array.from({ length: 100 }, subscribe);
+    const refused = await subscribe().outcome;
+    expect(refused).not.toBe('event');
+    expect((refused as Errors)[0]).toMatchObject({ extensions: { code: 'too_many_subscriptions' } });
+    expect((refused as Errors)[0]!.message).toMatch(/at most 100 subscriptions per connection/);
+    // One completed: the next is accepted, and hears of the next change like the others.
+    held[0]!.stop();
+    const next = subscribe();
+    const created = await admin.post('/v1/environments', { template: 'default' });
+    expect(await next.outcome).toBe('event');
+    expect(await held[1]!.outcome).toBe('event');
+    await admin.del(`/v1/environments/${created.body.environment.id}`);
+    await ws.dispose();
+  });
+
   it('closes a graphql-ws connection whose frame is larger than 1 MiB, before buffering it', async () => {
     const ws = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
     await new Promise((resolve) => ws.once('open', resolve));

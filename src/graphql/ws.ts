@@ -16,6 +16,9 @@ import { DomainError } from '../services/errors';
 import { variablesError } from './input';
 import type { GraphQLHandler } from './yoga';
 
+/** Subscriptions one graphql-ws connection may hold at once. */
+export const MAX_SUBSCRIPTIONS = 100;
+
 /** yoga's enveloped execute/subscribe, carried to graphql-ws through rootValue. */
 interface EnvelopedRoot {
   execute(args: ExecutionArgs): never;
@@ -151,6 +154,11 @@ export function serveGraphQLWebSocket(
         }
       },
       onSubscribe: async (ctx, id, payload) => {
+        // Each subscription holds server memory; the one being made is already counted.
+        if (Object.keys(ctx.subscriptions).length > MAX_SUBSCRIPTIONS) {
+          const message = `at most ${MAX_SUBSCRIPTIONS} subscriptions per connection: complete one, or open another connection`;
+          return [toClientError(new DomainError(message, 'too_many_subscriptions'), log)];
+        }
         const badVariables = variablesError(payload.variables);
         if (badVariables) return [toClientError(badVariables, log)];
         const enveloped = yoga.getEnveloped({
