@@ -20,8 +20,6 @@ export interface Config {
   trustProxy: number;
   /** Origins other than Berth's own that browsers may call it from (CORS). */
   corsOrigins: string[];
-  /** GraphiQL and detailed error messages. */
-  dev: boolean;
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
   publicUrl?: string;
   /** Artifact tuning knobs (docs/artifacts.md); the spec's limit is 2 GiB, tests lower it. */
@@ -102,7 +100,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
     trustProxy: intFrom(env, 'TRUST_PROXY', 0),
     corsOrigins: origins(opt('CORS_ORIGINS')),
-    dev: env.NODE_ENV !== 'production',
     publicUrl: opt('PUBLIC_URL'),
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
     artifactChunkSize: positive(intFrom(env, 'ARTIFACT_CHUNK_SIZE', 4 * 1024 ** 2), 'ARTIFACT_CHUNK_SIZE'),

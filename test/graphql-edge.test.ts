@@ -105,6 +105,12 @@ describeBackends('GraphQL edge', (backend) => {
     await ws.dispose();
   });
 
+  it('serves no GraphiQL page (it would load scripts from another origin)', async () => {
+    const page = await fetch(`${s.url}/graphql`, { headers: { accept: 'text/html' } });
+    expect(page.headers.get('content-type') ?? '').not.toMatch(/text\/html/);
+    expect(await page.text()).not.toMatch(/<script|unpkg|jsdelivr/);
+  });
+
   it('closes a graphql-ws connection whose frame is larger than 1 MiB, before buffering it', async () => {
     const ws = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
     await new Promise((resolve) => ws.once('open', resolve));

@@ -40,7 +40,9 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
   return createYoga<GraphQLServerContext, Context>({
     schema,
     graphqlEndpoint: '/graphql',
-    graphiql: deps.config.dev ? { headers: '{"Authorization": "Bearer <token>"}' } : false,
+    // Off: yoga's GraphiQL loads its scripts from a CDN, onto the console's origin. The web console
+    // and any GraphQL client (the schema is schema.graphql) serve instead.
+    graphiql: false,
     landingPage: false,
     // One CORS policy for REST and GraphQL, applied by the server (src/http/cors.ts).
     cors: false,
