@@ -1,9 +1,10 @@
 // The node's share code against links an environment plants (src/dataplane/beneath.ts): what the
 // scan listed a moment ago may be a link by the time it is read or written.
-import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { chown, lstat, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { duplexPair, receiveFolder, sendFolder } from '../src/dataplane/folder-sync';
 import { archiveStream, extractArchive } from '../src/services/snapshot-archive';
 
 let dir: string;
@@ -44,4 +45,20 @@ it('writes through neither a planted file link nor a planted folder link', async
   await symlink(outside, join(share, 'folder'));
   await expect(extractArchive(archive, share)).rejects.toThrow();
   expect(await readFile(join(outside, 'secret'), 'utf8')).toBe('the node host secret');
+});
+
+it.skipIf(process.getuid?.() !== 0)("gives what the sync writes to the share's owner (an image's user), folders included", async () => {
+  const source = join(dir, 'source');
+  await mkdir(join(source, 'deep', 'er'), { recursive: true });
+  await writeFile(join(source, 'deep', 'er', 'file.txt'), 'synced');
+  await chown(share, 1234, 1234);
+  const [near, far] = duplexPair();
+  const received = receiveFolder(far, { root: share });
+  await sendFolder(near, { root: source, rules: { include: [], noIgnore: true }, watch: false, final: true });
+  await received;
+  for (const path of ['deep', 'deep/er', 'deep/er/file.txt']) {
+    const st = await lstat(join(share, path));
+    expect([st.uid, st.gid], path).toEqual([1234, 1234]);
+  }
+  expect(await readFile(join(share, 'deep', 'er', 'file.txt'), 'utf8')).toBe('synced');
 });

@@ -5,7 +5,7 @@
 // followed; files are then named through their folder's descriptor. A descriptor keeps naming the
 // folder it opened even if the environment renames it, and the environment cannot move a folder
 // out of its share (another mount).
-import { closeSync, constants, mkdirSync, openSync, rmSync } from 'node:fs';
+import { closeSync, constants, fchownSync, fstatSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
@@ -14,14 +14,20 @@ export class Beneath {
   /** Open folders by their path relative to the root ('' is the root). */
   private readonly folders = new Map<string, number>();
 
-  private constructor(rootFd: number) {
+  private constructor(
+    rootFd: number,
+    /** Whom folders made here belong to: the share's owner (the image's user), when it is not this process. */
+    readonly owner?: { uid: number; gid: number },
+  ) {
     this.folders.set('', rootFd);
   }
 
   /** The share folder itself is the node's own path, trusted; it is made when missing. */
   static open(root: string): Beneath {
     mkdirSync(root, { recursive: true });
-    return new Beneath(openSync(root, DIRECTORY));
+    const fd = openSync(root, DIRECTORY);
+    const { uid, gid } = fstatSync(fd);
+    return new Beneath(fd, uid === process.getuid?.() ? undefined : { uid, gid });
   }
 
   /**
@@ -52,6 +58,7 @@ export class Beneath {
       if (code !== 'ENOENT') rmSync(at, { force: true });
       mkdirSync(at);
       fd = openSync(at, DIRECTORY);
+      if (this.owner) fchownSync(fd, this.owner.uid, this.owner.gid);
     }
     this.folders.set(rel, fd);
     return fd;

@@ -12,7 +12,7 @@
 // first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
 // so a reader never sees half a file; it never follows a symbolic link on the way to a path.
 import { once } from 'node:events';
-import { closeSync, constants, fchmodSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fchownSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { lstat, mkdir, open, rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex } from 'node:stream';
@@ -428,6 +428,7 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
         bytes = body.length;
         const fd = openSync(tmp, NEW_FILE, mode);
         try {
+          if (beneath.owner) fchownSync(fd, beneath.owner.uid, beneath.owner.gid);
           writeSync(fd, body);
           if ((mode & ~UMASK) !== mode) fchmodSync(fd, mode);
           futimesSync(fd, mtime, mtime);
@@ -437,6 +438,7 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
       } else {
         const fh = await open(tmp, NEW_FILE, mode);
         try {
+          if (beneath.owner) await fh.chown(beneath.owner.uid, beneath.owner.gid);
           for await (const chunk of entry) {
             bytes += (chunk as Buffer).length;
             await fh.write(chunk as Buffer);
