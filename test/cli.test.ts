@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,6 +12,18 @@ const root = new URL('..', import.meta.url).pathname;
 function berth(env: Record<string, string>, ...args: string[]) {
   return run(process.execPath, ['bin/berth.js', ...args], { cwd: root, env: { ...process.env, ...env } });
 }
+
+describe('berth --version', () => {
+  it('prints the version of the package', async () => {
+    const { version } = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
+    for (const flag of ['--version', '-V']) expect((await berth({}, flag)).stdout).toBe(`${version}\n`);
+  });
+
+  it('berth node without a credential says where to put it', async () => {
+    const failed = await berth({ BERTH_NODE_TOKEN: '' }, 'node', '--server', 'http://127.0.0.1:9', '--dir', tmpdir()).catch((e) => e);
+    expect(failed).toMatchObject({ code: 1, stderr: 'berth: the node credential is missing: set BERTH_NODE_TOKEN (or pass --token)\n' });
+  });
+});
 
 describe('operator command: org create', () => {
   let s: TestServer;

@@ -61,9 +61,11 @@ interface Agent {
 }
 
 function startAgent(url: string, token: string, dir: string): Agent {
-  const args = ['bin/berth.js', 'node', '--server', url, '--token', token, '--dir', dir, '--slots', '1', '--engine', engine()];
+  // The credential in the environment, where ps does not show it.
+  const args = ['bin/berth.js', 'node', '--server', url, '--dir', dir, '--slots', '1', '--engine', engine()];
   const child = spawn(process.execPath, args, {
     cwd: root,
+    env: { ...process.env, BERTH_NODE_TOKEN: token },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';

@@ -17,13 +17,15 @@ export function registerNodeCommands(program: Command): void {
     .command('node')
     .description('Serve a pool as a build machine: hold slots, prepare and release environments under --dir')
     .requiredOption('--server <url>', 'the Berth server, e.g. http://berth.example.com:8080')
-    .requiredOption('--token <secret>', 'the node credential (bnd_…) from POST /v1/nodes')
+    .option('--token <secret>', 'the node credential (bnd_…) from POST /v1/nodes; better BERTH_NODE_TOKEN, which ps does not show')
     .requiredOption('--dir <dir>', 'where environment roots live (DIR/<environment id>/)')
     .option('--slots <n>', 'how many environments at once', slots, 1)
     .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
-    .action(async (opts: { server: string; token: string; dir: string; slots: number; engine?: string }) => {
+    .action(async (opts: { server: string; token?: string; dir: string; slots: number; engine?: string }) => {
+      const token = opts.token ?? process.env.BERTH_NODE_TOKEN;
+      if (!token) throw new CommandError('the node credential is missing: set BERTH_NODE_TOKEN (or pass --token)');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
-      const agent = new NodeAgent({ server: opts.server, token: opts.token, dir: resolve(opts.dir), slots: opts.slots, engine });
+      const agent = new NodeAgent({ server: opts.server, token, dir: resolve(opts.dir), slots: opts.slots, engine });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
       const stop = () => agent.stop();
       process.once('SIGINT', stop);
