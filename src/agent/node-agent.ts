@@ -251,9 +251,8 @@ export class NodeAgent {
    */
   private async adopt(): Promise<void> {
     const { ended, present } = await this.runtime.reconcile(async (ids) => {
-      const running = new Map<string, EnvironmentSpec>();
-      for (const id of ids) if (/^env_[A-Za-z0-9]+$/.test(id)) running.set(id, { id } as EnvironmentSpec);
-      return running;
+      // Every environment's container is kept until the server says which are live.
+      return new Map(ids.filter((id) => /^env_[A-Za-z0-9]+$/.test(id)).map((id) => [id, undefined]));
     });
     for (const id of ended.keys()) await this.runtime.discard(id);
     for (const id of present) if (!ended.has(id)) this.held.add(id);
@@ -268,9 +267,7 @@ export class NodeAgent {
    */
   private async checkContainers(): Promise<void> {
     const { ended } = await this.runtime.reconcile(async (ids) => {
-      const held = new Map<string, EnvironmentSpec>();
-      for (const id of ids) if (this.held.has(id)) held.set(id, { id } as EnvironmentSpec);
-      return held;
+      return new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined]));
     });
     for (const [id, reason] of ended) this.send({ type: 'ended', environment: id, reason });
   }

@@ -299,11 +299,12 @@ export class NodeRuntime {
    * After a restart: every container of this node whose environment is not in `live` is removed,
    * with its folder; of the live ones, those whose container ended are answered with why, the
    * running ones watched again (adopted). One created but not started yet belongs to a prepare in
-   * flight and is left alone. `lookup` is asked after the containers are listed, so a container a
-   * prepare makes meanwhile belongs to an environment it already counts as live.
+   * flight and is left alone. `lookup` answers which of the ids are live, each with its memory limit
+   * (named when it ran out); it is asked after the containers are listed, so a container a prepare
+   * makes meanwhile belongs to an environment it already counts as live.
    */
   async reconcile(
-    lookup: (ids: string[]) => Promise<Map<string, EnvironmentSpec>>,
+    lookup: (ids: string[]) => Promise<Map<string, string | undefined>>,
   ): Promise<{ ended: Map<string, string>; present: Set<string> }> {
     const ended = new Map<string, string>();
     const present = new Set<string>();
@@ -313,8 +314,7 @@ export class NodeRuntime {
     const live = await lookup(containers.map((c) => c.labels['berth.environment'] ?? ''));
     for (const container of containers) {
       const id = container.labels['berth.environment'] ?? '';
-      const spec = live.get(id);
-      if (!spec) {
+      if (!live.has(id)) {
         this.removing.add(container.id);
         await engine.remove(container.id).finally(() => this.removing.delete(container.id));
         if (/^env_[A-Za-z0-9]+$/.test(id)) await rm(this.root(id), { recursive: true, force: true });
@@ -324,9 +324,9 @@ export class NodeRuntime {
       present.add(id);
       if (container.ended) {
         const state = await engine.inspect(container.id);
-        ended.set(id, endReason(state?.oomKilled ?? false, state?.exitCode ?? 0, spec.resources?.memory));
+        ended.set(id, endReason(state?.oomKilled ?? false, state?.exitCode ?? 0, live.get(id)));
       } else if (container.running) {
-        this.watch(id, spec.resources?.memory);
+        this.watch(id, live.get(id));
       }
     }
     return { ended, present };

@@ -8,10 +8,10 @@ import { join } from 'node:path';
 import type { Config } from '../config';
 import type { Deps } from '../context';
 import { Engine, engineAddress, engineMessage } from '../node/engine';
-import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
+import { NodeRuntime } from '../node/runtime';
 import { LIVE_STATES } from '../services/environment-events';
 import type { BackgroundJob } from './background';
-import { environmentSpec } from './node-specs';
+import { resourcesOf } from './node-specs';
 
 export const BUILTIN_NODE_JOB = 'builtin-node';
 
@@ -68,21 +68,18 @@ async function reconcile(deps: Deps): Promise<void> {
   const keep = new Set((await liveOf(folders)).map((e) => e.id));
   for (const name of folders) if (!keep.has(name)) await rm(join(root, name), { recursive: true, force: true });
   if (!deps.node.engine) return;
-  const { ended, present } = await deps.node.reconcile(async (ids) => {
-    const live = new Map<string, EnvironmentSpec>();
-    for (const env of await liveOf(ids)) live.set(env.id, await environmentSpec(deps, env));
-    return live;
-  });
-  for (const [id, reason] of ended) await failEnded(deps, id, reason);
-  // A ready environment whose container vanished (removed by hand, the engine's storage reset).
+  // Asked before the containers are listed: a container of a ready environment exists by then.
   const ready = await deps.prisma.environment.findMany({
     where: { nodeId: null, state: 'ready', runtime: 'container' },
     select: { id: true },
   });
-  const now = new Set((await deps.node.engine.list({ 'berth.owner': deps.node.options.owner })).map((c) => c.labels['berth.environment']));
+  const { ended, present } = await deps.node.reconcile(
+    async (ids) => new Map((await liveOf(ids)).map((env) => [env.id, resourcesOf(env).memory])),
+  );
+  for (const [id, reason] of ended) await failEnded(deps, id, reason);
+  // A ready environment whose container vanished (removed by hand, the engine's storage reset).
   for (const { id } of ready) {
-    if (!present.has(id) && !now.has(id) && !ended.has(id))
-      await failEnded(deps, id, 'its container is gone (removed outside Berth)', ['ready']);
+    if (!present.has(id)) await failEnded(deps, id, 'its container is gone (removed outside Berth)', ['ready']);
   }
 }
 

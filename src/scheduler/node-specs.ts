@@ -14,9 +14,14 @@ export async function environmentSpec(deps: Deps, env: Environment): Promise<Env
     template: env.template,
     shares: (template?.shares ?? []).map((s) => ({ name: s.name, envPath: s.envPath })),
     image: env.image,
-    resources: (env.resources ?? {}) as EnvironmentSpec['resources'],
+    resources: resourcesOf(env),
     network: env.network === 'egress' ? 'egress' : 'none',
     workdir: env.workdir,
     env: (env.envVars ?? {}) as Record<string, string>,
   };
+}
+
+/** The limits it was leased with. */
+export function resourcesOf(env: Environment): EnvironmentSpec['resources'] {
+  return (env.resources ?? {}) as EnvironmentSpec['resources'];
 }

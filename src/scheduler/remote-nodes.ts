@@ -6,7 +6,6 @@ import type { Environment } from '../generated/prisma/client';
 import { askNode, sendToNode } from '../services/node-messages';
 import { markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
 import { savedShares } from '../services/snapshots';
-import { findTemplate } from '../services/templates';
 import type { BackgroundJob } from './background';
 import { builtinProvider, shareRules, startBound } from './environment-job';
 import { environmentSpec } from './node-specs';
@@ -14,12 +13,6 @@ import type { NodeProvider } from './provider';
 
 /** The longest a node may take to save an environment's shares. */
 const RELEASE_MS = 10 * 60_000;
-
-/** What the node needs to know of an environment: where its shares go under its root. */
-async function sharesOf(deps: Deps, env: Environment) {
-  const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
-  return (template?.shares ?? []).map((s) => ({ name: s.name, envPath: s.envPath }));
-}
 
 /** Gives up on a node's answer once its node is no longer online or the environment left `state`. */
 function stillWanted(deps: Deps, env: Environment, state: string) {
@@ -43,7 +36,7 @@ export const remoteProvider: NodeProvider = {
     return reply.runtime === 'container' ? 'container' : 'files';
   },
   async release(deps, env) {
-    const shares = (await sharesOf(deps, env)).map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+    const shares = (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
     await askNode(
       deps,
       env.nodeId!,
