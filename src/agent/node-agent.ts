@@ -16,7 +16,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
-import { NODE_CHANNEL_PATH } from '../dataplane/protocol';
+import { execOutput, NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { type RelayJob, serveRelay } from '../dataplane/relay-node';
 import type { Engine } from '../node/engine';
 import { type Command, type EnvironmentSpec, NodeRuntime } from '../node/runtime';
@@ -43,7 +43,6 @@ interface ReleaseMessage {
   saved?: string[];
 }
 
-const EXEC_CHUNK = 4096;
 /** How often the containers of held environments are looked at (an end whose report was lost). */
 const CHECK_MS = 60_000;
 
@@ -322,8 +321,7 @@ export class NodeAgent {
   /** A command in the environment's container: its output as `exec-output` events, then `exec-exit`. */
   private async exec(run: string, env: string, argv: string[], workdir: string): Promise<void> {
     const output = (stream: 'stdout' | 'stderr', data: Buffer) => {
-      for (let i = 0; i < data.length; i += EXEC_CHUNK)
-        this.send({ type: 'exec-output', exec: run, stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+      for (const event of execOutput(stream, data)) this.send({ ...event, exec: run });
     };
     if (!this.held.has(env)) {
       output('stderr', Buffer.from(`berth node: environment ${env} is not on this node\n`));

@@ -5,3 +5,12 @@ export const NODE_CHANNEL_PATH = '/v1/nodes/channel';
 
 /** The most slots one node agent may hold. */
 export const MAX_SLOTS = 64;
+
+/** The most bytes of command output in one `exec-output` event (events cross PostgreSQL NOTIFY, 8000 bytes a payload). */
+export const EXEC_CHUNK = 4096;
+
+/** A command's output as `exec-output` events of at most EXEC_CHUNK bytes each. */
+export function* execOutput(stream: 'stdout' | 'stderr', data: Buffer): Generator<{ type: 'exec-output'; stream: string; data: string }> {
+  for (let i = 0; i < data.length; i += EXEC_CHUNK)
+    yield { type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') };
+}

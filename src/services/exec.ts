@@ -10,6 +10,7 @@
 // caller's request: a caller that goes away stops the command's whole session.
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../context';
+import { execOutput } from '../dataplane/protocol';
 import type { Environment, Exec } from '../generated/prisma/client';
 import { requireMember } from './access';
 import { findEnvironment, recordExecRow } from './environments';
@@ -18,8 +19,6 @@ import { sendToNode } from './node-messages';
 
 export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
 
-/** The most bytes of output in one event (events cross PostgreSQL NOTIFY, 8000 bytes a payload). */
-export const EXEC_CHUNK = 4096;
 const MAX_ARGS = 1024;
 const MAX_COMMAND = 64 * 1024;
 /** The hot pool's own node name in exec topics. */
@@ -162,8 +161,7 @@ function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: strin
   let killed = false;
   deps.node
     .exec(env.id, argv, env.workdir, (stream, data) => {
-      for (let i = 0; i < data.length; i += EXEC_CHUNK)
-        publish({ type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') });
+      for (const event of execOutput(stream, data)) publish(event);
     })
     .then(
       (command) => {
