@@ -24,7 +24,7 @@ import { promisify } from 'node:util';
 import { openRelay } from '../src/agent/sandbox-agent';
 import { duplexPair, sendFolder } from '../src/dataplane/folder-sync';
 import { bridge } from '../src/dataplane/ws-bridge';
-import { buildImages, startPodman, stopPodman, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
+import { benchEngine, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
 
 const TOKEN = 'bct_bench-agents-0123456789abcdef0123';
@@ -201,12 +201,7 @@ async function main() {
     }),
   );
   const dataDir = join(base, 'data');
-  let engine = process.env.BENCH_ENGINE ?? '';
-  if (!engine) {
-    const started = await startPodman();
-    if (!('engine' in started)) throw new Error(started.missing);
-    engine = started.engine;
-  } else buildImages();
+  const { engine, stop } = await benchEngine();
   const berth = await startBerth({
     DATA_DIR: dataDir,
     BOOTSTRAP_TOKEN: TOKEN,
@@ -314,7 +309,7 @@ async function main() {
     sink.close();
     echo.close();
     await rm(base, { recursive: true, force: true });
-    if (!process.env.BENCH_ENGINE) stopPodman();
+    stop();
   }
 }
 

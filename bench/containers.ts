@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { writeCatalog } from '../test/helpers/catalog';
-import { buildImages, startPodman, stopPodman, TEST_IMAGE } from '../test/helpers/engine-setup';
+import { benchEngine, PODMAN_FLAGS, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
 
 const run = promisify(execFile);
@@ -27,7 +27,6 @@ const TOKEN = 'bct_bench-containers-0123456789abcdef';
 const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LEASES = num('BENCH_LEASES', 20);
 const EXECS = num('BENCH_EXECS', 50);
-const PODMAN = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
 
 const pct = (values: number[], p: number) => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -68,17 +67,12 @@ async function execOnce(berth: BerthProc, id: string): Promise<number> {
 
 async function timed(args: string[]): Promise<number> {
   const start = performance.now();
-  await run('podman', [...PODMAN, ...args]);
+  await run('podman', [...PODMAN_FLAGS, ...args]);
   return performance.now() - start;
 }
 
 async function main() {
-  let engine = process.env.BENCH_ENGINE ?? '';
-  if (!engine) {
-    const started = await startPodman();
-    if (!('engine' in started)) throw new Error(started.missing);
-    engine = started.engine;
-  } else buildImages();
+  const { engine, stop } = await benchEngine();
   const base = await mkdtemp(join(tmpdir(), 'berth-bench-containers-'));
   const limits = { memory: '256MiB', pids: 256, cpus: 1 };
   const templates = await writeCatalog(base, [{ name: 'box', image: TEST_IMAGE, startMs: 0, resources: limits }]);
@@ -96,7 +90,7 @@ async function main() {
       const name = `berth-bench-peer-${i}`;
       peers.push(name);
       podmanRun.push(await timed([...runArgs, ...ulimits, '--name', name, TEST_IMAGE, 'sleep', '600']));
-      await run('podman', [...PODMAN, 'rm', '-f', name]);
+      podman('rm', '-f', '--time', '0', name);
     }
     const created = await api<{ environment: { id: string } }>(berth, 'POST', '/v1/environments', { template: 'box' });
     const id = created.environment.id;
@@ -122,10 +116,16 @@ async function main() {
         `podman exec: p50 ${f(pct(podmanExec, 50))} ms, p90 ${f(pct(podmanExec, 90))} ms; ratio ${(pct(berthExec, 50) / pct(podmanExec, 50)).toFixed(2)}x`,
     );
   } finally {
-    for (const name of peers) await run('podman', [...PODMAN, 'rm', '-f', name]).catch(() => undefined);
+    for (const name of peers) {
+      try {
+        podman('rm', '-f', '--time', '0', name);
+      } catch {
+        // already gone
+      }
+    }
     await berth.kill();
     await rm(base, { recursive: true, force: true });
-    if (!process.env.BENCH_ENGINE) stopPodman();
+    stop();
   }
 }
 

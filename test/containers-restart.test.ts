@@ -1,19 +1,14 @@
 // After kill -9 of the server, no container outlives its environment: the restarted server
 // adopts the running ones, fails the live ones whose container ended (with why), and removes the
 // containers it owns that belong to no live environment.
-import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
 import { type BerthProc, berthExec, eventually, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
-
-const podman = (...args: string[]) =>
-  execFileSync('podman', ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs', ...args])
-    .toString()
-    .trim();
 
 describeContainers('containers across a kill -9 of the server', () => {
   let dir: string;

@@ -1,12 +1,11 @@
 // Environments as containers, through the public interfaces, on both kinds of node: the built-in
 // pool (in the server) and `berth node` (a real process), with a real engine (Podman's Docker API).
-import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { openRelay } from '../src/agent/sandbox-agent';
-import { describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
+import { containersOf, describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
@@ -61,14 +60,12 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
 
     beforeAll(async () => {
       dir = await mkdtemp(join(tmpdir(), 'berth-containers-'));
+      // The remote pool has no hot nodes: only the berth node serves it.
       const templates = await writeCatalog(
         dir,
         TEMPLATES.map((t) => ({ ...t, pool: kind === 'berth node' ? 'remote' : 'default' })),
+        [{ name: 'remote', hotNodes: 0, maxQueued: 100 }],
       );
-      // Rewritten with a remote pool when the node serves it.
-      const catalog = JSON.parse(await readFile(templates, 'utf8'));
-      catalog.pools.push({ name: 'remote', hotNodes: 0, maxQueued: 100 });
-      await import('node:fs/promises').then((fs) => fs.writeFile(templates, JSON.stringify(catalog)));
       s = await startServer('pglite', {
         TEMPLATES_FILE: templates,
         DOCKER_HOST: kind === 'built-in pool' ? engine() : 'none',
@@ -370,17 +367,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         }
         await s.app.deps.background.tick();
       }
-      const left = execFileSync('podman', [
-        '--runtime',
-        'runc',
-        '--cgroup-manager',
-        'cgroupfs',
-        'ps',
-        '-aq',
-        '--filter',
-        `label=berth.environment=${env.id}`,
-      ]);
-      expect(left.toString().trim()).toBe('');
+      expect(containersOf(env.id)).toEqual([]);
     });
   });
 }

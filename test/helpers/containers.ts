@@ -1,10 +1,12 @@
 // Suites that run environments as containers: the engine the global setup found
 // (test/helpers/engine-setup.ts), a catalog of templates of the offline test images, and waits.
-import { execFileSync } from 'node:child_process';
 import { describe, inject } from 'vitest';
 import { type Backend, describeBackends } from './server';
 
 export { writeCatalog } from './catalog';
+
+import { podman } from './engine-setup';
+
 export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE } from './engine-setup';
 
 /** The engine for DOCKER_HOST / --engine ('' when there is none). */
@@ -24,15 +26,5 @@ export function describeContainerBackends(name: string, suite: (backend: Backend
 
 /** The ids of the engine's containers of one environment (none once it is removed). */
 export function containersOf(environmentId: string): string[] {
-  const out = execFileSync('podman', [
-    '--runtime',
-    'runc',
-    '--cgroup-manager',
-    'cgroupfs',
-    'ps',
-    '-aq',
-    '--filter',
-    `label=berth.environment=${environmentId}`,
-  ]);
-  return out.toString().split('\n').filter(Boolean);
+  return podman('ps', '-aq', '--filter', `label=berth.environment=${environmentId}`).split('\n').filter(Boolean);
 }

@@ -16,7 +16,8 @@ export const TEST_USER_IMAGE = 'localhost/berth-test/busybox-user:1';
 export const TEST_HOG_IMAGE = 'localhost/berth-test/busybox-hog:1';
 /** Its command serves an echo on the environment's port 7000 and a byte counter (`wc -c`) on 9000. */
 export const TEST_ECHO_IMAGE = 'localhost/berth-test/busybox-echo:1';
-const PODMAN_FLAGS = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
+/** How the podman command must run here (runc and cgroupfs: ../shared/DESIGN.md). */
+export const PODMAN_FLAGS = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
 const BUSYBOX = '/bin/busybox';
 
 declare module 'vitest' {
@@ -38,7 +39,11 @@ function which(program: string): boolean {
   }
 }
 
-const podman = (...args: string[]) => execFileSync('podman', [...PODMAN_FLAGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+/** Runs the podman command on the tests' storage; its output, trimmed. */
+export const podman = (...args: string[]) =>
+  execFileSync('podman', [...PODMAN_FLAGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    .toString()
+    .trim();
 
 /** The busybox image (and one with a user of its own), imported from a root file system made here. */
 export function buildImages(): void {
@@ -95,6 +100,17 @@ export async function startPodman(): Promise<{ engine: string } | { missing: str
   for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
   if (await answers(socket)) return { engine: `unix://${socket}` };
   return { missing: 'the Podman service did not answer on its socket' };
+}
+
+/** A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its own; `stop` ends what was started. */
+export async function benchEngine(): Promise<{ engine: string; stop: () => void }> {
+  if (process.env.BENCH_ENGINE) {
+    buildImages();
+    return { engine: process.env.BENCH_ENGINE, stop: () => undefined };
+  }
+  const started = await startPodman();
+  if (!('engine' in started)) throw new Error(started.missing);
+  return { engine: started.engine, stop: stopPodman };
 }
 
 /** Stops the service startPodman started. */
