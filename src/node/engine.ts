@@ -6,6 +6,7 @@
 import { existsSync } from 'node:fs';
 import { type Duplex, PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
+import { beforeDeadline } from '../services/deadline';
 
 /** The most one engine call (not a stream) may take. Pulls are streams and are not bounded here. */
 export const CALL_MS = 20_000;
@@ -61,13 +62,8 @@ function connection(url: string): Dockerode.DockerOptions {
   throw new EngineError(`not an engine address: ${url} (expected unix:///path/to/socket or tcp://host:port)`);
 }
 
-function within<T>(what: string, work: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new EngineError(`the engine did not answer ${what} within ${CALL_MS / 1000} s`)), CALL_MS);
-  });
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
-}
+const within = <T>(what: string, work: Promise<T>): Promise<T> =>
+  beforeDeadline(work, CALL_MS, () => new EngineError(`the engine did not answer ${what} within ${CALL_MS / 1000} s`));
 
 /** A 404 from the engine, or Podman's 500 that says the same. */
 export function isMissing(error: unknown): boolean {

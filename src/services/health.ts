@@ -1,16 +1,12 @@
 import type { Deps } from '../context';
 import { pendingMigrations } from '../db/migrate';
+import { beforeDeadline } from './deadline';
 
 /** A readiness check that takes longer than this counts as failed (a load balancer is waiting). */
 export const CHECK_TIMEOUT_MS = 3_000;
 
-function within<T>(promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${CHECK_TIMEOUT_MS / 1000}s`)), CHECK_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
+const within = <T>(promise: Promise<T>, what: string): Promise<T> =>
+  beforeDeadline(promise, CHECK_TIMEOUT_MS, () => new Error(`${what} did not answer within ${CHECK_TIMEOUT_MS / 1000}s`));
 
 /**
  * Whether this instance can serve: the database answers and every migration of this version is
