@@ -5,7 +5,7 @@
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -216,6 +216,28 @@ for (const backend of backends) {
       expect(await readFile(join(agentDir, 'results', 'reports', 'result.txt'), 'utf8')).toBe('built\n');
       // The environment left the config: its ports close.
       await eventually(async () => ((await answers(listen.echo!)) ? undefined : true));
+    });
+
+    it('never follows a link out of its folder and never sends its own .berth', async () => {
+      const outside = join(base, 'outside');
+      await mkdir(outside);
+      await symlink(outside, join(agentDir, 'escape'));
+      const created = await api().post('/v1/environments', { template: 'dev', sandbox: 'laptop', shares: { src: '.', out: 'escape' } });
+      expect(created.status).toBe(202);
+      const id = created.body.environment.id as string;
+      const line = (text: string) => new RegExp(`\\(${id}\\): share ${text}`);
+      await agent!.waitFor(line('out: escape leads outside the sandbox folder'));
+      await agent!.waitFor(line('src: in sync'));
+      const src = join(dataDir, 'workspaces', id, 'workspace', 'src');
+      expect(await readFile(join(src, 'app', 'main.txt'), 'utf8')).toBe('version 2\n');
+      await expect(stat(join(src, '.berth'))).rejects.toMatchObject({ code: 'ENOENT' });
+      // What the environment leaves in its out share is not brought home through the link.
+      const out = join(dataDir, 'workspaces', id, 'workspace', 'out');
+      await mkdir(out, { recursive: true });
+      await writeFile(join(out, 'authorized_keys'), 'ssh-ed25519 planted\n');
+      expect((await api().del(`/v1/environments/${id}`)).status).toBe(200);
+      await agent!.waitFor(line('out: escape leads outside the sandbox folder .*; not brought home'));
+      expect(await readdir(outside)).toEqual([]);
     });
 
     it('exits cleanly when its sandbox is removed', async () => {

@@ -2,6 +2,8 @@ import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import type { Actor } from '../src/context';
+import { authenticate } from '../src/services/auth';
 import { newId } from '../src/services/names';
 import { notifySandboxConfig, planWiring, sandboxConfig, type Wiring, type WiringInput } from '../src/services/sandbox-wiring';
 import { DEFAULT_IGNORES } from '../src/services/sync-rules';
@@ -47,6 +49,8 @@ const WatchConfig = graphql(`subscription TestWatchSandboxConfig($id: ID!) { san
 describeBackends('sandboxes', (backend) => {
   let s: TestServer;
   let orgId: string;
+  /** The bootstrap admin, who registers the sandboxes these tests wire. */
+  let actor: Actor;
   const url = () => s.url;
   const admin = client(url, BOOTSTRAP);
   const anonymous = client(url);
@@ -54,6 +58,7 @@ describeBackends('sandboxes', (backend) => {
   beforeAll(async () => {
     s = await startServer(backend);
     orgId = (await s.app.deps.prisma.organization.findUniqueOrThrow({ where: { name: 'default' } })).id;
+    actor = await authenticate(s.app.deps, `Bearer ${BOOTSTRAP}`, '127.0.0.1');
   });
   afterAll(() => s?.stop());
 
@@ -79,7 +84,7 @@ describeBackends('sandboxes', (backend) => {
   async function wire(input: WiringInput, state = 'ready', extra: { project?: string; template?: TemplateSpec } = {}) {
     const prisma = s.app.deps.prisma;
     return prisma.$transaction(async (tx) => {
-      const wiring = await planWiring(tx, orgId, extra.template ?? TEMPLATE, input);
+      const wiring = await planWiring(tx, actor, extra.template ?? TEMPLATE, input);
       const env = await insertEnvironment(tx, wiring, state, extra.project);
       return { wiring, env };
     });
@@ -475,16 +480,16 @@ describeBackends('sandboxes', (backend) => {
       [{ sandbox: 42 as never }, 'sandbox'],
     ];
     for (const [input, field] of bad) {
-      const error = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, input)).catch((e: unknown) => e);
+      const error = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, actor, TEMPLATE, input)).catch((e: unknown) => e);
       expect(error, JSON.stringify(input)).toMatchObject({ code: 'invalid', field });
     }
     // Without a sandbox: sync rules still apply, nothing is exported or shared.
     const plain = await s.app.deps.prisma.$transaction((tx) =>
-      planWiring(tx, orgId, TEMPLATE, { include: ['dist'], noIgnore: true, shares: {} }),
+      planWiring(tx, actor, TEMPLATE, { include: ['dist'], noIgnore: true, shares: {} }),
     );
     expect(plain).toEqual({ sandboxId: null, exports: [], shares: [], sync: { include: ['dist'], noIgnore: true, files: {} } });
     // `.` maps a share to the sandbox's folder itself.
-    const root = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, { sandbox: 'strict', shares: { src: '.' } }));
+    const root = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, actor, TEMPLATE, { sandbox: 'strict', shares: { src: '.' } }));
     expect(root.shares[0]).toMatchObject({ name: 'src', localPath: '.' });
   });
 
@@ -496,7 +501,7 @@ describeBackends('sandboxes', (backend) => {
       data: { id: newId('sb'), orgId: foreignOrg.id, name: 'theirs', createdBy: 'x' },
     });
     for (const sandbox of ['sb_aaaaaaaaaaaaaaaaaaaa', 'no-such-box', removed.sandbox.id, 'gone-soon', foreign.id, 'theirs']) {
-      const error = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, orgId, TEMPLATE, { sandbox })).catch((e: unknown) => e);
+      const error = await s.app.deps.prisma.$transaction((tx) => planWiring(tx, actor, TEMPLATE, { sandbox })).catch((e: unknown) => e);
       expect(error, sandbox).toMatchObject({ code: 'not_found' });
     }
   });

@@ -1,6 +1,7 @@
 // The sandbox agent's stored credential: DIR/.berth/sandbox.json (folder 0700, file 0600).
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { AGENT_FOLDER } from '../services/agent-folder';
 
 export interface StoredSandbox {
   /** The Berth server the credential belongs to. */
@@ -11,7 +12,7 @@ export interface StoredSandbox {
 }
 
 export function credentialFile(dir: string): string {
-  return path.join(dir, '.berth', 'sandbox.json');
+  return path.join(dir, AGENT_FOLDER, 'sandbox.json');
 }
 
 /** The stored credential, or undefined when there is none. */

@@ -10,7 +10,9 @@ import { type ApiError, errorFromText, reachError } from '../cli/client';
 import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
 import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
+import { AGENT_FOLDER } from '../services/agent-folder';
 import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../services/sandbox-wiring';
+import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
 
 export type AgentLog = (message: string) => void;
@@ -196,14 +198,25 @@ class EnvironmentRunner {
       });
   }
 
-  private root(share: ConfigShare): string {
-    return path.resolve(this.agent.dir, share.localPath);
+  /** The share's folder and extra files, resolved through links; refused outside the folder or in .berth. */
+  private async paths(share: ConfigShare): Promise<{ root: string; extras: Record<string, string> }> {
+    const root = await confine(this.agent.dir, share.localPath);
+    const extras: Record<string, string> = {};
+    for (const [dest, src] of Object.entries(share.sync.files)) extras[dest] = await confine(this.agent.dir, src);
+    return { root, extras };
   }
 
   /** Keeps one share's sync running while the environment is ready, reconnecting with backoff. */
   private loopShare(share: ConfigShare): void {
     void (async () => {
       for (let attempt = 0; this.running && this.env.state === 'ready'; ) {
+        let where: { root: string; extras: Record<string, string> };
+        try {
+          where = await this.paths(share);
+        } catch (error) {
+          this.log(`share ${share.name}: ${(error as Error).message}`);
+          return;
+        }
         try {
           const ws = await openRelay(this.agent.server, this.agent.token, { environment: this.env.id, kind: 'share', share: share.name });
           attempt = 0;
@@ -215,16 +228,16 @@ class EnvironmentRunner {
           const work =
             share.direction === 'in'
               ? sendFolder(far, {
-                  root: this.root(share),
+                  root: where.root,
                   rules: share.sync,
-                  extras: Object.fromEntries(
-                    Object.entries(share.sync.files).map(([dest, src]) => [dest, path.resolve(this.agent.dir, src)]),
-                  ),
+                  extras: where.extras,
+                  // A share that is the sandbox folder itself never sends the agent's credential.
+                  withhold: share.localPath === '.' ? AGENT_FOLDER : undefined,
                   watch: true,
                   onSynced: (s) => this.log(`share ${share.name}: in sync (${s.files} files, ${s.deletes} deletes sent)`),
                 })
               : receiveFolder(far, {
-                  root: this.root(share),
+                  root: where.root,
                   onBatch: (s) => this.log(`share ${share.name}: received (${s.files} files, ${s.deletes} deletes)`),
                 });
           work.catch((error: Error) => {
@@ -250,6 +263,13 @@ class EnvironmentRunner {
   /** The environment is stopping: each `out` share gets its last pass (a few tries). */
   private async bringHome(): Promise<void> {
     for (const share of this.env.shares.filter((s) => s.direction === 'out')) {
+      let root: string;
+      try {
+        ({ root } = await this.paths(share));
+      } catch (error) {
+        this.log(`share ${share.name}: ${(error as Error).message}; not brought home`);
+        continue;
+      }
       for (let attempt = 0; attempt < 5 && this.running; attempt++) {
         try {
           const ws = await openRelay(this.agent.server, this.agent.token, {
@@ -261,7 +281,7 @@ class EnvironmentRunner {
           this.sockets.add(ws);
           const [near, far] = duplexPair();
           const ended = bridge(ws, near);
-          const stats = await receiveFolder(far, { root: this.root(share) }).catch((error: Error) => {
+          const stats = await receiveFolder(far, { root }).catch((error: Error) => {
             far.destroy();
             throw error;
           });
@@ -427,7 +447,7 @@ export async function runSandboxAgent(opts: SandboxAgentOptions & { signal?: Abo
     stored = await joinSandbox(opts.server, dir, opts.join);
   } else {
     stored = await loadCredential(dir);
-    if (!stored) throw new Error(`no sandbox credential in ${path.join(dir, '.berth')}; start once with --join KEY`);
+    if (!stored) throw new Error(`no sandbox credential in ${path.join(dir, AGENT_FOLDER)}; start once with --join KEY`);
     if (opts.server && opts.server !== stored.server) stored = { ...stored, server: opts.server };
   }
   const agent = new SandboxAgent(stored, dir, { log: opts.log, heartbeatMs: opts.heartbeatMs });

@@ -62,6 +62,8 @@ export interface SendOptions {
   rules: SyncRules;
   /** Extra files: destination (relative to the share) -> absolute source path. */
   extras?: Record<string, string>;
+  /** A top-level name of `root` never sent, whatever the rules select (the sandbox agent's own folder). */
+  withhold?: string;
   /** Keep watching and sending changes until `signal` aborts or the stream ends. */
   watch: boolean;
   /** End the stream once the first batch is acknowledged. */
@@ -122,9 +124,12 @@ function ackReader(channel: Duplex) {
 }
 
 /** The files the rules select under `root`, plus the extras (which win over a walked file). */
-async function scan(root: string, rules: SyncRules, extras: Record<string, string>): Promise<Index> {
+async function scan(root: string, rules: SyncRules, extras: Record<string, string>, withhold?: string): Promise<Index> {
   const index: Index = new Map();
-  for await (const f of selectFiles(root, rules)) index.set(f.path, { size: f.size, mtimeMs: f.mtimeMs, mode: f.mode });
+  for await (const f of selectFiles(root, rules)) {
+    if (withhold !== undefined && (f.path === withhold || f.path.startsWith(`${withhold}/`))) continue;
+    index.set(f.path, { size: f.size, mtimeMs: f.mtimeMs, mode: f.mode });
+  }
   for (const [dest, source] of Object.entries(extras)) {
     const st = await lstat(source).catch(() => null);
     if (st?.isFile()) index.set(dest, { size: st.size, mtimeMs: st.mtimeMs, mode: st.mode & 0o777, source });
@@ -250,7 +255,7 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   let sent: Index = new Map();
   let seq = 0;
   const batch = async (): Promise<number> => {
-    const now = await scan(opts.root, opts.rules, extras);
+    const now = await scan(opts.root, opts.rules, extras, opts.withhold);
     const before0 = stats.files + stats.deletes;
     // Files of the folder are read beneath it, never through a link (a folder the other side may change).
     const beneath = Beneath.open(opts.root);

@@ -28,3 +28,32 @@ export function requireNodeAgent(actor: Actor): string {
   if (actor.kind !== 'node' || !actor.nodeId) throw new ForbiddenError('this operation is for a node agent (a bnd_ credential)');
   return actor.nodeId;
 }
+
+/**
+ * What `owner` records for what this actor creates: the person (whichever of their tokens is
+ * used), or the API key itself.
+ */
+export function principalOf(actor: Actor): string {
+  return actor.kind === 'person' && actor.personId ? `person:${actor.personId}` : `key:${actor.credentialId}`;
+}
+
+/**
+ * Changing a record of the organization (stopping, exec, deleting…): its creator, an admin, or an
+ * organization API key. Other members only read it (docs/api.md#ownership).
+ */
+export function requireOwner(actor: Actor, record: { owner: string }, what: string): void {
+  requireMember(actor);
+  if (actor.admin || actor.kind === 'apiKey' || record.owner === principalOf(actor)) return;
+  throw new ForbiddenError(`${what} belongs to the member who created it; only they, an admin or an API key may change it`);
+}
+
+/**
+ * Wiring an environment to a sandbox writes into and reads from that machine's folder: only
+ * whoever registered the sandbox may, admins included in the refusal.
+ */
+export function requireSandboxOwner(actor: Actor, sandbox: { owner: string }, name: string): void {
+  requireMember(actor);
+  if (sandbox.owner !== principalOf(actor)) {
+    throw new ForbiddenError(`sandbox ${name} is wired only by whoever registered it (the same person's tokens or the same API key)`);
+  }
+}

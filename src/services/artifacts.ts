@@ -19,7 +19,7 @@ import type { Artifact, Prisma } from '../generated/prisma/client';
 import type { BackgroundJob } from '../scheduler/background';
 import { BlobNotFoundError } from '../store';
 import { deletePacked, type PackSegment, packStream, TooLargeError, type UnpackResult, unpackStream } from '../store/pack';
-import { requireMember } from './access';
+import { principalOf, requireMember, requireOwner } from './access';
 import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durations';
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
 import { parseLabelPairs, validateDisplayName, validateProjectName } from './labels';
@@ -221,6 +221,7 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
       chunks: 0,
       sealedBytes: 0n,
       createdBy: actor.name,
+      owner: principalOf(actor),
       created: deps.clock.now(),
       expires: deadline(),
       status: 'uploading',
@@ -343,8 +344,8 @@ export async function createArtifactLink(deps: Deps, actor: Actor, id: string, l
 
 /** Every link made so far stops working; new ones can be made. */
 export async function revokeArtifactLinks(deps: Deps, actor: Actor, id: string): Promise<Artifact> {
-  requireMember(actor);
   const artifact = await getArtifact(deps, actor, id);
+  requireOwner(actor, artifact, `artifact ${id}`);
   const { count } = await deps.prisma.artifact.updateMany({ where: { id, status: 'stored' }, data: { linkEpoch: { increment: 1 } } });
   if (count === 0) throw new NotFoundError(`artifact ${id}`);
   return { ...artifact, linkEpoch: artifact.linkEpoch + 1 };
@@ -384,8 +385,8 @@ async function purge(deps: Deps, a: Pick<Artifact, 'orgId' | 'project' | 'id'>):
 
 /** DELETE: the artifact disappears at once; its objects and row go now, or via the sweeper. */
 export async function deleteArtifact(deps: Deps, actor: Actor, id: string): Promise<string> {
-  requireMember(actor);
   const artifact = await getArtifact(deps, actor, id);
+  requireOwner(actor, artifact, `artifact ${id}`);
   const { count } = await deps.prisma.artifact.updateMany({
     where: { id, status: 'stored' },
     data: { status: 'deleting', expires: deps.clock.now() },

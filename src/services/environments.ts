@@ -1,7 +1,7 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
 import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
-import { requireMember } from './access';
+import { principalOf, requireMember, requireOwner } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
@@ -65,7 +65,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   const pool = poolOf(deps, template.pool);
 
   const env = await deps.prisma.$transaction(async (tx) => {
-    const wiring = await planWiring(tx, actor.orgId, template, input);
+    const wiring = await planWiring(tx, actor, template, input);
     await admitUnderQuota(tx, actor.orgId, template.name, quotas);
     // Admissions to one pool take turns so `maxQueued` holds across instances.
     await lockFor(tx, `berth:queue:${pool.name}`);
@@ -86,6 +86,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         labels,
         project,
         createdBy: actor.name,
+        owner: principalOf(actor),
         created: now,
         expires: new Date(now.getTime() + hardMs),
         idleUntil: new Date(now.getTime() + idleMs),
@@ -192,8 +193,8 @@ export async function transition(
 
 /** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
 export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
-  requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
+  requireOwner(actor, env, `environment ${env.name}`);
   if (env.state === 'stopping' || (ENDED_STATES as readonly string[]).includes(env.state)) return env;
   const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({ stoppedBy: actor.name }));
   deps.background.nudge(ENVIRONMENT_JOB);
@@ -213,8 +214,8 @@ function activity(env: Environment, now: Date): Date {
 
 /** POST /v1/environments/{id}/keepalive. */
 export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
-  requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
+  requireOwner(actor, env, `environment ${env.name}`);
   assertLive(env);
   return deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
 }
@@ -238,6 +239,7 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
   if (!Number.isInteger(input.durationMs) || input.durationMs < 0)
     throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
   const env = await findEnvironment(deps, actor, idOrName);
+  requireOwner(actor, env, `environment ${env.name}`);
   assertLive(env);
   return recordExecRow(deps, actor, env.id, input);
 }

@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../context';
 import { execOutput } from '../dataplane/protocol';
 import type { Environment, Exec } from '../generated/prisma/client';
-import { requireMember } from './access';
+import { requireMember, requireOwner } from './access';
 import { findEnvironment, recordExecRow } from './environments';
 import { ConflictError, DomainError, ValidationError } from './errors';
 import { sendToNode } from './node-messages';
@@ -74,6 +74,7 @@ export async function runCommand(
   requireMember(actor);
   const argv = validateArgv(command);
   const env = await findEnvironment(deps, actor, envRef);
+  requireOwner(actor, env, `environment ${env.name}`);
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
   requireRuntime(env, 'command');

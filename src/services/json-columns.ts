@@ -95,6 +95,7 @@ const EnvironmentPayload = z.object({
   project: z.string(),
   error: z.string().nullable(),
   createdBy: z.string(),
+  owner: z.string().default(''),
   stoppedBy: z.string().nullable().default(null),
   created: date,
   starting: date.nullable(),

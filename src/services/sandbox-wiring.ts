@@ -4,9 +4,11 @@
 // files and sync rules against the template, locks the sandbox row and picks loopback ports that
 // no live environment of the sandbox holds. sandboxConfig builds what the agent runs from the live
 // environments wired to it; notifySandboxConfig bumps the config version and wakes subscribers.
-import type { Deps } from '../context';
+import type { Actor, Deps } from '../context';
 import type { Tx } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
+import { requireSandboxOwner } from './access';
+import { AGENT_FOLDER, inAgentFolder } from './agent-folder';
 import { LIVE_STATES } from './environment-events';
 import { ConflictError, NotFoundError, ValidationError } from './errors';
 import { type Export, exportsOf, type SyncSpec, sharesOf, syncOf, type WiredShare } from './json-columns';
@@ -45,19 +47,20 @@ export async function findSandboxRow(
   orgId: string,
   ref: string,
   opts: { lock?: boolean } = {},
-): Promise<{ id: string; removed: Date | null } | undefined> {
+): Promise<{ id: string; name: string; owner: string; removed: Date | null } | undefined> {
   const match = isId(ref, 'sb') ? P.sql`id = ${ref}` : P.sql`name = ${ref} AND removed IS NULL`;
-  const rows = await db.$queryRaw<{ id: string; removed: Date | null }[]>`
-    SELECT id, removed FROM "Sandbox" WHERE "orgId" = ${orgId} AND ${match} ${opts.lock ? P.sql`FOR UPDATE` : P.empty}`;
+  const rows = await db.$queryRaw<{ id: string; name: string; owner: string; removed: Date | null }[]>`
+    SELECT id, name, owner, removed FROM "Sandbox" WHERE "orgId" = ${orgId} AND ${match} ${opts.lock ? P.sql`FOR UPDATE` : P.empty}`;
   return rows[0];
 }
 
 /**
  * Checks the wiring part of an environment request and plans it (see the top of this file).
  * Errors: ValidationError (422) naming the field; NotFoundError (404 not_found) for a sandbox
- * that is unknown, removed or another organization's.
+ * that is unknown, removed or another organization's; ForbiddenError (403) for a colleague's.
  */
-export async function planWiring(tx: Tx, orgId: string, template: TemplateSpec, input: WiringInput): Promise<Wiring> {
+export async function planWiring(tx: Tx, actor: Actor, template: TemplateSpec, input: WiringInput): Promise<Wiring> {
+  const { orgId } = actor;
   const include = validateInclude(input.include);
   if (input.noIgnore !== undefined && input.noIgnore !== null && typeof input.noIgnore !== 'boolean') {
     throw new ValidationError('noIgnore: must be true or false', 'noIgnore');
@@ -87,6 +90,7 @@ export async function planWiring(tx: Tx, orgId: string, template: TemplateSpec, 
   // live environments never get the same port.
   const row = await findSandboxRow(tx, orgId, input.sandbox, { lock: true });
   if (!row || row.removed) throw new NotFoundError(`sandbox ${input.sandbox}`);
+  requireSandboxOwner(actor, row, row.name);
   const live = await tx.environment.findMany({
     where: { orgId, state: { in: [...LIVE_STATES] }, sandboxId: row.id },
     select: { exports: true },
@@ -128,7 +132,17 @@ function mapShares(template: TemplateSpec, given: Record<string, unknown>): Wire
   }
   const shares = template.shares.map((s) => {
     const mapped = given[s.name];
-    const localPath = mapped === undefined ? s.name : validateRelativePath(mapped as string, `shares.${s.name}`, { allowRoot: true });
+    const field = `shares.${s.name}`;
+    const localPath = mapped === undefined ? s.name : validateRelativePath(mapped as string, field, { allowRoot: true });
+    if (inAgentFolder(localPath)) {
+      throw new ValidationError(`${field}: ${AGENT_FOLDER}/ holds the sandbox agent's credential; no share may use it`, field);
+    }
+    if (s.direction === 'out' && localPath === '.') {
+      throw new ValidationError(
+        `${field}: an "out" share writes into its folder; map it to a folder inside the sandbox folder, not the sandbox folder itself`,
+        field,
+      );
+    }
     return { name: s.name, direction: s.direction, envPath: s.envPath, localPath, files: [] as string[] };
   });
   shares.forEach((share, i) => {
@@ -167,7 +181,10 @@ function mapFiles(template: TemplateSpec, shares: WiredShare[], given: Record<st
     const inShare = validateRelativePath(destination.slice(slash + 1), field);
     const key = `${share.name}/${inShare}`;
     if (key in files) throw new ValidationError(`${field}: names the same destination as another entry (${key})`, field);
-    files[key] = validateRelativePath(source as string, field);
+    const from = validateRelativePath(source as string, field);
+    if (inAgentFolder(from))
+      throw new ValidationError(`${field}: ${AGENT_FOLDER}/ holds the sandbox agent's credential; no file is read from it`, field);
+    files[key] = from;
     share.files.push(inShare);
   }
   for (const share of shares) share.files.sort();

@@ -8,7 +8,7 @@ import { Repeater } from 'graphql-yoga';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
-import { requireMember, requireSandboxAgent, SANDBOX_ONLY_OWN } from './access';
+import { principalOf, requireMember, requireOwner, requireSandboxAgent, SANDBOX_ONLY_OWN } from './access';
 import { assertNotBlocked, recordFailure } from './auth';
 import { HOUR_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
@@ -139,7 +139,7 @@ export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterS
       throw new ConflictError(`a sandbox named ${name} already exists; remove it first or choose another name`, 'name_taken');
     }
     for (let n = 2; taken.has(name); n++) name = `${base.slice(0, 62 - String(n).length).replace(/-+$/, '')}-${n}`;
-    await tx.sandbox.create({ data: { id, orgId: actor.orgId, name, createdBy: actor.name, created: now } });
+    await tx.sandbox.create({ data: { id, orgId: actor.orgId, name, createdBy: actor.name, owner: principalOf(actor), created: now } });
     await tx.joinKey.create({ data: { hash: hashSecret(key), sandboxId: id, expires: new Date(now.getTime() + JOIN_KEY_TTL_MS) } });
   });
   const { sandbox } = await entry(deps, actor.orgId, id);
@@ -286,6 +286,7 @@ export async function removeSandbox(deps: Deps, actor: Actor, ref: string): Prom
   const { id, changed } = await deps.prisma.$transaction(async (tx) => {
     const row = await findSandboxRow(tx, actor.orgId, ref, { lock: true });
     if (!row) throw new NotFoundError(`sandbox ${ref}`);
+    requireOwner(actor, row, `sandbox ${row.name}`);
     if (row.removed) return { id: row.id, changed: false };
     await tx.sandbox.update({ where: { id: row.id }, data: { removed: now, removedBy: actor.name } });
     await tx.credential.updateMany({ where: { sandboxId: row.id, kind: 'sandbox', revoked: null }, data: { revoked: now } });
