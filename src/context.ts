@@ -39,6 +39,8 @@ export interface Actor {
   admin: boolean;
   /** What `createdBy` and exec `actor` show: the person's email or the API key's name. */
   name: string;
+  /** When the credential expires (ms since the epoch); absent: never. Open streams end then. */
+  expires?: number;
 }
 
 /** What a resolver or REST handler gets: the same from every edge (REST, GraphQL over HTTP and WebSocket). */

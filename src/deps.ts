@@ -39,7 +39,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
   const engine = await openBuiltinEngine(config, log);
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
-    const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema });
+    const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema, log });
     try {
       const store = await createBlobStore({
         dataDir: config.dataDir,
@@ -48,7 +48,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       });
       await applyCatalog(db.prisma, catalog);
       const background = createBackground(backgroundJobs, log);
-      const credentials = new CredentialCache(events);
+      const credentials = new CredentialCache(events, clock);
       await loadAddressLocks(db.prisma, credentials, clock.now());
       const node = openBuiltinNode(config, masterKey, engine, log);
       const deps: Deps = { config, db, prisma: db.prisma, clock, events, credentials, store, masterKey, catalog, background, node };

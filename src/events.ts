@@ -1,4 +1,3 @@
-import { createPubSub } from 'graphql-yoga';
 import pg from 'pg';
 
 /** Topics carry small JSON payloads; subscribers load what they show from the database. */
@@ -25,29 +24,133 @@ export interface Events {
 }
 
 const CHANNEL = 'berth_events';
+/** Payloads a subscriber may leave unread before it is dropped (its iteration then fails). */
+export const MAX_UNREAD = 1024;
+
+/** A subscriber that left MAX_UNREAD payloads unread: it is dropped, never the publisher. */
+export class SubscriberOverflowError extends Error {}
+
+/**
+ * One subscription of the local pub/sub: listening starts with the first next(), payloads wait in
+ * a bounded queue, and a full queue ends this subscription with SubscriberOverflowError instead
+ * of throwing into whoever published (a listener of PostgreSQL's notifications: that would end
+ * the process).
+ */
+class Subscription implements AsyncIterableIterator<EventPayload> {
+  private readonly queue: EventPayload[] = [];
+  private readonly waiting: ((r: IteratorResult<EventPayload>) => void)[] = [];
+  private started = false;
+  private ended = false;
+  private failure: Error | undefined;
+
+  constructor(
+    private readonly attach: (s: Subscription) => void,
+    private readonly detach: (s: Subscription) => void,
+  ) {}
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<EventPayload>> {
+    if (!this.started && !this.ended) {
+      this.started = true;
+      this.attach(this);
+    }
+    const queued = this.queue.shift();
+    if (queued) return Promise.resolve({ value: queued, done: false });
+    if (this.failure) {
+      const failure = this.failure;
+      this.failure = undefined;
+      return Promise.reject(failure);
+    }
+    if (this.ended) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  return(): Promise<IteratorResult<EventPayload>> {
+    this.end();
+    this.queue.length = 0;
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  push(payload: EventPayload): void {
+    if (this.ended) return;
+    const waiting = this.waiting.shift();
+    if (waiting) waiting({ value: payload, done: false });
+    else if (this.queue.length < MAX_UNREAD) this.queue.push(payload);
+    else this.overflow();
+  }
+
+  private overflow(): void {
+    this.end();
+    this.queue.length = 0;
+    this.failure = new SubscriberOverflowError(`this subscription fell behind: more than ${MAX_UNREAD} events unread`);
+  }
+
+  private end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.detach(this);
+    for (const waiting of this.waiting.splice(0)) waiting({ value: undefined, done: true });
+  }
+}
+
+/** In-process topics: subscribers with bounded queues, handlers called synchronously. */
+function localTopics(log: (message: string, error: unknown) => void) {
+  const subscribers = new Map<string, Set<Subscription>>();
+  const handlers = new Map<string, Set<(payload: EventPayload) => void>>();
+  const deliver = (topic: string, payload: EventPayload) => {
+    for (const handler of handlers.get(topic) ?? []) {
+      // A handler's fault is its own: it must not stop the others or reach the publisher.
+      try {
+        handler(payload);
+      } catch (error) {
+        log(`a handler of ${topic} failed`, error);
+      }
+    }
+    for (const subscriber of subscribers.get(topic) ?? []) subscriber.push(payload);
+  };
+  const subscribe = (topic: string): AsyncIterable<EventPayload> =>
+    new Subscription(
+      (s) => {
+        const set = subscribers.get(topic) ?? new Set();
+        subscribers.set(topic, set);
+        set.add(s);
+      },
+      (s) => {
+        const set = subscribers.get(topic);
+        set?.delete(s);
+        if (set?.size === 0) subscribers.delete(topic);
+      },
+    );
+  const listen = (topic: string, handler: (payload: EventPayload) => void) => {
+    const set = handlers.get(topic) ?? new Set();
+    handlers.set(topic, set);
+    set.add(handler);
+    return () => {
+      set.delete(handler);
+      if (set.size === 0) handlers.delete(topic);
+    };
+  };
+  return { deliver, subscribe, listen };
+}
 
 /**
  * In-process pub/sub, bridged through PostgreSQL LISTEN/NOTIFY when the database is a real
  * server shared by several instances. The embedded PGlite is owned by one process, so local
  * delivery is the whole story there.
  */
-export async function createEvents(opts: { databaseUrl?: string; schema?: string }): Promise<Events> {
-  const local = createPubSub<Record<string, [EventPayload]>>();
-  const handlers = new Map<string, Set<(payload: EventPayload) => void>>();
-  const deliver = (topic: string, payload: EventPayload) => {
-    for (const handler of handlers.get(topic) ?? []) handler(payload);
-    local.publish(topic, payload);
-  };
-  const listen = (topic: string, handler: (payload: EventPayload) => void) => {
-    const set = handlers.get(topic) ?? new Set();
-    handlers.set(topic, set);
-    set.add(handler);
-    return () => void set.delete(handler);
-  };
+export async function createEvents(opts: {
+  databaseUrl?: string;
+  schema?: string;
+  log?: (message: string, error: unknown) => void;
+}): Promise<Events> {
+  const { deliver, subscribe, listen } = localTopics(opts.log ?? (() => undefined));
   if (!opts.databaseUrl) {
     return {
       publish: async (topic, payload) => deliver(topic, payload),
-      subscribe: (topic) => local.subscribe(topic),
+      subscribe,
       listen,
       receiving: () => true,
       shared: false,
@@ -67,8 +170,13 @@ export async function createEvents(opts: { databaseUrl?: string; schema?: string
   });
   listener.on('notification', (msg) => {
     if (msg.channel !== channel || !msg.payload) return;
-    const { topic, payload } = JSON.parse(msg.payload) as { topic: string; payload: EventPayload };
-    deliver(topic, payload);
+    let message: { topic: string; payload: EventPayload };
+    try {
+      message = JSON.parse(msg.payload);
+    } catch (error) {
+      return opts.log?.('a notification that is not JSON was ignored', error);
+    }
+    deliver(message.topic, message.payload);
   });
   await listener.query(`LISTEN "${channel}"`);
   receiving = true;
@@ -76,7 +184,7 @@ export async function createEvents(opts: { databaseUrl?: string; schema?: string
     publish: async (topic, payload) => {
       await sender.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify({ topic, payload })]);
     },
-    subscribe: (topic) => local.subscribe(topic),
+    subscribe,
     listen,
     receiving: () => receiving,
     shared: true,

@@ -1,6 +1,8 @@
 // Environments as containers, through the public interfaces, on both kinds of node: the built-in
 // pool (in the server) and `berth node` (a real process), with a real engine (Podman's Docker API).
+import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { type IncomingMessage, request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -249,6 +251,46 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(execs.find((e) => e.command.includes('sleep 301'))!.exitCode).toBe(137);
       const ps = await sh(env.id, 'ps -o args');
       expect(ps.stdout).not.toMatch(/sleep 30[01]/);
+    });
+
+    it('a caller that reads slowly slows the command down, and then gets all of its output', async () => {
+      const env = await lease('box');
+      const total = 30_000_000;
+      const res = await new Promise<IncomingMessage>((resolve, reject) => {
+        const req = request(`${s.url}/v1/environments/${env.id}/exec`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json' },
+        });
+        req.once('response', resolve);
+        req.once('error', reject);
+        req.end(JSON.stringify({ command: ['sh', '-c', `head -c ${total} /dev/zero; touch /tmp/done`] }));
+      });
+      expect(res.statusCode).toBe(200);
+      const chunks: Buffer[] = [];
+      // The caller takes the first bytes, then reads nothing more for a while.
+      await new Promise<void>((resolve) =>
+        res.once('data', (chunk: Buffer) => {
+          res.pause();
+          chunks.push(chunk);
+          resolve();
+        }),
+      );
+      // Meanwhile the command waits for the caller: looked at for 3 s from inside, it does not end
+      // (unchecked, 30 MB pass in well under a second).
+      const watch = 'i=0; while [ $i -lt 30 ]; do test -e /tmp/done && { echo ended; exit; }; sleep 0.1; i=$((i+1)); done; echo waiting';
+      expect((await sh(env.id, watch)).stdout).toBe('waiting\n');
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.resume();
+      await once(res, 'end');
+      const lines = Buffer.concat(chunks)
+        .toString()
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      const bytes = lines.filter((l) => l.stream === 'stdout').reduce((n, l) => n + Buffer.from(l.data, 'base64').length, 0);
+      expect(bytes).toBe(total);
+      expect(lines.at(-1)).toMatchObject({ exitCode: 0 });
+      expect((await sh(env.id, 'test -e /tmp/done; echo $?')).stdout).toBe('0\n');
     });
 
     it("two environments see neither each other's files nor processes", async () => {

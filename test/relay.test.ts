@@ -133,4 +133,34 @@ describeBackends('relay checks', (backend) => {
       ws.close();
     }
   });
+  it("closes a removed sandbox's open tunnels at once, and only its own", async (ctx) => {
+    if (!engine()) ctx.skip();
+    const admin = client(() => s.url, BOOTSTRAP);
+    const anonymous = client(() => s.url);
+    const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
+    const services = [{ service: 'echo', target: '127.0.0.1:7000' }];
+    expect((await admin.put('/v1/templates/echo-doomed', { pool, startMs: 10, idle: '30m', hard: '1h', image: TEST_ECHO_IMAGE, services })).status).toBe(200);
+    const doomed = await admin.post('/v1/sandboxes', { name: 'doomed' });
+    const doomedCredential = (await anonymous.post('/v1/sandboxes/join', { key: doomed.body.key })).body.credential;
+    const open = async (sandbox: string, token: string) => {
+      const id = (await admin.post('/v1/environments', { template: 'echo-doomed', sandbox })).body.environment.id;
+      await untilState(s, BOOTSTRAP, id, 'ready');
+      const ws = await openRelay(s.url, token, { environment: id, kind: 'import', service: 'echo' });
+      const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+      const echoed = new Promise<Buffer>((resolve) => ws.once('message', (data: Buffer) => resolve(data)));
+      ws.send(Buffer.from('ping'), { binary: true });
+      expect((await echoed).toString()).toBe('ping');
+      return { ws, closed };
+    };
+    const theirs = await open('doomed', doomedCredential);
+    const mine = await open('mine', credential);
+    let mineClosed = false;
+    void mine.closed.then(() => {
+      mineClosed = true;
+    });
+    expect((await admin.del(`/v1/sandboxes/${doomed.body.sandbox.id}`)).status).toBe(200);
+    expect(await theirs.closed).toBe(4401);
+    expect(mineClosed).toBe(false);
+    mine.ws.close();
+  });
 });

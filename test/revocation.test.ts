@@ -111,6 +111,19 @@ describeBackends('revocation', (backend) => {
     expect(otherClosed).toBe(false);
   });
 
+  it('ends the open graphql-ws connections of a credential once it expires', async () => {
+    const created = await admin().post('/v1/tokens', { email: 'expiring@example.com', expiresIn: '1h' });
+    const lasting = await admin().post('/v1/tokens', { email: 'lasting@example.com' });
+    const expiring = await openSubscription(s.url, created.body.secret);
+    let lastingClosed = false;
+    void (await openSubscription(s.url, lasting.body.secret)).closed.then(() => {
+      lastingClosed = true;
+    });
+    s.clock.advance(60 * 60_000 + 1);
+    expect(await expiring.closed).toBe(4401);
+    expect(lastingClosed).toBe(false);
+  });
+
   it("refuses a removed sandbox's credential on the very next request", async () => {
     const registered = await admin().post('/v1/sandboxes', { name: 'soon-removed' });
     const joined = await client(() => s.url).post('/v1/sandboxes/join', { key: registered.body.key });

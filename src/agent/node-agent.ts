@@ -5,7 +5,7 @@
 // heartbeat at the interval the server names, and does what the server asks, by message `type`:
 // `prepare` (make the environment's root, restore its snapshot there, start its container),
 // `release` (remove the container, save the shares, remove the root), `discard`, `exec`,
-// `exec-kill` and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
+// `exec-kill`, `exec-credit` (flow control: EXEC_WINDOW) and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
 // the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
 // with the same credential. After a restart it holds the environments whose containers still run
 // (the server says which are live; the rest are removed) and nothing else.
@@ -201,6 +201,9 @@ export class NodeAgent {
         );
       case 'exec-kill':
         this.commands.get(String(message.exec))?.kill();
+        return;
+      case 'exec-credit':
+        if (typeof message.bytes === 'number' && message.bytes > 0) this.commands.get(String(message.exec))?.grant(message.bytes);
         return;
       case 'relay':
         return this.relay(message);

@@ -9,6 +9,14 @@ export const MAX_SLOTS = 64;
 /** The most bytes of command output in one `exec-output` event (events cross PostgreSQL NOTIFY, 8000 bytes a payload). */
 export const EXEC_CHUNK = 4096;
 
+/**
+ * Exec flow control: a command's node sends at most this many bytes of output beyond what the
+ * caller has taken; the caller grants more (`exec-credit`) as it takes them, EXEC_GRANT at a time.
+ * A caller that reads slowly so slows the command down, and what waits in between stays bounded.
+ */
+export const EXEC_WINDOW = 1024 * 1024;
+export const EXEC_GRANT = EXEC_WINDOW / 4;
+
 /** A command's output as `exec-output` events of at most EXEC_CHUNK bytes each. */
 export function* execOutput(stream: 'stdout' | 'stderr', data: Buffer): Generator<{ type: 'exec-output'; stream: string; data: string }> {
   for (let i = 0; i < data.length; i += EXEC_CHUNK)

@@ -19,7 +19,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
-import type { Deps } from '../context';
+import type { Actor, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
@@ -85,8 +85,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       const node = await nodeJoins(env.nodeId, job);
       if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
       wss.handleUpgrade(req, socket, head, (ws) => {
-        track(ws);
-        track(node);
+        track(ws, actor);
         let code = 0;
         ws.once('close', (c) => {
           code = c;
@@ -98,7 +97,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       return;
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
-      track(ws);
+      track(ws, actor);
       // The built-in node: this process is the node side.
       void serveRelay(ws, job, deps.node.root(env.id), (j) => deps.node.dial(j.environment, j.port), traffic)
         .then((end) => finished(end.code))
@@ -126,9 +125,14 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     };
   };
 
-  const track = (ws: WebSocket) => {
+  /** A relay socket lives as long as the credential that opened it (and the server). */
+  const track = (ws: WebSocket, actor: Actor) => {
     live.add(ws);
-    ws.once('close', () => live.delete(ws));
+    const release = deps.credentials.hold(actor, (reason) => ws.close(CLOSE.revoked, reason));
+    ws.once('close', () => {
+      live.delete(ws);
+      release();
+    });
   };
 
   /** Asks the node to dial back and waits for its socket (UnavailableError after NODE_JOIN_MS). */
@@ -160,7 +164,10 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     const waiting = pending.get(url.searchParams.get('relay') ?? '');
     // Another node's relay answers like an unknown one.
     if (!waiting || waiting.nodeId !== nodeId) throw new NotFoundError(`relay ${url.searchParams.get('relay') ?? ''}`);
-    wss.handleUpgrade(req, socket, head, (ws) => waiting.join(ws));
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      track(ws, actor);
+      waiting.join(ws);
+    });
   };
 
   const refuse = (socket: Duplex) => (error: unknown) => {

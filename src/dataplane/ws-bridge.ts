@@ -21,6 +21,8 @@ export const CLOSE = {
   nodeTimeout: 4504,
   /** The server is shutting down. */
   goingAway: 1001,
+  /** The credential that opened it was revoked or expired, or its sandbox removed. */
+  revoked: 4401,
 } as const;
 
 function toBuffer(data: RawData): Buffer {

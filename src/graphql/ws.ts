@@ -11,7 +11,6 @@ import { endWithError } from '../http/protocol-errors';
 import { MAX_JSON_BODY_BYTES } from '../http/text';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
-import { CREDENTIALS_TOPIC, type CredentialChange } from '../services/credential-cache';
 import { DomainError } from '../services/errors';
 import { variablesError } from './input';
 import type { GraphQLHandler } from './yoga';
@@ -28,7 +27,12 @@ interface EnvelopedRoot {
 type SocketExtra = {
   actor?: Actor;
   clientAddress?: string;
+  /** Its credential ended while a subscription still runs (a removed sandbox's last config): why it closes. */
+  closing?: string;
 };
+
+/** The longest a socket whose credential ended waits for its last subscription to complete. */
+const CLOSING_MS = 5_000;
 
 /** How often sockets are looked at: an idle one is pinged, one that did not answer its last ping is dropped. */
 const KEEP_ALIVE_MS = 12_000;
@@ -120,16 +124,6 @@ export function serveGraphQLWebSocket(
     const method = /method/i.test(err.message);
     endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
   });
-  // A socket lives as long as its credential: revoking it (on any instance) closes the socket.
-  const credentialOf = new WeakMap<WebSocket, string>();
-  const stopRevocations = deps.events.listen(CREDENTIALS_TOPIC, (payload) => {
-    const revoked = new Set((payload as CredentialChange).credentials ?? []);
-    if (revoked.size === 0) return;
-    for (const client of wss.clients) {
-      const credential = credentialOf.get(client);
-      if (credential !== undefined && revoked.has(credential)) client.close(4401, 'this credential was revoked');
-    }
-  });
   const graphqlWs = useServer<Record<string, unknown>, SocketExtra>(
     {
       execute: (args: ExecutionArgs) => (args.rootValue as EnvelopedRoot).execute(args),
@@ -141,7 +135,17 @@ export function serveGraphQLWebSocket(
         try {
           ctx.extra.actor = await authenticate(deps, header, address);
           ctx.extra.clientAddress = address;
-          credentialOf.set(ctx.extra.socket, ctx.extra.actor.credentialId);
+          // A socket lives as long as its credential: revoked (on any instance), expired, or its
+          // sandbox removed, the socket closes.
+          const socket = ctx.extra.socket;
+          const release = deps.credentials.hold(ctx.extra.actor, (reason) => {
+            // A removed sandbox's agent still gets its last config: its subscription then
+            // completes, and the socket closes (at the latest 5 s later).
+            if (ctx.extra.actor?.kind !== 'sandbox' || Object.keys(ctx.subscriptions).length === 0) return socket.close(4401, reason);
+            ctx.extra.closing = reason;
+            setTimeout(() => socket.close(4401, reason), CLOSING_MS).unref();
+          });
+          socket.once('close', release);
           return true;
         } catch (error) {
           if (!(error instanceof DomainError)) {
@@ -152,6 +156,11 @@ export function serveGraphQLWebSocket(
           }
           return false;
         }
+      },
+      onComplete: (ctx) => {
+        const reason = ctx.extra.closing;
+        // After the complete message went out and the subscription was forgotten.
+        if (reason) setImmediate(() => Object.keys(ctx.subscriptions).length === 0 && ctx.extra.socket.close(4401, reason));
       },
       onSubscribe: async (ctx, id, payload) => {
         // Each subscription holds server memory; the one being made is already counted.
@@ -196,7 +205,6 @@ export function serveGraphQLWebSocket(
   return {
     async close() {
       stopKeepAlive();
-      stopRevocations();
       await graphqlWs.dispose();
       for (const client of wss.clients) client.terminate();
       await new Promise<void>((resolve) => wss.close(() => resolve()));

@@ -43,6 +43,9 @@ export interface RunningExec {
   stderr: PassThrough;
   /** Resolves when the engine's stream ends: the command's exit code (as the engine reports it). */
   exited: Promise<number>;
+  /** Stops reading the engine's stream (the command blocks once the pipes between are full), and reads on. */
+  pause(): void;
+  resume(): void;
 }
 
 export interface ImageConfig {
@@ -230,7 +233,7 @@ export class Engine {
       // Every error, not only the first: a write after the engine closed the stream must not end the process.
       stream.on('error', done);
     });
-    return { stdin: stream, stdout, stderr, exited };
+    return { stdin: stream, stdout, stderr, exited, pause: () => stream.pause(), resume: () => stream.resume() };
   }
 }
 

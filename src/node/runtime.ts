@@ -21,6 +21,7 @@ import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
 import { environmentRoot, shareDir } from '../dataplane/layout';
+import { EXEC_WINDOW } from '../dataplane/protocol';
 import { formatSize, parseSize } from '../services/sizes';
 import { type Engine, engineMessage, type RunningExec } from './engine';
 
@@ -73,6 +74,8 @@ export interface Command {
   /** The exit code: the command's, or 137 when it was killed. */
   exited: Promise<number>;
   kill(): void;
+  /** The caller took `bytes` more of the output: that much more may come (EXEC_WINDOW). */
+  grant(bytes: number): void;
 }
 
 export class NoRuntimeError extends Error {}
@@ -233,15 +236,28 @@ export class NodeRuntime {
 
   /**
    * Runs argv in the environment's container (in `workdir`, as the image's user), handing its
-   * output to `output` as it comes. kill() ends the command's whole session.
+   * output to `output` as it comes, at most EXEC_WINDOW bytes beyond what grant() allowed: past
+   * that the engine's stream is not read, so the command blocks on its next write. kill() ends
+   * the command's whole session.
    */
   async exec(id: string, argv: string[], workdir: string, output: (stream: 'stdout' | 'stderr', data: Buffer) => void): Promise<Command> {
     const engine = this.requireEngine();
     const run = await engine.exec(containerName(id), { cmd: [ENVD_PATH, 'run', ...argv], workdir });
-    run.stdout.on('data', (data: Buffer) => output('stdout', data));
-    run.stderr.on('data', (data: Buffer) => output('stderr', data));
+    let credit = EXEC_WINDOW;
+    const took = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
+      credit -= data.length;
+      if (credit <= 0) run.pause();
+      output(stream, data);
+    };
+    run.stdout.on('data', took('stdout'));
+    run.stderr.on('data', took('stderr'));
     let killed = false;
     return {
+      grant: (bytes: number) => {
+        const stalled = credit <= 0;
+        credit += bytes;
+        if (stalled && credit > 0) run.resume();
+      },
       // berth-envd kills the session when its input ends: the caller went away.
       kill: () => {
         killed = true;

@@ -64,7 +64,12 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
         send(next.value);
       }
     })().catch((err) => log('node channel forwarding failed', err));
-    ws.on('close', () => void inbox.return?.());
+    // Revoking the node's credential (its removal) closes the channel at once, on every instance.
+    const release = deps.credentials.hold(actor, () => ws.close(4401, 'this node was removed'));
+    ws.on('close', () => {
+      release();
+      void inbox.return?.();
+    });
     let queue = Promise.resolve();
     ws.on('message', (data, isBinary) => {
       // One message at a time, in order.

@@ -96,6 +96,7 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     // An API key is an admin key when it was created as one (POST /v1/keys {admin: true}).
     admin: kind === 'person' ? row.admin === true : kind === 'apiKey' && row.keyAdmin,
     name: kind === 'person' ? (row.email ?? row.name) : row.name,
+    ...(row.expires ? { expires: row.expires.getTime() } : {}),
   });
   const entry: CachedCredential = { actor, expires: row.expires?.getTime() ?? null, lastUsed: row.lastUsed?.getTime() ?? null };
   touch(deps, entry, now);

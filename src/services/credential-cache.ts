@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Clock } from '../clock';
 import type { Actor } from '../context';
 import type { EventPayload, Events } from '../events';
 
@@ -25,6 +26,14 @@ export interface CredentialChange {
 }
 
 const MAX_ENTRIES = 10_000;
+/** How often open streams are checked for a credential that expired meanwhile. */
+const EXPIRY_SWEEP_MS = 1_000;
+
+/** An open stream (a WebSocket, an SSE response, a relay) that lives as long as its credential. */
+interface Hold {
+  actor: Actor;
+  end(reason: string): void;
+}
 /** How long a publisher waits to hear its own change back from PostgreSQL (see `publish`). */
 const ECHO_MS = 2_000;
 
@@ -44,9 +53,50 @@ export class CredentialCache {
   private readonly echoes = new Map<string, () => void>();
   private version = 0;
   private readonly stop: () => void;
+  private readonly holds = new Set<Hold>();
+  private sweep: NodeJS.Timeout | undefined;
 
-  constructor(private readonly events: Events) {
+  constructor(
+    private readonly events: Events,
+    private readonly clock: Clock,
+  ) {
     this.stop = events.listen(CREDENTIALS_TOPIC, (payload) => this.receive(payload));
+  }
+
+  /**
+   * Ties an open stream to its credential: `end` is called once, when the credential is revoked
+   * or its sandbox removed (on any instance, as soon as the change is heard) or it expires (within
+   * a second). Returns the release to call when the stream ends by itself.
+   */
+  hold(actor: Actor, end: (reason: string) => void): () => void {
+    const hold: Hold = { actor, end };
+    this.holds.add(hold);
+    if (actor.expires !== undefined && !this.sweep) {
+      this.sweep = setInterval(() => this.endExpired(), EXPIRY_SWEEP_MS);
+      this.sweep.unref();
+    }
+    return () => this.release(hold);
+  }
+
+  private release(hold: Hold): void {
+    this.holds.delete(hold);
+    if (this.sweep && ![...this.holds].some((h) => h.actor.expires !== undefined)) {
+      clearInterval(this.sweep);
+      this.sweep = undefined;
+    }
+  }
+
+  private endHolds(match: (actor: Actor) => boolean, reason: string): void {
+    for (const hold of this.holds) {
+      if (!match(hold.actor)) continue;
+      this.release(hold);
+      hold.end(reason);
+    }
+  }
+
+  private endExpired(): void {
+    const now = this.clock.now().getTime();
+    this.endHolds((actor) => actor.expires !== undefined && actor.expires <= now, 'this credential has expired');
   }
 
   /** A credential remembered and still usable now, or undefined (then the database decides). */
@@ -121,6 +171,8 @@ export class CredentialCache {
   close(): void {
     this.stop();
     this.clear();
+    clearInterval(this.sweep);
+    this.sweep = undefined;
   }
 
   private clear(): void {
@@ -146,8 +198,8 @@ export class CredentialCache {
     if (!change.credentials?.length && !change.sandbox) return;
     this.version++;
     const ids = new Set(change.credentials ?? []);
-    for (const [hash, entry] of this.entries) {
-      if (ids.has(entry.actor.credentialId) || (change.sandbox && entry.actor.sandboxId === change.sandbox)) this.entries.delete(hash);
-    }
+    const stale = (actor: Actor) => ids.has(actor.credentialId) || (change.sandbox !== undefined && actor.sandboxId === change.sandbox);
+    for (const [hash, entry] of this.entries) if (stale(entry.actor)) this.entries.delete(hash);
+    this.endHolds(stale, change.sandbox ? 'this sandbox was removed' : 'this credential was revoked');
   }
 }

@@ -10,8 +10,9 @@
 // caller's request: a caller that goes away stops the command's whole session.
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../context';
-import { execOutput } from '../dataplane/protocol';
+import { EXEC_GRANT, execOutput } from '../dataplane/protocol';
 import type { Environment, Exec } from '../generated/prisma/client';
+import type { Command } from '../node/runtime';
 import { requireMember, requireOwner } from './access';
 import { findEnvironment, recordExecRow } from './environments';
 import { ConflictError, DomainError, ValidationError } from './errors';
@@ -84,17 +85,26 @@ export async function runCommand(
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();
   const started = Date.now();
-  let stopLocal: (() => void) | undefined;
+  let local: BuiltinRun | undefined;
   if (env.nodeId) {
     await sendToNode(deps, env.nodeId, { type: 'exec', exec: run, environment: { id: env.id }, argv, workdir: env.workdir });
   } else {
-    stopLocal = runOnBuiltinNode(deps, env, run, argv);
+    local = runOnBuiltinNode(deps, env, run, argv);
   }
   let finished = false;
   const stop = () => {
     if (finished) return;
-    if (stopLocal) stopLocal();
+    if (local) local.stop();
     else if (env.nodeId) sendToNode(deps, env.nodeId, { type: 'exec-kill', exec: run }).catch(() => undefined);
+  };
+  // Output the caller has taken (asked for the next event after it) and not yet granted back.
+  let taken = 0;
+  const grant = () => {
+    if (taken < EXEC_GRANT || finished) return;
+    const bytes = taken;
+    taken = 0;
+    if (local) local.grant(bytes);
+    else if (env.nodeId) sendToNode(deps, env.nodeId, { type: 'exec-credit', exec: run, bytes }).catch(() => undefined);
   };
   // The caller went away: the command is stopped (and recorded with the signal's exit code).
   signal?.addEventListener('abort', stop, { once: true });
@@ -119,7 +129,10 @@ export async function runCommand(
         const event = got.value;
         if (event.type === 'exec-output') {
           const stream = event.stream === 'stderr' ? 'stderr' : 'stdout';
-          yield { kind: 'output', stream, data: Buffer.from(String(event.data), 'base64') };
+          const data = Buffer.from(String(event.data), 'base64');
+          yield { kind: 'output', stream, data };
+          taken += data.length;
+          grant();
         } else if (event.type === 'exec-exit') {
           finished = true;
           const exitCode = Number(event.exitCode);
@@ -151,24 +164,31 @@ export async function runCommand(
   };
 }
 
+interface BuiltinRun {
+  stop(): void;
+  grant(bytes: number): void;
+}
+
 /** The built-in node's runner: the command in the environment's container, events on the same topic. */
-function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[]): () => void {
+function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[]): BuiltinRun {
   const topic = execTopic(HOT, run);
   let chain = Promise.resolve();
   const publish = (payload: Record<string, unknown>) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
   };
-  let kill: (() => void) | undefined;
+  let command: Command | undefined;
   let killed = false;
+  let granted = 0;
   deps.node
     .exec(env.id, argv, env.workdir, (stream, data) => {
       for (const event of execOutput(stream, data)) publish(event);
     })
     .then(
-      (command) => {
-        kill = command.kill;
-        if (killed) command.kill();
-        return command.exited;
+      (started) => {
+        command = started;
+        if (killed) started.kill();
+        if (granted) started.grant(granted);
+        return started.exited;
       },
       (error: Error) => {
         publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
@@ -176,8 +196,14 @@ function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: strin
       },
     )
     .then((exitCode) => publish({ type: 'exec-exit', exitCode }));
-  return () => {
-    killed = true;
-    kill?.();
+  return {
+    stop() {
+      killed = true;
+      command?.kill();
+    },
+    grant(bytes) {
+      if (command) command.grant(bytes);
+      else granted += bytes;
+    },
   };
 }
