@@ -84,9 +84,16 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
   for (const pool of deps.catalog.pools) {
     for (;;) {
       const env = await deps.prisma.$transaction(async (tx) => {
+        // Only leases a free slot could take, oldest first: leases no slot fits (another
+        // organization's node is the only free one) never hold back those behind them.
         const envs = await tx.$queryRaw<{ id: string; orgId: string }[]>`
-          SELECT id, "orgId" FROM "Environment" WHERE pool = ${pool.name} AND state = 'pending'
-          ORDER BY "queueSeq" LIMIT 50 FOR UPDATE SKIP LOCKED`;
+          SELECT e.id, e."orgId" FROM "Environment" e
+           WHERE e.pool = ${pool.name} AND e.state = 'pending'
+             AND EXISTS (SELECT 1 FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+                          WHERE n.pool = e.pool AND n."environmentId" IS NULL
+                            AND (n."remoteId" IS NULL OR (r."orgId" = e."orgId" AND r.state = 'online'
+                                 AND r.draining IS NULL AND r.revoked IS NULL)))
+           ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
         if (envs.length === 0) return null;
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
         const slots = await tx.$queryRaw<{ id: string; remoteId: string | null; name: string; orgId: string | null }[]>`
