@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ValidationError } from '../src/services/errors';
+import { Glob, GlobSyntaxError } from '../src/services/glob';
 import {
   DEFAULT_IGNORES,
   rebaseGitignore,
@@ -13,15 +14,19 @@ import {
 } from '../src/services/sync-rules';
 import { thrown } from './helpers/thrown';
 
-// Record which folders the walk reads, to check that excluded folders are not read needlessly.
-const fsSpy = vi.hoisted(() => ({ readdirs: [] as string[] }));
+// Record which folders the walk reads, to check that excluded folders are not read needlessly,
+// and let a test act the moment a folder's listing arrives.
+const fsSpy = vi.hoisted(() => ({ readdirs: [] as string[], onListed: null as ((dir: string) => void) | null }));
 vi.mock('node:fs/promises', async (importOriginal) => {
   const actual = await importOriginal<typeof import('node:fs/promises')>();
   return {
     ...actual,
     readdir: ((...args: Parameters<typeof actual.readdir>) => {
       fsSpy.readdirs.push(String(args[0]));
-      return (actual.readdir as (...a: unknown[]) => unknown)(...args);
+      return (actual.readdir as (...a: unknown[]) => Promise<unknown>)(...args).then((entries) => {
+        fsSpy.onListed?.(String(args[0]));
+        return entries;
+      });
     }) as typeof actual.readdir,
   };
 });
@@ -463,4 +468,148 @@ describe('DEFAULT_IGNORES', () => {
 
 beforeEach(() => {
   fsSpy.readdirs.length = 0;
+  fsSpy.onListed = null;
+});
+
+describe('Glob', () => {
+  // [pattern, paths it matches, paths it does not]
+  const table: [string, string[], string[]][] = [
+    ['*.log', ['a.log', '.log', 'a.b.log'], ['a/b.log', 'a.logs']],
+    ['*', ['a', '.env'], ['a/b']],
+    ['a?c', ['abc', 'a.c'], ['ac', 'a/c', 'abbc']],
+    ['**', ['a', 'a/b/c', '.git/HEAD'], []],
+    ['**/x', ['x', 'a/x', 'a/.b/x'], ['ax', 'x/a']],
+    ['a/**/b', ['a/b', 'a/x/b', 'a/x/y/b'], ['ab', 'a/xb', 'b']],
+    ['a/**', ['a', 'a/b', 'a/b/c'], ['ab', 'b/a']],
+    ['src/*/**', ['src/a/b', 'src/a/b/c'], ['src/a', 'src']],
+    ['**/**/x', ['x', 'a/b/x'], ['a/bx']],
+    ['a**b', ['ab', 'axxb'], ['a/b', 'ax/yb']],
+    ['**/*.log', ['a.log', 'x/y/a.log', '.h/.log'], ['a.logs', 'a.log/x']],
+    ['[abc].txt', ['a.txt', 'c.txt', '[abc].txt'], ['d.txt', 'ab.txt']],
+    ['[a-c]x', ['bx'], ['dx', 'Bx']],
+    ['[!a]x', ['bx', '!x'], ['ax']],
+    ['a[^b]c', ['axc'], ['abc', 'a/c']],
+    ['[]]x', [']x'], ['x']],
+    ['[]-a]', ['^', 'a'], ['b']],
+    ['x[[:digit:]_]', ['x1', 'x_'], ['xa']],
+    ['\\*', ['*'], ['a']],
+    ['a\\[b', ['a[b'], ['ab']],
+    ['{a,b}/c', ['a/c', 'b/c'], ['c', 'ab/c']],
+    ['{a,b{c,d}}x', ['ax', 'bcx', 'bdx'], ['bx', 'cx']],
+    ['*.{js,ts}', ['a.js', 'b.ts'], ['a.jsx', 'a.']],
+    ['a{,b}', ['a', 'ab'], ['b']],
+    ['{a..c}', ['b'], ['d', 'ab']],
+    ['{a}', ['{a}'], ['a']],
+    ['{build,src/gen}/*.js', ['build/a.js', 'src/gen/a.js'], ['src/a.js']],
+    ['@(a|b)x', ['ax', 'bx'], ['x', 'abx']],
+    ['x*(ab)', ['x', 'xab', 'xabab'], ['xa', 'xaba']],
+    ['+(a|b)', ['a', 'abba'], ['c', 'ac']],
+    ['?(a)b', ['b', 'ab'], ['aab']],
+    ['@(a/b|c)', ['a/b', 'c'], ['a']],
+    ['file (1).txt', ['file (1).txt', 'file 1.txt'], ['file (2).txt']],
+    ['a(b', ['a(b'], ['ab']],
+    ['a|b', ['a|b'], ['a']],
+  ];
+  it.each(table)('%j', (pattern, yes, no) => {
+    const glob = new Glob(pattern);
+    for (const p of yes) expect(glob.matches(p), p).toBe(true);
+    for (const p of no) expect(glob.matches(p), p).toBe(false);
+  });
+
+  // [pattern, folder, whether something below it could match]
+  const reach: [string, string, boolean][] = [
+    ['node_modules/.prisma/client/*.js', 'node_modules', true],
+    ['node_modules/.prisma/client/*.js', 'node_modules/.prisma/client', true],
+    ['node_modules/.prisma/client/*.js', 'node_modules/pkg', false],
+    ['**/x', 'a/b/c', true],
+    ['a/*', 'a', true],
+    ['a/*', 'a/b', false],
+    ['a', 'a', false],
+    ['a/**', 'a', true],
+    ['{build,src/gen}/*.js', 'src', true],
+    ['{build,src/gen}/*.js', 'lib', false],
+    ['@(a/b|c)/x', 'a', true],
+    ['[weird]/x.o', '[weird]', true],
+  ];
+  it.each(reach)('%j may match below %j: %j', (pattern, dir, expected) => {
+    expect(new Glob(pattern).mayMatchBelow(dir)).toBe(expected);
+  });
+
+  const invalid: [string, RegExp][] = [
+    ['[abc', /unclosed "\[" at 0/],
+    ['a{b', /unclosed "\{" at 1/],
+    ['{{a,b}', /unclosed "\{" at 0/],
+    ['[z-a]', /range "z-a" at 1 is backwards/],
+    ['a\\', /ends with "\\"/],
+    ['!(a)', /"!\(…\)" at 0 is not supported/],
+    ['{1..10}', /only ranges of single characters/],
+    ['[[:foo:]]', /unknown class "\[:foo:\]"/],
+  ];
+  it.each(invalid)('refuses %j', (pattern, message) => {
+    expect(() => new Glob(pattern)).toThrow(GlobSyntaxError);
+    expect(() => new Glob(pattern)).toThrow(message);
+  });
+
+  it('validateInclude refuses what the glob syntax refuses, naming the index', () => {
+    for (const pattern of ['a/!(b)', '{1..10}', '[[:foo:]]']) {
+      const err = thrown(() => validateInclude(['ok', pattern]));
+      expect(err.message).toMatch(/^include\[1\]: .* is not a valid glob \(/);
+      expect(err.field).toBe('include[1]');
+    }
+  });
+});
+
+describe('Glob: linear time', () => {
+  // Each of these froze picomatch's backtracking regular expressions for minutes or more.
+  const name = 'a'.repeat(4096);
+  const deep = Array.from({ length: 16 }, () => 'a'.repeat(255)).join('/');
+  const mixed = Array.from({ length: 4096 }, (_, i) => ((i * 7919) % 13 < 6 ? 'a' : 'b')).join('');
+  const cases: [string, string, string][] = [
+    ['stars', `${'*a'.repeat(10)}*b`, name],
+    ['stars after **/', `**/${'*a'.repeat(7)}*b`, deep],
+    ['braces and stars', `${'{a,b}*'.repeat(100)}c`, name],
+    ['1024 characters of stars', `${'*a'.repeat(511)}*b`, name],
+    ['an extglob and 1018 ?', `*(?|/)${'?'.repeat(1018)}`, name],
+    ['an exponential DFA', `*([ab])a${'?'.repeat(1016)}`, mixed],
+  ];
+  it.each(cases)('%s: at most (path length + 1) × (4 × states + 1) steps', (_title, pattern, path) => {
+    expect(validateInclude([pattern])).toEqual([pattern]);
+    const glob = new Glob(pattern);
+    expect(glob.size).toBeLessThanOrEqual(2 * pattern.length + 1);
+    // Twice, the second time with its transitions cached, then as a folder (`path/` is fed).
+    for (const [fed, run] of [
+      [path, () => glob.matches(path)],
+      [path, () => glob.matches(path)],
+      [`${path}/`, () => glob.mayMatchBelow(path)],
+    ] as const) {
+      const before = glob.meter.steps;
+      expect(typeof run()).toBe('boolean');
+      expect(glob.meter.steps - before).toBeLessThanOrEqual((fed.length + 1) * (4 * glob.size + 1));
+    }
+  });
+
+  it('a walk with such patterns over long names finishes', async () => {
+    // node_modules is excluded: only the includes select there, and `**/` makes the walk look everywhere.
+    const segment = 'a'.repeat(250);
+    const deep = ['node_modules', ...Array.from({ length: 14 }, () => segment), 'x'].join('/');
+    const wanted = `node_modules/${segment}/${segment}.txt`;
+    const root = await tree({ [deep]: '', [wanted]: '' });
+    const include = [`**/${'*a'.repeat(10)}*b`, `${'{a,b}*'.repeat(100)}c`, `${'*a'.repeat(511)}*b`, `**/${'*a'.repeat(10)}*.txt`];
+    expect(await select(root, { include })).toEqual([wanted]);
+  });
+});
+
+describe('selectFiles: the event loop', () => {
+  it('gets turns while a walk matches, with no I/O in between', async () => {
+    // node_modules is excluded: its files are only matched against the includes, never read.
+    const files = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`node_modules/${'a'.repeat(200)}${i}`, '']));
+    const root = await tree(files);
+    const include = Array.from({ length: 40 }, (_, i) => `node_modules/${'*a'.repeat(100 + i)}*b`);
+    let turn = false;
+    fsSpy.onListed = (dir) => {
+      if (dir.endsWith('node_modules')) setImmediate(() => (turn = true));
+    };
+    expect(await select(root, { include })).toEqual([]);
+    expect(turn).toBe(true);
+  });
 });

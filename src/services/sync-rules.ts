@@ -10,12 +10,14 @@
 //    .gitignore (the folder is not even read, so .gitignore files inside it are ignored too).
 //    Matching is case-sensitive, as git on Linux. Only .gitignore files are read (not
 //    .git/info/exclude nor a global excludes file).
-// 3. `include` (paths or picomatch globs, relative to root, matched with `dot: true`) are selected
-//    whatever 2 says, inside excluded folders too. A pattern that matches a folder selects
-//    everything beneath it (`dist`, `node_modules/.prisma`). Globs follow picomatch, not
-//    gitignore: `*.log` matches only at the top; write `**/*.log` for any depth. A glob that can
-//    reach anywhere (`**/x`) makes the walk descend into every excluded folder, node_modules and
-//    .git included, to look for matches.
+// 3. `include` (paths or globs relative to root: `*`, `?`, `[…]`, `**`, `{a,b}`, extglobs; dot
+//    files match; syntax in glob-syntax.ts) are selected whatever 2 says, inside excluded folders
+//    too. A pattern that matches a folder selects everything beneath it (`dist`,
+//    `node_modules/.prisma`). Globs are not gitignore's: `*.log` matches only at the top; write
+//    `**/*.log` for any depth. A glob that can reach anywhere (`**/x`) makes the walk descend into
+//    every excluded folder, node_modules and .git included, to look for matches. Matching takes
+//    linear time whatever the pattern (glob.ts), and a walk gives the event loop a turn every few
+//    milliseconds of work, mid-match if need be.
 // 4. `files` keys (destinations of extra files, relative to root) are selected like exact include
 //    paths; their values (sources on the sandbox) are not read here.
 // Symbolic links are never followed and never selected; neither are sockets, FIFOs or devices.
@@ -25,8 +27,8 @@ import type { Dirent } from 'node:fs';
 import { lstat, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import ignore, { type Ignore } from 'ignore';
-import picomatch from 'picomatch';
 import { ValidationError } from './errors';
+import { type Answer, Glob, GlobSyntaxError, type Meter, type Paused } from './glob';
 
 /**
  * Applied unless `noIgnore`, in .gitignore syntax. Deliberately short: only what is never
@@ -54,18 +56,27 @@ export const MAX_INCLUDE_PATTERNS = 100;
 export const MAX_PATTERN_LENGTH = 1024;
 export const MAX_PATH_LENGTH = 4096;
 
+/** Matching work (glob.ts steps: a few milliseconds of it) a walk does between two turns it gives the event loop. */
+const SLICE_STEPS = 1 << 18;
+/** What handling one folder entry counts for, besides matching it. */
+const ENTRY_STEPS = 256;
+
 const CONTROL = /\p{Cc}/u;
-const PICOMATCH_OPTIONS = { dot: true } as const;
 
 /**
- * Checks `include`: an array of relative paths or picomatch globs. Each is normalised (`./`
- * prefixes, `.` segments, doubled and trailing `/` removed) and the normalised list returned,
- * without duplicates. Refused with a ValidationError naming the index: non-strings, empty
- * patterns, absolute paths, `..` segments, control characters, negation (`!x`), unbalanced `[`,
- * and whatever picomatch cannot compile (unbalanced `{`, bad ranges such as `[z-a]`, a trailing
- * `\`). At most 100 patterns of 1024 characters each.
+ * Checks `include`: an array of relative paths or globs. Each is normalised (`./` prefixes, `.`
+ * segments, doubled and trailing `/` removed) and the normalised list returned, without
+ * duplicates. Refused with a ValidationError naming the index: non-strings, empty patterns,
+ * absolute paths, `..` segments, control characters, negation (`!x`), and what glob-syntax.ts
+ * refuses (unclosed `[` or `{`, bad ranges such as `[z-a]`, a trailing `\`, `!(…)`). At most 100
+ * patterns of 1024 characters each.
  */
 export function validateInclude(patterns: unknown, field = 'include'): string[] {
+  return compileInclude(patterns, field).map((glob) => glob.source);
+}
+
+/** validateInclude's patterns, compiled; their matches add their work up in `meter`. */
+function compileInclude(patterns: unknown, field: string, meter?: Meter): Glob[] {
   if (patterns === undefined || patterns === null) return [];
   if (!Array.isArray(patterns)) {
     throw new ValidationError(`${field}: must be an array of paths or globs`, field);
@@ -73,20 +84,21 @@ export function validateInclude(patterns: unknown, field = 'include'): string[] 
   if (patterns.length > MAX_INCLUDE_PATTERNS) {
     throw new ValidationError(`${field}: at most ${MAX_INCLUDE_PATTERNS} patterns (got ${patterns.length})`, field);
   }
-  const out: string[] = [];
+  const out = new Map<string, Glob>();
   patterns.forEach((raw: unknown, index) => {
     const at = `${field}[${index}]`;
-    const problem = includeProblem(raw);
-    if (typeof problem === 'string') {
+    const glob = compilePattern(raw, meter);
+    if (typeof glob === 'string') {
       const shown = typeof raw === 'string' ? ` ${show(raw)}` : '';
-      throw new ValidationError(`${at}:${shown} ${problem}`, at);
+      throw new ValidationError(`${at}:${shown} ${glob}`, at);
     }
-    if (!out.includes(problem.pattern)) out.push(problem.pattern);
+    if (!out.has(glob.source)) out.set(glob.source, glob);
   });
-  return out;
+  return [...out.values()];
 }
 
-function includeProblem(raw: unknown): string | { pattern: string } {
+/** The glob of one normalised include pattern, or what is wrong with it. */
+function compilePattern(raw: unknown, meter?: Meter): Glob | string {
   if (typeof raw !== 'string') return 'must be a string';
   if (raw.length === 0) return 'must not be empty';
   if (raw.length > MAX_PATTERN_LENGTH) return `is longer than ${MAX_PATTERN_LENGTH} characters`;
@@ -97,52 +109,12 @@ function includeProblem(raw: unknown): string | { pattern: string } {
   if (segments.includes('..')) return 'must not contain ".." segments';
   const pattern = segments.join('/');
   if (pattern === '') return 'must name something inside the share folder (use noIgnore to send everything)';
-  const bracket = unbalancedBracket(pattern);
-  if (bracket !== null) return `has an unclosed "[" at ${bracket}`;
   try {
-    const re = picomatch.makeRe(pattern, { ...PICOMATCH_OPTIONS, debug: true });
-    if (re.source === '$^') return 'is not a valid glob';
+    return new Glob(pattern, meter);
   } catch (err) {
-    return `is not a valid glob (${(err as Error).message})`;
+    if (err instanceof GlobSyntaxError) return `is not a valid glob (${err.message})`;
+    throw err;
   }
-  return { pattern };
-}
-
-/** Index of a `[` that has no closing `]` (bash/picomatch bracket rules), or null. */
-function unbalancedBracket(pattern: string): number | null {
-  for (let i = 0; i < pattern.length; i++) {
-    const c = pattern[i];
-    if (c === '\\') {
-      i++;
-      continue;
-    }
-    if (c !== '[') continue;
-    let j = i + 1;
-    if (pattern[j] === '!' || pattern[j] === '^') j++;
-    if (pattern[j] === ']') j++; // a `]` first in the class is a member
-    let closed = false;
-    for (; j < pattern.length; j++) {
-      if (pattern[j] === '\\') {
-        j++;
-        continue;
-      }
-      if (pattern[j] === '[' && pattern[j + 1] === ':') {
-        // POSIX class such as [:alpha:]
-        const end = pattern.indexOf(':]', j + 2);
-        if (end >= 0) {
-          j = end + 1;
-          continue;
-        }
-      }
-      if (pattern[j] === ']') {
-        closed = true;
-        break;
-      }
-    }
-    if (!closed) return i;
-    i = j;
-  }
-  return null;
 }
 
 /**
@@ -214,9 +186,10 @@ type WalkMode =
 /** The files of `root` that `rules` select, sorted by path (see the top of this file). */
 export async function* selectFiles(root: string, rules: SyncRules): AsyncGenerator<SelectedFile> {
   const base = path.resolve(root);
-  const include = validateInclude([...rules.include]);
+  const meter: Meter = { steps: 0, pauseAt: SLICE_STEPS };
+  const globs = compileInclude([...rules.include], 'include', meter);
   const exact = Object.keys(rules.files ?? {}).map((dest) => validateRelativePath(dest, `files[${JSON.stringify(dest)}]`));
-  const matcher = new IncludeMatcher(include, exact);
+  const matcher = new IncludeMatcher(globs, exact, meter);
   if (rules.noIgnore) {
     yield* walk(base, '', 'all', null, matcher);
     return;
@@ -253,17 +226,18 @@ async function* walk(
   }
 
   for (const item of items) {
+    await includes.entry();
     const rel = relDir === '' ? item.name : `${relDir}/${item.name}`;
     const abs = path.join(absDir, item.name);
     let next: WalkMode | null;
     if (mode === 'all') {
       next = 'all';
-    } else if (includes.matches(rel)) {
+    } else if (await includes.matches(rel)) {
       next = 'all';
     } else if (mode === 'normal' && !rules!.ignores(item.dir ? `${rel}/` : rel)) {
       next = 'normal';
     } else {
-      next = item.dir && includes.mayMatchUnder(rel) ? 'include-only' : null;
+      next = item.dir && (await includes.mayMatchUnder(rel)) ? 'include-only' : null;
     }
     if (next === null) continue;
     if (item.dir) {
@@ -304,56 +278,61 @@ function escapeGlob(literal: string): string {
   return literal.replace(/[\\*?[\]]/g, '\\$&').replace(/^[!#]/, '\\$&');
 }
 
-/** Matches paths against include patterns and exact paths; tells which folders to look into. */
+/**
+ * Matches paths against include globs and exact paths; tells which folders to look into. Gives the
+ * event loop a turn whenever the walk has done a slice of work (`meter`, shared with the globs),
+ * in the middle of a match if need be.
+ */
 class IncludeMatcher {
-  private readonly tests: ((p: string) => boolean)[] = [];
-  private readonly reaches: ((dir: string) => boolean)[] = [];
+  private readonly exactSet: ReadonlySet<string>;
 
-  constructor(patterns: readonly string[], exact: readonly string[]) {
-    for (const pattern of patterns) {
-      this.tests.push(picomatch(pattern, PICOMATCH_OPTIONS));
-      this.reaches.push(reachOf(pattern));
-    }
-    const exactSet = new Set(exact);
-    if (exactSet.size > 0) {
-      this.tests.push((p) => exactSet.has(p));
-      this.reaches.push((dir) => exact.some((e) => e.startsWith(`${dir}/`)));
-    }
+  constructor(
+    private readonly globs: readonly Glob[],
+    private readonly exact: readonly string[],
+    private readonly meter: Meter,
+  ) {
+    this.exactSet = new Set(exact);
   }
 
-  matches(p: string): boolean {
-    return this.tests.some((t) => t(p));
+  async matches(p: string): Promise<boolean> {
+    if (this.exactSet.has(p)) return true;
+    for (const glob of this.globs) {
+      const answer = glob.matches(p);
+      if (typeof answer === 'boolean' ? answer : await this.finish(answer)) return true;
+    }
+    return false;
   }
 
   /** Whether something strictly below folder `dir` could match. */
-  mayMatchUnder(dir: string): boolean {
-    return this.reaches.some((r) => r(dir));
-  }
-}
-
-/**
- * For one pattern, a test of whether it could match something strictly below a folder: segment
- * by segment against the folder's path, a `**` segment reaching anything. Patterns with braces or
- * extglobs (which may hide a `/`) fall back to their literal base from picomatch.scan.
- */
-function reachOf(pattern: string): (dir: string) => boolean {
-  if (/[{(]/.test(pattern)) {
-    const scan = picomatch.scan(pattern);
-    const base = scan.base.includes('\\') ? '' : scan.base;
-    return (dir) => base === '' || base === dir || base.startsWith(`${dir}/`) || dir.startsWith(`${base}/`);
-  }
-  const segments = pattern.split('/');
-  const matchers = segments.map((s) => (s === '**' ? null : picomatch(s, PICOMATCH_OPTIONS)));
-  return (dir) => {
-    const parts = dir.split('/');
-    for (let i = 0; i < parts.length; i++) {
-      if (i >= matchers.length) return false;
-      const m = matchers[i];
-      if (m === null) return true;
-      if (!m(parts[i])) return false;
+  async mayMatchUnder(dir: string): Promise<boolean> {
+    if (this.exact.some((e) => e.startsWith(`${dir}/`))) return true;
+    for (const glob of this.globs) {
+      const answer = glob.mayMatchBelow(dir);
+      if (typeof answer === 'boolean' ? answer : await this.finish(answer)) return true;
     }
-    return matchers.length > parts.length;
-  };
+    return false;
+  }
+
+  /** Counts the handling of one folder entry. */
+  async entry(): Promise<void> {
+    this.meter.steps += ENTRY_STEPS;
+    if (this.meter.steps >= this.meter.pauseAt) await this.breathe();
+  }
+
+  /** Resumes a paused match after each turn of the event loop until it answers. */
+  private async finish(paused: Paused): Promise<boolean> {
+    let answer: Answer = paused;
+    while (typeof answer !== 'boolean') {
+      await this.breathe();
+      answer = answer.resume();
+    }
+    return answer;
+  }
+
+  private async breathe(): Promise<void> {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    this.meter.pauseAt = this.meter.steps + SLICE_STEPS;
+  }
 }
 
 async function readText(file: string): Promise<string | null> {
