@@ -606,6 +606,33 @@ describeBackends('artifacts', (backend) => {
     expect((await download(`/v1/artifacts/${next.body.artifact.id}/content`)).bytes.toString()).toBe('new');
   });
 
+  it('holds at most 8 uploads in flight per member or key: the next is 429 too_many_uploads, others go on', async () => {
+    const inFlight = () => s.app.deps.prisma.artifact.count({ where: { status: 'uploading', createdBy: 'admin@berth.local' } });
+    const before = await inFlight();
+    const stalled = Array.from({ length: 8 - before }, (_, i) =>
+      rawUpload(s.url, `?name=stalled-${i}`, { 'transfer-encoding': 'chunked' }),
+    );
+    for (const u of stalled) await u.write(Buffer.from('part'));
+    await eventually(async () => (await inFlight()) === 8, 'eight uploads in flight');
+    const refused = await upload('?name=ninth', Buffer.from('x'));
+    expect(refused.status).toBe(429);
+    expect(refused.body).toMatchObject({ code: 'too_many_uploads' });
+    // Another member is not held back.
+    const other = await admin.post('/v1/tokens', { email: 'uploader@example.com' });
+    const theirs = await fetch(`${s.url}/v1/artifacts?name=theirs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${other.body.secret}`, 'content-type': 'application/octet-stream' },
+      body: 'mine',
+    });
+    expect(theirs.status).toBe(201);
+    // One finishes: room for the next.
+    stalled[0]!.end();
+    expect((await stalled[0]!.response).status).toBe(201);
+    expect((await upload('?name=ninth', Buffer.from('x'))).status).toBe(201);
+    for (const u of stalled.slice(1)) u.destroy();
+    await eventually(async () => (await inFlight()) === 0, 'the stalled uploads gone');
+  });
+
   it('refuses requests without a bearer token', async () => {
     expect((await download('/v1/artifacts/art_bbbbbbbbbbbbbbbbbbbb/content', {}, null)).status).toBe(401);
     const res = await fetch(`${s.url}/v1/artifacts`, { method: 'POST', body: 'x' });

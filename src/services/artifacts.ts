@@ -15,6 +15,7 @@ import type { Readable } from 'node:stream';
 import { type JWTPayload, errors as jose, jwtVerify, SignJWT } from 'jose';
 import type { Actor, Deps } from '../context';
 import { SealError } from '../crypto/seal';
+import { lockFor } from '../db';
 import type { Artifact, Prisma } from '../generated/prisma/client';
 import type { BackgroundJob } from '../scheduler/background';
 import { BlobNotFoundError } from '../store';
@@ -195,6 +196,9 @@ export async function listArtifacts(deps: Deps, actor: Actor, input: ListInput):
 // ---------------------------------------------------------------------------------------------
 // Storing
 
+/** Uploads one member (all their tokens) or one API key may have in flight at once. */
+export const MAX_UPLOADS_IN_FLIGHT = 8;
+
 /**
  * Streams `input.body` into the blob store as a new artifact. The record becomes visible only
  * once every object is stored; on any failure (too large, client gone, store error) the objects
@@ -208,24 +212,39 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
   const base = { id, orgId: actor.orgId, project: checked.project };
   const prefix = artifactPrefix(base);
   const deadline = () => new Date(deps.clock.now().getTime() + UPLOAD_STALE_MS);
-  await deps.prisma.artifact.create({
-    data: {
-      ...base,
-      name: checked.name ?? id,
-      size: 0n,
-      sha256: '',
-      contentType: checked.contentType,
-      labels: checked.labels,
-      keyVersion: version,
-      manifest: '',
-      chunks: 0,
-      sealedBytes: 0n,
-      createdBy: actor.name,
-      owner: principalOf(actor),
-      created: deps.clock.now(),
-      expires: deadline(),
-      status: 'uploading',
-    },
+  const owner = principalOf(actor);
+  await deps.prisma.$transaction(async (tx) => {
+    // Each upload holds a connection, a packer and its buffers: a bounded number per member or
+    // key, counted in the database so it holds across instances (a crashed one's rows go stale).
+    await lockFor(tx, `berth:uploads:${owner}`);
+    const [{ n }] = await tx.$queryRaw<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM "Artifact"
+       WHERE "orgId" = ${actor.orgId} AND owner = ${owner} AND status = 'uploading' AND expires > ${deps.clock.now()}`;
+    if (n >= MAX_UPLOADS_IN_FLIGHT) {
+      throw new DomainError(
+        `at most ${MAX_UPLOADS_IN_FLIGHT} uploads at once per member or API key: wait for one to finish`,
+        'too_many_uploads',
+      );
+    }
+    await tx.artifact.create({
+      data: {
+        ...base,
+        name: checked.name ?? id,
+        size: 0n,
+        sha256: '',
+        contentType: checked.contentType,
+        labels: checked.labels,
+        keyVersion: version,
+        manifest: '',
+        chunks: 0,
+        sealedBytes: 0n,
+        createdBy: actor.name,
+        owner,
+        created: deps.clock.now(),
+        expires: deadline(),
+        status: 'uploading',
+      },
+    });
   });
   // Keeps the row alive while this process is still receiving it; a crash stops the heartbeat and
   // the sweeper collects the row and whatever objects it had written an hour later.
