@@ -139,7 +139,10 @@ describeBackends('relay checks', (backend) => {
     const anonymous = client(() => s.url);
     const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
     const services = [{ service: 'echo', target: '127.0.0.1:7000' }];
-    expect((await admin.put('/v1/templates/echo-doomed', { pool, startMs: 10, idle: '30m', hard: '1h', image: TEST_ECHO_IMAGE, services })).status).toBe(200);
+    expect(
+      (await admin.put('/v1/templates/echo-doomed', { pool, startMs: 10, idle: '30m', hard: '1h', image: TEST_ECHO_IMAGE, services }))
+        .status,
+    ).toBe(200);
     const doomed = await admin.post('/v1/sandboxes', { name: 'doomed' });
     const doomedCredential = (await anonymous.post('/v1/sandboxes/join', { key: doomed.body.key })).body.credential;
     const open = async (sandbox: string, token: string) => {
