@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { packagePath } from './paths';
+import { parseSize } from './services/sizes';
 
 /** Everything Berth reads from its environment, parsed once. See README.md, "Configuration". */
 export interface Config {
@@ -24,6 +25,10 @@ export interface Config {
   publicUrl?: string;
   /** Artifact tuning knobs (docs/artifacts.md); the spec's limit is 2 GiB, tests lower it. */
   artifactMaxBytes: number;
+  /** Sealed bytes (artifacts and snapshots) an organization may keep (ORG_STORAGE_LIMIT, default 100 GiB). */
+  orgStorageLimit: number;
+  /** The fraction of a shared pool's hot nodes and queue one organization may hold (POOL_ORG_SHARE, default 1). */
+  poolOrgShare: number;
   artifactChunkSize: number;
   artifactSegmentSize: number;
   /** A remote node not heard from for this long is lost (NODE_LOST_MS, default 30 s; docs/agents.md). */
@@ -32,6 +37,22 @@ export interface Config {
   nodeHeartbeatMs: number;
   /** The built-in pool's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
   dockerHost?: string;
+  /** A request body that stops arriving for this long is answered 408 (BODY_IDLE_MS, default 30 s; uploads allow longer). */
+  bodyIdleMs: number;
+}
+
+/** A storage limit: a size such as `100GiB` or a number of bytes. */
+export function storageLimitFrom(text: string, name: string): number {
+  const bytes = /^\d+$/.test(text) ? Number(text) : parseSize(text, name);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new Error(`${name} must be a size such as 100GiB, got "${text}"`);
+  return bytes;
+}
+
+/** A pool share: a fraction above 0 and at most 1. */
+export function poolShareFrom(text: string, name: string): number {
+  const share = Number(text);
+  if (!(share > 0 && share <= 1)) throw new Error(`${name} must be a fraction above 0 and at most 1 (such as 0.25), got "${text}"`);
+  return share;
 }
 
 function intFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -102,9 +123,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     corsOrigins: origins(opt('CORS_ORIGINS')),
     publicUrl: opt('PUBLIC_URL'),
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
+    orgStorageLimit: env.ORG_STORAGE_LIMIT ? storageLimitFrom(env.ORG_STORAGE_LIMIT, 'ORG_STORAGE_LIMIT') : 100 * 1024 ** 3,
+    poolOrgShare: env.POOL_ORG_SHARE ? poolShareFrom(env.POOL_ORG_SHARE, 'POOL_ORG_SHARE') : 1,
     artifactChunkSize: positive(intFrom(env, 'ARTIFACT_CHUNK_SIZE', 4 * 1024 ** 2), 'ARTIFACT_CHUNK_SIZE'),
     artifactSegmentSize: positive(intFrom(env, 'ARTIFACT_SEGMENT_SIZE', 64 * 1024 ** 2), 'ARTIFACT_SEGMENT_SIZE'),
     nodeLostMs,
     nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
+    bodyIdleMs: positive(intFrom(env, 'BODY_IDLE_MS', 30_000), 'BODY_IDLE_MS'),
   };
 }

@@ -12,6 +12,7 @@ import { buildDeps, closeDeps, type Log } from './deps';
 import { createGraphQLPostPath } from './graphql/post';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
+import { watchBodyIdle } from './http/body-idle';
 import { corsPolicy } from './http/cors';
 import { sendLiveness, sendReadiness } from './http/health';
 import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
@@ -83,6 +84,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
 
   const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
     trackRequest(req, res);
+    watchBodyIdle(req, res, config.bodyIdleMs);
     try {
       if (cors.preflight(req, res)) return;
       for (const [name, value] of Object.entries(cors.headers(req))) res.setHeader(name, value);
@@ -110,7 +112,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     }
   });
   // No limit on a whole request's duration: a 2 GiB artifact upload takes minutes on a slow link.
-  // Headers still have headersTimeout; bodies have idle timeouts of their own.
+  // Headers still have headersTimeout; bodies an idle timeout (watchBodyIdle, longer for uploads).
   server.requestTimeout = 0;
   answerProtocolErrors(server);
   await new Promise<void>((resolve, reject) => {

@@ -33,6 +33,109 @@ describeBackends('GraphQL edge', (backend) => {
     expect(anonymous.body.errors[0].extensions.code).toBe('unauthorized');
   });
 
+  it('answers a document that does not parse or validate, or variables that do not coerce, with 200 to clients asking for application/json', async () => {
+    const requests = [
+      { query: '{ viewer ' },
+      { query: '{ viewer { nope } }' },
+      { query: 'query ($id: ID!) { environment(id: $id) { id } }', variables: { id: null } },
+    ];
+    for (const body of requests) {
+      const json = await admin.post('/graphql', body, { accept: 'application/json' });
+      expect(json.status, body.query).toBe(200);
+      expect(json.headers.get('content-type')).toContain('application/json');
+      expect(json.body.data).toBeUndefined();
+      expect(json.body.errors[0].extensions.code).toBe('invalid');
+      // GraphQL over HTTP's own media type, and clients that name no type, keep the 400.
+      expect((await admin.post('/graphql', body, { accept: 'application/graphql-response+json' })).status, body.query).toBe(400);
+      expect((await admin.post('/graphql', body, { accept: '*/*' })).status, body.query).toBe(400);
+    }
+  });
+
+  it('checks credentials before it reads a document: refused ones answer 401, however broken the document', async () => {
+    const broken = '{ viewer { name ';
+    // Over 64 KiB: yoga's path rather than the direct POST path.
+    const large = `{ ${'viewer { name } '.repeat(5000)}`;
+    for (const token of [undefined, 'bct_not-a-token-of-this-server']) {
+      const caller = client(() => s.url, token);
+      for (const query of [broken, large]) {
+        const res = await caller.post('/graphql', { query });
+        expect(res.status, `${token} ${query.length}`).toBe(401);
+        expect(res.body.errors[0].extensions.code).toBe('unauthorized');
+      }
+      const get = await caller.get(`/graphql?query=${encodeURIComponent(broken)}`, { 'x-graphql-yoga-csrf': '1' });
+      expect(get.status).toBe(401);
+      const sse = await caller.post('/graphql', { query: `subscription ${broken}` }, { accept: 'text/event-stream' });
+      expect(sse.status).toBe(401);
+    }
+    // With credentials, the same documents are read, and refused for what they say.
+    expect((await admin.post('/graphql', { query: broken })).status).toBe(400);
+    expect((await admin.post('/graphql', { query: large })).status).toBe(400);
+  });
+
+  it('reads no operation of a graphql-ws connection before its credentials are accepted', async () => {
+    const closeOf = async (first: unknown, second?: unknown) => {
+      const ws = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+      await new Promise((resolve) => ws.once('open', resolve));
+      const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+      ws.send(JSON.stringify(first));
+      if (second) ws.send(JSON.stringify(second));
+      return closed;
+    };
+    const subscribe = { id: '1', type: 'subscribe', payload: { query: 'subscription { broken ' } };
+    expect(await closeOf(subscribe)).toBe(4401);
+    expect(await closeOf({ type: 'connection_init', payload: { authorization: 'Bearer bct_not-a-token-of-this-server' } }, subscribe)).toBe(
+      4401,
+    );
+  });
+
+  it('refuses a query over the depth or cost limit with 400 on every path, and over graphql-ws', async () => {
+    const costly = `{ ${Array.from({ length: 12 }, (_, i) => `a${i}: environments(first: 500) { nodes { id name } }`).join(' ')} }`;
+    const deep = `{ __type(name: "Query") { fields { type { ${'ofType { '.repeat(10)}name${' }'.repeat(10)} } } } }`;
+    for (const [query, limit] of [
+      [costly, /cost limit of 20000/i],
+      [deep, /depth limit of 12/i],
+    ] as const) {
+      // Small JSON POSTs (the direct POST path), whatever the client accepts; GET (yoga).
+      for (const accept of ['application/json', 'application/graphql-response+json', '*/*']) {
+        const res = await admin.post('/graphql', { query }, { accept });
+        expect(res.status, accept).toBe(400);
+        expect(res.body.data).toBeUndefined();
+        expect(res.body.errors[0]).toMatchObject({ extensions: { code: 'invalid' }, message: expect.stringMatching(limit) });
+      }
+      const get = await admin.get(`/graphql?query=${encodeURIComponent(query)}`, { accept: 'application/json' });
+      expect(get.status).toBe(400);
+      expect(get.body.errors[0].message).toMatch(limit);
+    }
+    const ws = createClient({
+      url: `${s.url.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${BOOTSTRAP}` },
+      retryAttempts: 0,
+    });
+    const outcome = await new Promise<unknown>((resolve) => {
+      ws.subscribe({ query: costly }, { next: resolve, error: resolve, complete: () => undefined });
+    });
+    expect(outcome).toEqual([
+      expect.objectContaining({ message: expect.stringMatching(/cost limit/i), extensions: expect.objectContaining({ code: 'invalid' }) }),
+    ]);
+    await ws.dispose();
+  });
+
+  it('refuses documents over the parse limits with 400, to clients asking for application/json too', async () => {
+    const nested = `{ ${'a { '.repeat(100)}b${' }'.repeat(100)} }`;
+    const tokens = `{ ${Array.from({ length: 30_000 }, (_, i) => `a${i}: __typename`).join(' ')} }`;
+    for (const [query, limit] of [
+      [nested, /nested more than 64 levels/],
+      [tokens, /more than 50000 tokens/],
+    ] as const) {
+      for (const accept of ['application/json', 'application/json, application/graphql-response+json']) {
+        const res = await admin.post('/graphql', { query }, { accept });
+        expect(res.status, accept).toBe(400);
+        expect(res.body.errors[0]).toMatchObject({ extensions: { code: 'invalid' }, message: expect.stringMatching(limit) });
+      }
+    }
+  });
+
   it('refuses documents nested thousands of levels deep while parsing, without overflowing', async () => {
     const deep = (n: number) => `{ ${'a { '.repeat(n)}b${' }'.repeat(n)} }`;
     for (const query of [deep(5000), deep(100_000)]) {

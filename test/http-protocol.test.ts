@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rawRequest } from './helpers/raw-http';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
@@ -183,5 +184,104 @@ describe('TRUST_PROXY', () => {
   it('ignores X-Forwarded-For without TRUST_PROXY', async () => {
     for (let i = 0; i < 3; i++) await attempt(direct.url, '10.0.0.1');
     expect(await attempt(direct.url, '10.0.0.2', BOOTSTRAP)).toBe(429);
+  });
+});
+
+/**
+ * Sends `request` and keeps the connection: `answer` settles with the first whole response (or
+ * what came before the server closed), `closed` when the server closes the connection.
+ */
+function held(url: string, request: string) {
+  const { hostname, port } = new URL(url);
+  const socket = connect({ host: hostname, port: Number(port) });
+  let data = '';
+  let settle: (answer: { status: number; headers: string; json: unknown }) => void = () => undefined;
+  const answer = new Promise<{ status: number; headers: string; json: unknown }>((resolve) => {
+    settle = resolve;
+  });
+  const tryAnswer = (closing: boolean) => {
+    const end = data.indexOf('\r\n\r\n');
+    if (end < 0) return;
+    const headers = data.slice(0, end).toLowerCase();
+    const body = data.slice(end + 4);
+    const length = Number(/content-length: (\d+)/.exec(headers)?.[1] ?? Number.NaN);
+    if (!closing && !(Buffer.byteLength(body) >= length)) return;
+    let json: unknown;
+    try {
+      json = JSON.parse(body);
+    } catch {
+      json = undefined;
+    }
+    settle({ status: Number(/^http\/1\.1 (\d{3})/.exec(headers)?.[1]), headers, json });
+  };
+  const closed = new Promise<void>((resolve) =>
+    socket.on('close', () => {
+      tryAnswer(true);
+      resolve();
+    }),
+  );
+  socket.on('data', (chunk: Buffer) => {
+    data += chunk.toString('latin1');
+    tryAnswer(false);
+  });
+  socket.on('error', () => undefined);
+  socket.write(request);
+  return { socket, answer, closed };
+}
+
+describe('request bodies that stop arriving', () => {
+  let s: TestServer;
+  const host = () => new URL(s.url).host;
+  const auth = `Authorization: Bearer ${BOOTSTRAP}\r\n`;
+  /** A JSON POST declaring `length` bytes, of which it sends `sent`. */
+  const post = (path: string, length: number, sent = '{"query":', extra = '') =>
+    `POST ${path} HTTP/1.1\r\nHost: ${host()}\r\n${auth}Content-Type: application/json\r\nContent-Length: ${length}\r\n${extra}\r\n${sent}`;
+
+  beforeAll(async () => {
+    s = await startServer('pglite', { BODY_IDLE_MS: '1500' });
+    // Warm: the first authentication opens the database's caches.
+    expect((await client(() => s.url, BOOTSTRAP).get('/v1/me')).status).toBe(200);
+  });
+  afterAll(() => s?.stop());
+
+  it('answers 408 request_timeout and closes the connection, on every route, /graphql included', async () => {
+    const requests: Record<string, string> = {
+      'a GraphQL query (the direct POST path)': post('/graphql', 100),
+      'a GraphQL query that declares a body and sends none': post('/graphql', 100, ''),
+      'a GraphQL query over 64 KiB (yoga)': post('/graphql', 200_000),
+      'a GraphQL subscription over SSE': post('/graphql', 100, '{"query":', 'Accept: text/event-stream\r\n'),
+      'a REST JSON body': post('/v1/tokens', 100, '{"name":'),
+    };
+    await Promise.all(
+      Object.entries(requests).map(async ([label, request]) => {
+        const { answer, closed } = held(s.url, request);
+        expect(await answer, label).toMatchObject({
+          status: 408,
+          json: { code: 'request_timeout', error: 'the request body stopped arriving for 1.5s' },
+        });
+        expect((await answer).headers, label).toContain('connection: close');
+        await closed;
+      }),
+    );
+    expect((await client(() => s.url, BOOTSTRAP).get('/v1/me')).status).toBe(200);
+  });
+
+  it('answers refused credentials at once, without waiting for a GraphQL body that stalls', async () => {
+    const anonymous = `POST /graphql HTTP/1.1\r\nHost: ${host()}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`;
+    expect(await rawRequest(s.url, anonymous)).toMatchObject({ status: 401, json: { errors: [{ extensions: { code: 'unauthorized' } }] } });
+  });
+
+  it('lets an upload be silent longer: uploads keep their own idle limit', async () => {
+    const upload = held(
+      s.url,
+      `POST /v1/artifacts?name=slow.bin HTTP/1.1\r\nHost: ${host()}\r\n${auth}Content-Type: application/octet-stream\r\n` +
+        'Content-Length: 10\r\n\r\n12345',
+    );
+    // Begun after the upload went silent, and answered 408: the upload has been silent longer than BODY_IDLE_MS.
+    const json = held(s.url, post('/v1/tokens', 100, '{"name":'));
+    expect(await json.answer).toMatchObject({ status: 408 });
+    upload.socket.write('67890');
+    expect(await upload.answer).toMatchObject({ status: 201, json: { artifact: { name: 'slow.bin', size: 10 } } });
+    upload.socket.destroy();
   });
 });

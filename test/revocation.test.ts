@@ -111,6 +111,35 @@ describeBackends('revocation', (backend) => {
     expect(otherClosed).toBe(false);
   });
 
+  it('ends the open SSE subscriptions of a revoked credential, and only those', async () => {
+    const open = async (secret: string) => {
+      const res = await fetch(`${s.url}/graphql`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+        body: JSON.stringify({ query: 'subscription { environments { id state } }' }),
+      });
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      // Resolves once the stream ends, by its end or by its connection closing.
+      const ended = (async () => {
+        for (;;) if ((await reader.read().catch(() => ({ done: true }))).done) return true;
+      })();
+      return { ended, cancel: () => reader.cancel().catch(() => undefined) };
+    };
+    const created = await admin().post('/v1/tokens', { email: 'sse-revoked@example.com' });
+    const other = await admin().post('/v1/tokens', { email: 'sse-kept@example.com' });
+    const revoked = await open(created.body.secret);
+    const kept = await open(other.body.secret);
+    let keptEnded = false;
+    void kept.ended.then(() => {
+      keptEnded = true;
+    });
+    expect((await admin().del(`/v1/tokens/${created.body.token.id}`)).status).toBe(200);
+    expect(await revoked.ended).toBe(true);
+    expect(keptEnded).toBe(false);
+    await kept.cancel();
+  });
+
   it('ends the open graphql-ws connections of a credential once it expires', async () => {
     const created = await admin().post('/v1/tokens', { email: 'expiring@example.com', expiresIn: '1h' });
     const lasting = await admin().post('/v1/tokens', { email: 'lasting@example.com' });

@@ -5,6 +5,7 @@ import { clientAddress } from '../http/client-address';
 import { type CompiledOperation, compileOperations } from '../schema/compiled';
 import { authenticate } from '../services/auth';
 import { variablesError } from './input';
+import { TextCache } from './text-cache';
 import type { GraphQLHandler } from './yoga';
 
 // POST /graphql without yoga's Fetch layer, for the common case only: a JSON query the server has
@@ -15,8 +16,6 @@ import type { GraphQLHandler } from './yoga';
 // answers it as before: yoga stays the one definition of GraphQL over HTTP here, and this path
 // only answers what yoga would answer with `{"data": …}` and a 200.
 
-/** Documents remembered, by their text; those yoga refuses are never remembered. */
-const MAX_DOCUMENTS = 1_000;
 /** Bodies above this go to yoga unread. */
 const MAX_BODY = 64 * 1024;
 /** The media types yoga answers a JSON POST with, by the Accept headers this path serves. */
@@ -86,7 +85,8 @@ function parseBody(body: Buffer): { query: string; variables?: Record<string, un
 }
 
 export function createGraphQLPostPath(deps: Deps, yoga: GraphQLHandler): GraphQLPostPath {
-  const documents = new Map<string, Remembered>();
+  /** Documents remembered, by their text; those yoga refuses are never remembered. */
+  const documents = new TextCache<Remembered>();
 
   /** Parses and validates through yoga's envelop; undefined when yoga would refuse the document. */
   function remember(query: string, req: IncomingMessage): Remembered | undefined {
@@ -94,12 +94,12 @@ export function createGraphQLPostPath(deps: Deps, yoga: GraphQLHandler): GraphQL
     let document: DocumentNode;
     try {
       document = enveloped.parse(query);
+      if ((enveloped.validate(enveloped.schema, document) as readonly GraphQLError[]).length) return undefined;
     } catch {
+      // Whatever parsing or validating throws, yoga answers (as a request error).
       return undefined;
     }
-    if ((enveloped.validate(enveloped.schema, document) as readonly GraphQLError[]).length) return undefined;
     const remembered = { operations: compileOperations(enveloped.schema, document) };
-    if (documents.size >= MAX_DOCUMENTS) documents.delete(documents.keys().next().value as string);
     documents.set(query, remembered);
     return remembered;
   }
@@ -118,25 +118,26 @@ export function createGraphQLPostPath(deps: Deps, yoga: GraphQLHandler): GraphQL
       ) {
         return {};
       }
-      const body = await readBody(req);
-      if (!body) {
-        // The client went away or sent less than its Content-Length.
-        if (!res.headersSent) res.destroy();
-        return undefined;
-      }
-      const params = parseBody(body);
-      if (!params || variablesError(params.variables)) return { body };
-      const remembered = documents.get(params.query) ?? remember(params.query, req);
-      const operation = remembered?.operations.get(params.operationName);
-      if (operation?.kind !== 'query') return { body };
-
+      // Credentials first: of a request they refuse, nothing is read, parsed or remembered.
       const address = clientAddress(req, deps.config.trustProxy);
       let context: Context;
       try {
         context = { deps, clientAddress: address, actor: await authenticate(deps, req.headers.authorization, address) };
       } catch (authError) {
-        return { body, authError };
+        return { authError };
       }
+      const body = await readBody(req);
+      if (!body) {
+        // The client went away or sent less than its Content-Length (or stalled: answered 408).
+        if (!res.headersSent) res.destroy();
+        return undefined;
+      }
+      const params = parseBody(body);
+      if (!params || variablesError(params.variables)) return { body, context };
+      const remembered = documents.get(params.query) ?? remember(params.query, req);
+      const operation = remembered?.operations.get(params.operationName);
+      if (operation?.kind !== 'query') return { body, context };
+
       const result = await operation.run(context, params.variables);
       // Errors (and variables that do not coerce) are yoga's to answer: a query runs again there.
       if (result.errors?.length || !result.data) return { body, context };

@@ -1,9 +1,7 @@
 import type { IncomingMessage } from 'node:http';
-import { costLimitPlugin } from '@escape.tech/graphql-armor-cost-limit';
-import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
-import { GraphQLError } from 'graphql';
-import { createYoga, type YogaServerInstance } from 'graphql-yoga';
+import { type DocumentNode, GraphQLError } from 'graphql';
+import { createYoga, type Plugin, type YogaServerInstance } from 'graphql-yoga';
 import type { Actor, Context, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
@@ -14,10 +12,11 @@ import { authenticate } from '../services/auth';
 import { useErrorBodies } from './error-bodies';
 import { useSharedSubscriptions } from './fanout';
 import { useStorableInput } from './input';
-import { useParseLimits } from './limits';
+import { useParseLimits, useSelectionLimits } from './limits';
 import { toRequestError, useRequestErrors } from './request-errors';
+import { TextCache } from './text-cache';
 
-/** What the server hands yoga per request: the Node request over HTTP; the actor and address over WebSocket. */
+/** What the server hands yoga per request: the Node request over HTTP (useCredentialsFirst adds the actor and address); the actor and address over WebSocket. */
 export interface GraphQLServerContext {
   req?: IncomingMessage;
   actor?: Actor;
@@ -27,6 +26,36 @@ export interface GraphQLServerContext {
 }
 
 export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
+
+/**
+ * Credentials are checked before yoga reads the body: a request they refuse is answered 401 (or
+ * 429) with nothing of it parsed, validated or cached. Over HTTP only: graphql-ws checks them at
+ * `connection_init`, and refuses a subscribe before that with 4401. Runs after the CSRF check, so a
+ * browser's request without a preflight is still refused 403 first.
+ */
+function useCredentialsFirst(deps: Deps): Plugin<Record<string, never>, GraphQLServerContext> {
+  return {
+    async onRequestParse({ request, serverContext }) {
+      // The POST path (src/graphql/post.ts) authenticated already: not twice, nor a failure counted twice.
+      if (serverContext.authError) throw serverContext.authError;
+      if (serverContext.actor) return;
+      const { req } = serverContext;
+      const address = req ? clientAddress(req, deps.config.trustProxy) : 'unknown';
+      const actor = await authenticate(deps, request.headers.get('authorization'), address);
+      serverContext.actor = actor;
+      serverContext.clientAddress = address;
+      // An SSE stream lives as long as its credential: revoked, expired or its sandbox removed,
+      // the stream's connection is closed.
+      if (req && request.headers.get('accept')?.includes('text/event-stream')) {
+        const socket = req.socket;
+        socket.once(
+          'close',
+          deps.credentials.hold(actor, () => socket.destroy()),
+        );
+      }
+    },
+  };
+}
 
 /**
  * GraphQL over HTTP (POST, GET, SSE) on /graphql; the WebSocket transport (src/graphql/ws.ts)
@@ -47,6 +76,9 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
     // One CORS policy for REST and GraphQL, applied by the server (src/http/cors.ts).
     cors: false,
     maxRequestBodySize: MAX_JSON_BODY_BYTES,
+    // Bounded by the text they keep (src/graphql/text-cache.ts), not only by entries; validation
+    // results are kept by document, so the documents bound them too.
+    parserAndValidationCache: { documentCache: new TextCache<DocumentNode>(), errorCache: new TextCache<unknown>() },
     // Unexpected errors are logged once, by toClientError; domain errors are answers, not faults.
     logging: false,
     maskedErrors: { maskError },
@@ -57,15 +89,14 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
       useStorableInput(),
       useRequestErrors(log),
       useCSRFPrevention({ requestHeaders: ['x-graphql-yoga-csrf', 'authorization'] }),
-      maxDepthPlugin({ n: 12 }),
-      costLimitPlugin({ maxCost: 20_000 }),
+      useCredentialsFirst(deps),
+      ...useSelectionLimits(),
       useErrorBodies(),
     ],
-    context: async ({ request, req, actor, clientAddress: known, authError }) => {
-      if (authError) throw authError;
-      const address = known ?? (req ? clientAddress(req, deps.config.trustProxy) : 'unknown');
-      if (actor) return { deps, actor, clientAddress: address };
-      return { deps, clientAddress: address, actor: await authenticate(deps, request.headers.get('authorization'), address) };
+    // The actor comes from useCredentialsFirst over HTTP, from the socket's connection over WebSocket.
+    context: ({ actor, clientAddress: address }) => {
+      if (!actor) throw new Error('a GraphQL operation reached execution without an actor');
+      return { deps, actor, clientAddress: address ?? 'unknown' };
     },
   });
 }
