@@ -94,13 +94,13 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
       if (path === '/graphql') {
         const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
         if (encoding) return sendError(res, 400, encoding, 'bad_request');
-        if (req.method !== 'POST') return void (await graphql.handle(req, res, { req }));
+        if (req.method !== 'POST') return void (await graphql.handle(req, res, { req, res }));
         const handOver = await graphqlPost.handle(req, res);
         if (!handOver) return;
         // yoga's node adapter reads a body already read from `req.body`.
         if (handOver.body) (req as IncomingMessage & { body?: Buffer }).body = handOver.body;
         const { context, authError } = handOver;
-        return void (await graphql.handle(req, res, { req, ...context, authError }));
+        return void (await graphql.handle(req, res, { req, res, ...context, authError }));
       }
       if (await rest.handle(req, res)) return;
       if (await web.handle(req, res)) return;
@@ -146,7 +146,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   let generatedToken: string | undefined;
   let bootstrapRevoked: boolean | undefined;
   try {
-    operator = config.databaseUrl ? undefined : await startOperatorSocket(deps.prisma, config.dataDir);
+    operator = config.databaseUrl ? undefined : await startOperatorSocket(deps.prisma, config);
     // The first start's admin token is made only once the port is bound: a start that fails
     // before that (a taken port) makes none, so the next start is still the first and shows one.
     ({ generatedToken, bootstrapRevoked } = await ensureDefaultOrganization(deps.prisma, config.bootstrapToken));

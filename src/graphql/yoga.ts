@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { type DocumentNode, GraphQLError } from 'graphql';
 import { createYoga, type Plugin, type YogaServerInstance } from 'graphql-yoga';
@@ -19,6 +19,7 @@ import { TextCache } from './text-cache';
 /** What the server hands yoga per request: the Node request over HTTP (useCredentialsFirst adds the actor and address); the actor and address over WebSocket. */
 export interface GraphQLServerContext {
   req?: IncomingMessage;
+  res?: ServerResponse;
   actor?: Actor;
   clientAddress?: string;
   /** Authentication already failed (src/graphql/post.ts): answered as if it failed here. */
@@ -46,11 +47,11 @@ function useCredentialsFirst(deps: Deps): Plugin<Record<string, never>, GraphQLS
       serverContext.clientAddress = address;
       // An SSE stream lives as long as its credential: revoked, expired or its sandbox removed,
       // the stream's connection is closed.
-      if (req && request.headers.get('accept')?.includes('text/event-stream')) {
-        const socket = req.socket;
-        socket.once(
+      const { res } = serverContext;
+      if (req && res && request.headers.get('accept')?.includes('text/event-stream')) {
+        res.once(
           'close',
-          deps.credentials.hold(actor, () => socket.destroy()),
+          deps.credentials.hold(actor, () => req.socket.destroy()),
         );
       }
     },
