@@ -1,8 +1,10 @@
 import { rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
+import type { Config } from './config';
 import type { Prisma } from './db';
 import { DomainError } from './services/errors';
+import { setOrgLimits } from './services/org-limits';
 import { createOrganization, issueAdminToken } from './services/organizations';
 
 /**
@@ -14,22 +16,35 @@ export function operatorSocketPath(dataDir: string): string {
   return join(dataDir, 'berth.sock');
 }
 
-/** What both operator commands answer: the organization, the admin and the new token's secret. */
+/** What the token-issuing operator commands answer: the organization, the admin and the new token's secret. */
 export interface IssuedToken {
   org: { id: string; name: string };
   person: { email: string };
   secret: string;
 }
 
-type Command = (body: Record<string, unknown>) => Promise<IssuedToken>;
+/** What `berth org limits` answers: the limits that then hold for the organization. */
+export type OrgLimitsReply = Awaited<ReturnType<typeof setOrgLimits>>;
 
-export async function startOperatorSocket(prisma: Prisma, dataDir: string): Promise<Server | undefined> {
-  const path = operatorSocketPath(dataDir);
+type Command = (body: Record<string, unknown>) => Promise<unknown>;
+
+const optional = (value: unknown) => (value === undefined ? undefined : String(value));
+
+/** What `IssuedToken` shows of an issued token (the rest of the records stays here). */
+const issued = async (made: Promise<{ org: { id: string; name: string }; person: { email: string }; secret: string }>) => {
+  const { org, person, secret } = await made;
+  return { org: { id: org.id, name: org.name }, person: { email: person.email }, secret } satisfies IssuedToken;
+};
+
+export async function startOperatorSocket(prisma: Prisma, config: Config): Promise<Server | undefined> {
+  const path = operatorSocketPath(config.dataDir);
   if (path.length >= 100) return undefined;
   await rm(path, { force: true });
   const commands: Record<string, Command> = {
-    '/orgs': (body) => createOrganization(prisma, String(body.name), String(body.admin)),
-    '/tokens': (body) => issueAdminToken(prisma, String(body.org), body.email === undefined ? undefined : String(body.email)),
+    '/orgs': (body) => issued(createOrganization(prisma, String(body.name), String(body.admin))),
+    '/tokens': (body) => issued(issueAdminToken(prisma, String(body.org), optional(body.email))),
+    '/org-limits': (body) =>
+      setOrgLimits({ config }, prisma, String(body.org), { storage: optional(body.storage), poolShare: optional(body.poolShare) }),
   };
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
@@ -41,8 +56,7 @@ export async function startOperatorSocket(prisma: Prisma, dataDir: string): Prom
     const command = req.method === 'POST' ? commands[req.url ?? ''] : undefined;
     if (!command) return reply(404, { error: 'unknown operator command', code: 'not_found' });
     try {
-      const { org, person, secret } = await command(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>);
-      reply(201, { org: { id: org.id, name: org.name }, person: { email: person.email }, secret } satisfies IssuedToken);
+      reply(201, await command(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>));
     } catch (error) {
       if (error instanceof DomainError) reply(400, { error: error.message, code: error.code });
       else reply(500, { error: error instanceof Error ? error.message : String(error), code: 'internal' });

@@ -2,15 +2,17 @@
 // or not a server is running on it.
 //   berth org create <name> --admin <email>
 //   berth token create --org <name> --admin [--email <admin's email>]
+//   berth org limits <name> [--storage SIZE|default] [--pool-share FRACTION|default]
 // The database and services are imported when a command runs, so that `berth` starts quickly for
 // the commands that only talk HTTP.
 import type { Command } from 'commander';
+import type { Config } from '../config';
 import type { Prisma } from '../db';
-import type { IssuedToken } from '../operator';
+import type { OrgLimitsReply } from '../operator';
 import { CommandError } from './errors';
 
 /** Runs a command through the server on DATA_DIR when one runs there (PGlite has one owner), else on the database itself. */
-async function run(path: string, body: Record<string, unknown>, local: (prisma: Prisma) => Promise<IssuedToken>): Promise<IssuedToken> {
+async function run<T>(path: string, body: Record<string, unknown>, local: (prisma: Prisma, config: Config) => Promise<T>): Promise<T> {
   const [{ loadConfig }, { openDatabase }, { callOperatorSocket }, { DomainError }] = await Promise.all([
     import('../config'),
     import('../db'),
@@ -21,11 +23,11 @@ async function run(path: string, body: Record<string, unknown>, local: (prisma: 
   if (!config.databaseUrl) {
     const reply = await callOperatorSocket(config.dataDir, path, body);
     if (reply && reply.status !== 201) throw new CommandError((reply.body as { error: string }).error);
-    if (reply) return reply.body as IssuedToken;
+    if (reply) return reply.body as T;
   }
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
-    return await local(db.prisma);
+    return await local(db.prisma, config);
   } catch (error) {
     if (error instanceof DomainError) throw new CommandError(error.message);
     throw error;
@@ -35,9 +37,25 @@ async function run(path: string, body: Record<string, unknown>, local: (prisma: 
 }
 
 export function registerOperatorCommands(program: Command): void {
-  program
-    .command('org')
-    .description('operator: organizations (on the configured database)')
+  const org = program.command('org').description('operator: organizations (on the configured database)');
+  org
+    .command('limits <name>')
+    .description("set an organization's limits (`default`: the server's setting); prints what then holds")
+    .option('--storage <size>', 'sealed bytes its artifacts and snapshots may take, such as 1TiB (ORG_STORAGE_LIMIT)')
+    .option('--pool-share <fraction>', "of a shared pool's hot nodes and queue it may hold, above 0 and at most 1 (POOL_ORG_SHARE)")
+    .action(async (name: string, options: { storage?: string; poolShare?: string }) => {
+      const { setOrgLimits } = await import('../services/org-limits');
+      const { formatSize } = await import('../services/sizes');
+      const body = { org: name, storage: options.storage, poolShare: options.poolShare };
+      const limits = await run<OrgLimitsReply>('/org-limits', body, (p, config) =>
+        setOrgLimits({ config }, p, name, { storage: options.storage, poolShare: options.poolShare }),
+      );
+      const source = (set: boolean) => (set ? 'set for it' : "the server's default");
+      console.log(`organization ${limits.org}:`);
+      console.log(`  storage     ${formatSize(limits.storage)} (${source(limits.storageSet)})`);
+      console.log(`  pool share  ${limits.poolShare} (${source(limits.poolShareSet)})`);
+    });
+  org
     .command('create <name>')
     .description('create an organization and its first admin; prints the admin token once')
     .requiredOption('--admin <email>', "the first admin's email")

@@ -84,15 +84,22 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
   for (const pool of deps.catalog.pools) {
     for (;;) {
       const env = await deps.prisma.$transaction(async (tx) => {
-        // Only leases a free slot could take, oldest first: leases no slot fits (another
-        // organization's node is the only free one) never hold back those behind them.
-        const envs = await tx.$queryRaw<{ id: string; orgId: string }[]>`
-          SELECT e.id, e."orgId" FROM "Environment" e
+        // Only leases a free slot could take, oldest first: their organization's own free node,
+        // or a free hot node while the organization holds less than its share of the pool's hot
+        // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
+        const share = deps.config.poolOrgShare;
+        const envs = await tx.$queryRaw<{ id: string; orgId: string; hotRoom: boolean }[]>`
+          SELECT e.id, e."orgId", hot.room AS "hotRoom"
+            FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
+           CROSS JOIN LATERAL (
+                 SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
+                   FROM "Node" h JOIN "Environment" x ON x.id = h."environmentId"
+                  WHERE h.pool = e.pool AND h."remoteId" IS NULL AND x."orgId" = e."orgId") hot
            WHERE e.pool = ${pool.name} AND e.state = 'pending'
              AND EXISTS (SELECT 1 FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
                           WHERE n.pool = e.pool AND n."environmentId" IS NULL
-                            AND (n."remoteId" IS NULL OR (r."orgId" = e."orgId" AND r.state = 'online'
-                                 AND r.draining IS NULL AND r.revoked IS NULL)))
+                            AND ((n."remoteId" IS NULL AND hot.room)
+                              OR (r."orgId" = e."orgId" AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL)))
            ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
         if (envs.length === 0) return null;
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
@@ -103,7 +110,8 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
              AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
            ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
         for (const pending of envs) {
-          const slot = slots.find((n) => n.remoteId === null || n.orgId === pending.orgId);
+          const slot =
+            slots.find((n) => n.orgId === pending.orgId) ?? (pending.hotRoom ? slots.find((n) => n.remoteId === null) : undefined);
           if (!slot) continue;
           // A remote node is read again under a share lock: a drain or a lost mark that committed
           // meanwhile is seen, and one that comes later waits for this claim.

@@ -1,12 +1,32 @@
 import type { Actor } from '../context';
 import { viewer } from '../services/credentials';
+import { orgLimits, storageUsed } from '../services/org-limits';
 import { builder } from './builder';
+
+const OrganizationStorage = builder.objectRef<{ used: number; limit: number }>('OrganizationStorage').implement({
+  fields: (t) => ({
+    used: t.expose('used', { type: 'SafeInt' }),
+    limit: t.expose('limit', { type: 'SafeInt' }),
+  }),
+});
 
 const Organization = builder.prismaObject('Organization', {
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
     created: t.expose('created', { type: 'DateTime' }),
+    storage: t.field({
+      type: OrganizationStorage,
+      description: "Sealed bytes its artifacts and snapshots take, and the operator's limit (413 storage_quota past it)",
+      resolve: async (org, _args, ctx) => ({
+        used: await storageUsed(ctx.deps.prisma, org.id),
+        limit: (await orgLimits(ctx.deps, ctx.deps.prisma, org.id)).storage,
+      }),
+    }),
+    poolShare: t.float({
+      description: "The fraction of a shared pool's hot nodes and queue it may hold (429 pool_share past it)",
+      resolve: async (org, _args, ctx) => (await orgLimits(ctx.deps, ctx.deps.prisma, org.id)).poolShare,
+    }),
   }),
 });
 

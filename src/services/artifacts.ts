@@ -25,6 +25,7 @@ import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durat
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
 import { parseLabelPairs, validateDisplayName, validateProjectName } from './labels';
 import { isId, newId } from './names';
+import { admitStorage, StorageQuotaError, storageRoom } from './org-limits';
 import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion } from './project-keys';
 
@@ -213,6 +214,12 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
   const prefix = artifactPrefix(base);
   const deadline = () => new Date(deps.clock.now().getTime() + UPLOAD_STALE_MS);
   const owner = principalOf(actor);
+  // What the organization may still store bounds the body; the recording checks again, in turn.
+  const { room, limit } = await storageRoom(deps, actor.orgId);
+  if (room === 0 || (input.declaredSize !== undefined && input.declaredSize > room)) {
+    throw new StorageQuotaError('this artifact', limit);
+  }
+  const maxBytes = Math.min(deps.config.artifactMaxBytes, room);
   await deps.prisma.$transaction(async (tx) => {
     // Each upload holds a connection, a packer and its buffers: a bounded number per member or
     // key, counted in the database so it holds across instances (a crashed one's rows go stale).
@@ -264,13 +271,14 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
       source: input.body,
       chunkSize: deps.config.artifactChunkSize,
       segmentSize: deps.config.artifactSegmentSize,
-      maxBytes: deps.config.artifactMaxBytes,
+      maxBytes,
       signal: input.signal,
       // The caller answers 413 on the same request before closing it.
       keepSourceOpen: true,
     });
   } catch (err) {
     await deps.prisma.artifact.deleteMany({ where: { id } });
+    if (err instanceof TooLargeError && maxBytes < deps.config.artifactMaxBytes) throw new StorageQuotaError('this artifact', limit);
     if (err instanceof TooLargeError) throw new PayloadTooLargeError(`the body exceeds the limit of ${err.limit} bytes for artifacts`);
     throw err;
   } finally {
@@ -279,20 +287,30 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
 
   const now = deps.clock.now();
   const segments: PackSegment[] = packed.segments;
-  const { count } = await deps.prisma.artifact.updateMany({
-    where: { id, status: 'uploading' },
-    data: {
-      status: 'stored',
-      size: BigInt(packed.size),
-      sha256: packed.sha256,
-      manifest: packed.manifest,
-      segments: segments.map((s) => ({ name: s.name, size: s.size, objects: s.objects })),
-      chunks: packed.chunks,
-      sealedBytes: BigInt(packed.sealedBytes),
-      created: now,
-      expires: new Date(now.getTime() + checked.retentionMs),
-    },
-  });
+  let count: number;
+  try {
+    ({ count } = await deps.prisma.$transaction(async (tx) => {
+      await admitStorage(deps, tx, actor.orgId, packed.sealedBytes, 'this artifact');
+      return tx.artifact.updateMany({
+        where: { id, status: 'uploading' },
+        data: {
+          status: 'stored',
+          size: BigInt(packed.size),
+          sha256: packed.sha256,
+          manifest: packed.manifest,
+          segments: segments.map((s) => ({ name: s.name, size: s.size, objects: s.objects })),
+          chunks: packed.chunks,
+          sealedBytes: BigInt(packed.sealedBytes),
+          created: now,
+          expires: new Date(now.getTime() + checked.retentionMs),
+        },
+      });
+    }));
+  } catch (err) {
+    await deletePacked(deps.store, prefix).catch(() => undefined);
+    await deps.prisma.artifact.deleteMany({ where: { id } });
+    throw err;
+  }
   if (count === 0) {
     // The sweeper took the row for abandoned (this process stalled past the deadline).
     await deletePacked(deps.store, prefix);

@@ -5,9 +5,10 @@ import { principalOf, requireMember, requireOwner } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
-import { ConflictError, NotFoundError, UnavailableError, ValidationError } from './errors';
+import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from './errors';
 import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from './labels';
 import { generateName, newId } from './names';
+import { orgLimits } from './org-limits';
 import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { admitUnderQuota, quotasFor } from './quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
@@ -69,6 +70,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     await admitUnderQuota(tx, actor.orgId, template.name, quotas);
     // Admissions to one pool take turns so `maxQueued` holds across instances.
     await lockFor(tx, `berth:queue:${pool.name}`);
+    if (pool.hotNodes > 0) await admitUnderPoolShare(deps, tx, actor.orgId, pool);
     const queued = await tx.environment.count({ where: { pool: pool.name, state: 'pending' } });
     const full = queued >= pool.maxQueued;
     const now = deps.clock.now();
@@ -118,6 +120,23 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   if (!env.sandboxId) return { environment: env, sandboxConfig: null };
   await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId, { keyring: false }) };
+}
+
+/**
+ * On a pool every organization leases from (it has hot nodes), one organization may have at most
+ * its share (POOL_ORG_SHARE, or its own) of the pool's queue waiting: 429 pool_share past it. Its
+ * share of the hot nodes is kept by the claim (src/scheduler/environment-job.ts).
+ */
+async function admitUnderPoolShare(deps: Deps, tx: Tx, orgId: string, pool: { name: string; maxQueued: number }): Promise<void> {
+  const { poolShare } = await orgLimits(deps, tx, orgId);
+  const cap = Math.max(1, Math.ceil(poolShare * pool.maxQueued));
+  const waiting = await tx.environment.count({ where: { pool: pool.name, state: 'pending', orgId } });
+  if (waiting >= cap) {
+    throw new DomainError(
+      `your organization already has ${waiting} leases waiting in pool ${pool.name}, its share (${poolShare}) of the queue; wait for some to start or stop some`,
+      'pool_share',
+    );
+  }
 }
 
 async function uniqueName(tx: Tx): Promise<string> {

@@ -13,11 +13,12 @@ import { pipeline, type Readable } from 'node:stream';
 import type { Actor, Deps } from '../context';
 import type { Tx } from '../db';
 import type { Environment, Prisma, Snapshot } from '../generated/prisma/client';
-import { deletePacked, packStream, unpackStream } from '../store/pack';
+import { deletePacked, packStream, TooLargeError, unpackStream } from '../store/pack';
 import { requireMember } from './access';
 import type { Segment } from './json-columns';
 import { validateProjectName, validateSnapshotKey } from './labels';
 import { newId } from './names';
+import { admitStorage, StorageQuotaError, storageRoom } from './org-limits';
 import { type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion, lockProject, ProjectKeyGoneError } from './project-keys';
 import { ArchiveCounter } from './snapshot-archive';
@@ -67,19 +68,32 @@ export async function saveSnapshotShare(deps: Deps, env: Environment, share: str
     source.destroy();
     return done;
   }
+  const what = `the snapshot of share ${share}`;
+  const { room, limit } = await storageRoom(deps, env.orgId);
+  if (room === 0) {
+    source.destroy();
+    throw new StorageQuotaError(what, limit);
+  }
   const { version, key } = await currentKey(deps, env.orgId, env.project);
   const base = { id: newId('snap'), orgId: env.orgId, project: env.project, keyVersion: version };
   const prefix = snapshotPrefix(base);
   const counter = new ArchiveCounter();
   // pipeline destroys both sides when either fails (packStream destroys the counter on its errors).
   pipeline(source, counter, () => undefined);
-  const packed = await packStream({ store: deps.store, prefix, objectId: base.id, key, keyVersion: version, source: counter });
+  let packed: Awaited<ReturnType<typeof packStream>>;
+  try {
+    packed = await packStream({ store: deps.store, prefix, objectId: base.id, key, keyVersion: version, source: counter, maxBytes: room });
+  } catch (err) {
+    if (err instanceof TooLargeError) throw new StorageQuotaError(what, limit);
+    throw err;
+  }
   const stats = counter.stats;
   const segments: Segment[] = packed.segments.map(({ name, size, objects }) => ({ name, size, objects }));
   try {
     const saved = await deps.prisma.$transaction(async (tx) => {
       await lockProject(tx, env.orgId, env.project);
       if (await shreddedSince(tx, env)) return null;
+      await admitStorage(deps, tx, env.orgId, packed.sealedBytes, what);
       return tx.snapshot.create({
         data: {
           ...base,

@@ -15,7 +15,7 @@ export const credentialRoutes: Route[] = [
     method: 'GET',
     path: '/v1/me',
     summary: 'Who the credential acts as',
-    document: graphql(`query RestViewer { viewer { kind name admin organization { id name } } }`),
+    document: graphql(`query RestViewer { viewer { kind name admin organization { id name storage { used limit } poolShare } } }`),
     result: { kind: 'field', field: 'viewer' },
     status: 200,
   },

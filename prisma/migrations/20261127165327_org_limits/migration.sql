@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "Organization" ADD COLUMN     "poolShare" DOUBLE PRECISION,
+ADD COLUMN     "storageLimit" BIGINT;
