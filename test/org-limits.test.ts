@@ -1,7 +1,7 @@
 // Operator limits (docs/operations.md#limits): the sealed bytes an organization keeps
 // (ORG_STORAGE_LIMIT) and its share of a pool every organization leases from (POOL_ORG_SHARE),
 // both settable per organization with `berth org limits`.
-import { readdir } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrganization } from '../src/services/organizations';
@@ -87,6 +87,28 @@ describe('storage limit', () => {
     const back = await berth('default', '--storage', 'default', '--pool-share', 'default');
     expect(back.output).toMatch(/storage\s+64KiB \(the server's default\)/);
     expect((await admin.get('/v1/me')).body.organization).toMatchObject({ storage: { limit: 64 * KiB }, poolShare: 1 });
+  });
+
+  it('refuses a snapshot save past the limit: the release fails saying why and nothing is kept', async () => {
+    // The organization is past its 64KiB already (the 100KiB stored while its limit was 1MiB).
+    const made = await admin.post('/v1/environments', { template: 'default', snapshot: 'big' });
+    expect(made.status).toBe(202);
+    const id = made.body.environment.id as string;
+    const state = async (...states: string[]) => {
+      for (;;) {
+        const env = (await admin.get(`/v1/environments/${id}`)).body;
+        if (states.includes(env.state)) return env;
+        await s.app.deps.background.tick();
+      }
+    };
+    await state('ready');
+    const src = join(s.dataDir, 'workspaces', id, 'workspace', 'src');
+    await mkdir(src, { recursive: true });
+    await writeFile(join(src, 'data.bin'), Buffer.alloc(8 * KiB, 7));
+    expect((await admin.del(`/v1/environments/${id}`)).status).toBe(200);
+    const ended = await state('stopped', 'failed');
+    expect(ended).toMatchObject({ state: 'failed', error: expect.stringContaining('storage limit of 64KiB') });
+    expect(await s.app.deps.prisma.snapshot.count()).toBe(0);
   });
 });
 
