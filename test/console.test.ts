@@ -339,7 +339,7 @@ describeBackends('web console: an admin', (backend) => {
     await subscribed(c, 'EnvironmentChanges', mark);
     const env = await admin.post('/v1/environments', { template: 'default' });
     expect(env.status).toBe(202);
-    await expect.poll(async () => (await cells())[0]).toBe(String(quota.running + 1));
+    await expect.poll(async () => (await cells())[0], { timeout: 10_000 }).toBe(String(quota.running + 1));
     await screenshot(page, 'quotas');
   });
 

@@ -1,15 +1,16 @@
 import type { IncomingMessage } from 'node:http';
 import { findTextIssue, MAX_JSON_BODY_BYTES } from '../http/text';
-import { BadRequestError, DomainError, PayloadTooLargeError, ValidationError } from '../services/errors';
+import { BadRequestError, PayloadTooLargeError, ValidationError } from '../services/errors';
 
-/** A JSON body that stops arriving for this long is answered 408 (requests as a whole have no time limit, for uploads). */
-export const BODY_IDLE_MS = 30_000;
 /** A streamed upload (an artifact, a snapshot archive) that receives nothing for this long is cut. */
 export const UPLOAD_IDLE_MS = 5 * 60 * 1000;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** The body's bytes, at most `limit`; a body that ends early or stalls is a client error, not ours. */
+/**
+ * The body's bytes, at most `limit`; a body that ends early is a client error, not ours (one that
+ * stalls is answered 408 by the server's body-idle watch, src/http/body-idle.ts).
+ */
 function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -19,15 +20,10 @@ function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
       req.pause();
       reject(error);
     };
-    const timer = setTimeout(
-      () => fail(new DomainError(`the request body stopped arriving for ${BODY_IDLE_MS / 1000}s`, 'request_timeout')),
-      BODY_IDLE_MS,
-    );
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) return fail(new PayloadTooLargeError(`JSON bodies are limited to ${limit} bytes`));
       chunks.push(chunk);
-      timer.refresh();
     };
     const onEnd = () => {
       cleanup();
@@ -35,7 +31,6 @@ function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
     };
     const onAborted = () => fail(new BadRequestError('the request body ended before its Content-Length'));
     const cleanup = () => {
-      clearTimeout(timer);
       req.off('data', onData);
       req.off('end', onEnd);
       req.off('error', onAborted);
