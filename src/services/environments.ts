@@ -129,6 +129,8 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
  */
 async function admitUnderPoolShare(deps: Deps, tx: Tx, orgId: string, pool: { name: string; maxQueued: number }): Promise<void> {
   const { poolShare } = await orgLimits(deps, tx, orgId);
+  // A whole share is no cap: the queue's own bound (503 queue_full) applies.
+  if (poolShare >= 1) return;
   const cap = Math.max(1, Math.ceil(poolShare * pool.maxQueued));
   const waiting = await tx.environment.count({ where: { pool: pool.name, state: 'pending', orgId } });
   if (waiting >= cap) {
