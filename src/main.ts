@@ -1,3 +1,4 @@
+import { DEFAULT_URL } from './cli/default-url';
 import { loadConfig } from './config';
 import { type App, startApp } from './server';
 
@@ -36,6 +37,8 @@ if (app.generatedToken) {
     '  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or `npm run berth -- token create --org default --admin`).',
   );
 }
+// The berth command reaches DEFAULT_URL unless told otherwise.
+if (app.url !== DEFAULT_URL) console.log(`  For the berth command: export BERTH_URL=${app.url}`);
 console.log(`  Try: curl -H "Authorization: Bearer $BERTH_TOKEN" ${app.url}/v1/me`);
 
 let stopping = false;

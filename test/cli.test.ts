@@ -1,5 +1,6 @@
-import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -25,6 +26,34 @@ describe('berth --version', () => {
   });
 });
 
+describe('berth, used from a shell', () => {
+  it('ends quietly when its reader goes away (berth --help | head)', async () => {
+    const child = spawn(process.execPath, ['bin/berth.js', '--help'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    // The reader is gone before berth writes a line.
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const [code] = await once(child, 'exit');
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+  });
+
+  it('refuses an operator command without DATA_DIR where there is no database, and makes none', async () => {
+    const cwd = await mkdtemp(join(tmpdir(), 'berth-nowhere-'));
+    try {
+      const { DATA_DIR: _unset, ...env } = process.env;
+      const failed = await run(process.execPath, [join(root, 'bin/berth.js'), 'token', 'create', '--org', 'default', '--admin'], {
+        cwd,
+        env,
+      }).catch((e) => e);
+      expect(failed).toMatchObject({ code: 1, stderr: expect.stringContaining('no Berth database in') });
+      expect(failed.stderr).toContain('set DATA_DIR');
+      expect(await readdir(cwd)).toEqual([]);
+    } finally {
+      await rm(cwd, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('operator command: org create', () => {
   let s: TestServer;
   beforeAll(async () => {
@@ -46,10 +75,11 @@ describe('operator command: org create', () => {
       stderr: expect.stringContaining('already exists'),
     });
     await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'Bad Name', '--admin', 'x@y.z')).rejects.toMatchObject({ code: 1 });
-    await expect(berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'acme2')).rejects.toMatchObject({
-      code: 2,
-      stderr: expect.stringContaining('Usage'),
-    });
+    // A usage error: what was wrong and the one help command to run, not the whole help.
+    const usage = await berth({ DATA_DIR: s.dataDir }, 'org', 'create', 'acme2').catch((e) => e);
+    expect(usage).toMatchObject({ code: 2, stderr: expect.stringContaining("required option '--admin <email>' not specified") });
+    expect(usage.stderr).toContain('Run "berth org create --help" for its usage.');
+    expect(usage.stderr).not.toContain('Options:');
   });
 
   it('works with no server running, and the server then accepts the token', async () => {
@@ -103,7 +133,7 @@ describe('operator command: token create', () => {
     ).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('who@beta.test') });
     await expect(berth({ DATA_DIR: s.dataDir }, 'token', 'create', '--org', 'beta')).rejects.toMatchObject({
       code: 2,
-      stderr: expect.stringContaining('Usage'),
+      stderr: expect.stringContaining('Run "berth token create --help" for its usage.'),
     });
   });
 

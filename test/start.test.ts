@@ -89,6 +89,8 @@ describe('starting Berth', () => {
       const token = /export BERTH_TOKEN=(\S+)/.exec(next.stdout())?.[1];
       expect(token).toMatch(/^bct_/);
       const url = /listening on (\S+)/.exec(next.stdout())![1]!;
+      // Not the berth command's default address: the start says how to point it here.
+      expect(next.stdout()).toContain(`export BERTH_URL=${url}\n`);
       expect((await client(() => url, token).get('/v1/me')).body).toMatchObject({ admin: true, organization: { name: 'default' } });
     } finally {
       await stop(next);

@@ -4,10 +4,10 @@
 // `{error, code}` answer, one line naming the server when it cannot be reached.
 import type { Command } from 'commander';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { DEFAULT_URL } from './default-url';
 import { CommandError } from './errors';
 
 /** Where `berth` looks when neither --server nor BERTH_URL says: what `npm start` listens on. */
-export const DEFAULT_URL = 'http://127.0.0.1:8080';
 
 /** A refusal by the server: its `error` is the message, with the HTTP status and its `code`. */
 export class ApiError extends CommandError {

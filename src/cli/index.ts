@@ -12,10 +12,15 @@ import { registerOperatorCommands } from './operator';
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
+// A reader that goes away (`berth env ls | head`) ends the command quietly, not with a stack trace.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+  process.exit(0);
+});
+
 const program = new Command('berth')
   .description('Berth: build environments on leased nodes')
   .version(version, '-V, --version', 'print the version of berth')
-  .showHelpAfterError()
   .exitOverride()
   .configureOutput({ outputError: (message, write) => write(message) });
 
@@ -25,6 +30,13 @@ registerNodeCommands(program);
 registerExecCommands(program);
 registerEnvCommands(program);
 registerArtifactCommands(program);
+
+/** A usage error says what was wrong and the one help command to run, not the whole help. */
+function hintHelp(command: Command, path: string[]): void {
+  command.showHelpAfterError(`Run "${['berth', ...path, '--help'].join(' ')}" for its usage.`);
+  for (const sub of command.commands) hintHelp(sub, [...path, sub.name()]);
+}
+hintHelp(program, []);
 
 try {
   await program.parseAsync(process.argv);

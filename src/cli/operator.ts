@@ -5,6 +5,8 @@
 //   berth org limits <name> [--storage SIZE|default] [--pool-share FRACTION|default]
 // The database and services are imported when a command runs, so that `berth` starts quickly for
 // the commands that only talk HTTP.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import type { Config } from '../config';
 import type { Prisma } from '../db';
@@ -24,6 +26,13 @@ async function run<T>(path: string, body: Record<string, unknown>, local: (prism
     const reply = await callOperatorSocket(config.dataDir, path, body);
     if (reply && reply.status !== 201) throw new CommandError((reply.body as { error: string }).error);
     if (reply) return reply.body as T;
+  }
+  // Without DATA_DIR the default ./data is only used when a database is there: a command run from
+  // the wrong folder must not make an empty one and act on it.
+  if (!config.databaseUrl && process.env.DATA_DIR === undefined && !existsSync(join(config.dataDir, 'pg'))) {
+    throw new CommandError(
+      `no Berth database in ${config.dataDir}: set DATA_DIR to the server's data folder (or DATABASE_URL), or DATA_DIR=${config.dataDir} to make one there`,
+    );
   }
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
