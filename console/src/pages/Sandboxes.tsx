@@ -86,7 +86,7 @@ function Register({ onRegistered }: { onRegistered(): void }) {
       onRegistered();
     }
   };
-  const command = shown ? `berth agent --server ${window.location.origin} --join ${shown.key}` : '';
+  const command = shown ? `berth agent --server ${window.location.origin} --join ${shown.key} --dir .` : '';
   return (
     <Section title="Register a sandbox">
       <form className="inline" onSubmit={submit} noValidate>
@@ -100,7 +100,7 @@ function Register({ onRegistered }: { onRegistered(): void }) {
       {errors.form ? <Failure error={errors.form} /> : null}
       {shown ? (
         <ShownOnce title={`Join key of ${shown.name}`}>
-          <p>Single use, valid for one hour. Start the agent on the machine with:</p>
+          <p>Single use, valid for one hour. Start the agent on the machine, in the folder its shares live in, with:</p>
           <Copyable what="Agent command" value={command} multiline />
           <Copyable what="Join key" value={shown.key} />
         </ShownOnce>
