@@ -233,7 +233,9 @@ describeBackends('web console: an admin', (backend) => {
     await page.getByRole('button', { name: 'Register sandbox' }).click();
     const key = await page.getByRole('textbox', { name: 'Join key' }).inputValue();
     expect(key).toMatch(/^bjk_/);
-    expect(await page.getByRole('textbox', { name: 'Agent command' }).inputValue()).toBe(`berth agent --server ${gate.url} --join ${key} --dir .`);
+    expect(await page.getByRole('textbox', { name: 'Agent command' }).inputValue()).toBe(
+      `berth agent --server ${gate.url} --join ${key} --dir .`,
+    );
     const row = rowOf(page, 'ci-box');
     await row.waitFor();
     expect(await row.getByRole('cell').first().textContent()).toBe('0');
