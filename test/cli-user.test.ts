@@ -159,6 +159,52 @@ describe('berth env and berth artifact', () => {
     expect(after.body.stoppedBy).toBeTruthy();
   });
 
+  it('keeps several environments alive and ends them at once; a refused one fails the command, not the others', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) ids.push((await berth('env', 'create', '--template', 'default')).stdout.split(' ')[0]!);
+    const kept = await berth('env', 'keepalive', ...ids);
+    expect(kept).toMatchObject({ code: 0, stderr: '' });
+    expect(
+      kept.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ')[0]),
+    ).toEqual(ids);
+    expect(kept.stdout).toMatch(/ idle until \d{4}-\d\d-\d\dT/);
+    const removed = await berth('env', 'rm', ids[0]!, 'env_nosuchenvironment0', ids[1]!);
+    expect(removed.code).toBe(1);
+    expect(
+      removed.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ')[0]),
+    ).toEqual(ids);
+    expect(removed.stderr).toContain('berth: env_nosuchenvironment0: environment env_nosuchenvironment0 not found');
+    expect(removed.stderr).toContain('1 of 3 failed: env_nosuchenvironment0');
+  });
+
+  it('lists templates, sandboxes, snapshots and artifacts as the console does', async () => {
+    const templates = await berth('template', 'ls');
+    expect(templates.code).toBe(0);
+    expect(templates.stdout.split('\n')[0]!.split(/\s+/)).toEqual(['NAME', 'POOL', 'IMAGE', 'IDLE', 'HARD', 'SHARES', 'SERVICES']);
+    expect(templates.stdout).toMatch(/^default +default +/m);
+    const admin = client(() => s.url, BOOTSTRAP);
+    await admin.post('/v1/sandboxes', { name: 'listed-laptop' });
+    const sandboxes = await berth('sandbox', 'ls');
+    expect(sandboxes.stdout).toMatch(/^sb_\S+ +listed-laptop +0 +- +active +admin@berth.local$/m);
+    const stored = await fetch(`${s.url}/v1/artifacts?name=listed.txt&project=lists`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'text/plain' },
+      body: 'listed',
+    }).then((r) => r.json());
+    const artifacts = await berth('artifact', 'ls', '--project', 'lists');
+    expect(artifacts.stdout).toMatch(new RegExp(`^${stored.artifact.id} +listed.txt +lists +6 B +`, 'm'));
+    const json = JSON.parse((await berth('artifact', 'ls', '--project', 'lists', '--json')).stdout);
+    expect(json.artifacts.map((a: { id: string }) => a.id)).toEqual([stored.artifact.id]);
+    const snapshots = await berth('snapshot', 'ls', '--project', 'lists');
+    expect(snapshots).toMatchObject({ code: 0, stdout: '', stderr: 'no snapshots in project lists\n' });
+  });
+
   it('wires an environment to a sandbox with --sandbox and --share name=path', async () => {
     const api = client(() => s.url, BOOTSTRAP);
     const registered = await api.post('/v1/sandboxes', { name: 'laptop' });

@@ -17,7 +17,7 @@ import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, errorFromText, networkDetail, reachError, withConnection } from './client';
 import { CommandError } from './errors';
-import { bytes } from './format';
+import { age, bytes, table } from './format';
 import { durationOption, labelList } from './options';
 
 /** The interface's limit on an artifact's size (2 GiB). */
@@ -30,6 +30,15 @@ interface Artifact {
   size: number;
   sha256: string;
   expires: string;
+}
+
+interface ListOptions extends ConnectionOptions {
+  project?: string;
+  name?: string;
+  label?: string[];
+  limit?: string;
+  cursor?: string;
+  json?: boolean;
 }
 
 interface Link {
@@ -292,6 +301,32 @@ export function registerArtifactCommands(program: Command): void {
     }
     console.log(stored.id);
     if (link) console.log(link.url);
+  });
+
+  withConnection(
+    artifact
+      .command('ls')
+      .description("list the organization's artifacts, newest first")
+      .option('--project <name>', 'only this project')
+      .option('--name <name>', 'only artifacts with exactly this name')
+      .option('--label <key=value>', 'only with this label (repeatable; all must match)', labelList)
+      .option('--limit <n>', 'at most this many (default 50, at most 500)')
+      .option('--cursor <next>', 'the page after the one that printed this cursor')
+      .option('--json', 'print {artifacts, next} as JSON'),
+  ).action(async (options: ListOptions) => {
+    const { project, name, label, limit, cursor } = options;
+    const page = await new BerthClient(options).json<{ artifacts: (Artifact & { created: string })[]; next?: string }>(
+      'GET',
+      '/v1/artifacts',
+      undefined,
+      { project, name, label, limit, cursor },
+    );
+    if (options.json) return void console.log(JSON.stringify(page, null, 2));
+    const now = Date.now();
+    const rows = page.artifacts.map((a) => [a.id, a.name, a.project, bytes(a.size), age(now - Date.parse(a.created)), a.expires]);
+    if (rows.length === 0) console.error('no artifacts');
+    else console.log(table(['ID', 'NAME', 'PROJECT', 'SIZE', 'AGE', 'EXPIRES'], rows));
+    if (page.next) console.error(`more: berth artifact ls --cursor ${page.next}`);
   });
 
   withConnection(

@@ -274,12 +274,58 @@ export function registerEnvCommands(program: Command): void {
 
   withConnection(
     env
-      .command('rm <id>')
-      .description('end an environment (by id or name); its shares are saved if it has a snapshot key')
-      .option('--json', 'print the environment as JSON'),
-  ).action(async (id: string, options: ConnectionOptions & { json?: boolean }) => {
-    const { environment } = await new BerthClient(options).delete<{ environment: Environment }>(path(id));
-    if (options.json) json(environment);
-    else console.log(`${environment.id} ${environment.name} ${environment.state}`);
+      .command('rm <id...>')
+      .description('end environments (by id or name); their shares are saved if they have a snapshot key')
+      .option('--json', 'print the environments as JSON'),
+  ).action(async (ids: string[], options: ConnectionOptions & { json?: boolean }) => {
+    const client = new BerthClient(options);
+    await eachOf(
+      ids,
+      options,
+      (id) => client.delete<{ environment: Environment }>(path(id)),
+      (e) => `${e.id} ${e.name} ${e.state}`,
+    );
   });
+
+  withConnection(
+    env
+      .command('keepalive <id...>')
+      .description('push back the idle time-out of environments (by id or name), as activity does')
+      .option('--json', 'print the environments as JSON'),
+  ).action(async (ids: string[], options: ConnectionOptions & { json?: boolean }) => {
+    const client = new BerthClient(options);
+    await eachOf(
+      ids,
+      options,
+      (id) => client.post<{ environment: Environment }>(`${path(id)}/keepalive`),
+      (e) => `${e.id} ${e.name} idle until ${e.idleUntil}`,
+    );
+  });
+}
+
+/**
+ * Does `act` for every id, printing each environment as it comes (`line`); a refused one says why
+ * on stderr, the others go on, and the command then fails.
+ */
+async function eachOf(
+  ids: string[],
+  options: { json?: boolean },
+  act: (id: string) => Promise<{ environment: Environment }>,
+  line: (env: Environment) => string,
+): Promise<void> {
+  const done: Environment[] = [];
+  const failed: string[] = [];
+  for (const id of ids) {
+    try {
+      const { environment } = await act(id);
+      done.push(environment);
+      if (!options.json) console.log(line(environment));
+    } catch (error) {
+      if (error instanceof UnreachableError) throw error;
+      failed.push(id);
+      console.error(`berth: ${id}: ${(error as Error).message}`);
+    }
+  }
+  if (options.json) json({ environments: done });
+  if (failed.length) throw new CommandError(`${failed.length} of ${ids.length} failed: ${failed.join(' ')}`);
 }

@@ -7,6 +7,7 @@ import { registerAgentCommands } from './agent';
 import { registerArtifactCommands } from './artifact';
 import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
+import { registerListCommands } from './lists';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
 
@@ -30,6 +31,7 @@ registerNodeCommands(program);
 registerExecCommands(program);
 registerEnvCommands(program);
 registerArtifactCommands(program);
+registerListCommands(program);
 
 /** A usage error says what was wrong and the one help command to run, not the whole help. */
 function hintHelp(command: Command, path: string[]): void {

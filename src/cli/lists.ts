@@ -1,0 +1,108 @@
+// `berth template ls`, `berth sandbox ls`, `berth snapshot ls`: what the console lists, from a shell.
+import type { Command } from 'commander';
+import { BerthClient, type ConnectionOptions, withConnection } from './client';
+import { age, bytes, table } from './format';
+
+interface Template {
+  name: string;
+  pool: string;
+  image?: string | null;
+  idle: string;
+  hard: string;
+  shares: { name: string; direction: string }[];
+  services: { service: string }[];
+}
+
+interface SandboxEntry {
+  sandbox: { id: string; name: string; createdBy: string; lastSeen?: string | null; removed?: string | null };
+  environments: number;
+}
+
+interface Snapshot {
+  key: string;
+  share: string;
+  files: number;
+  bytes: number;
+  lease: string;
+  created: string;
+}
+
+type JsonOption = ConnectionOptions & { json?: boolean };
+
+const json = (value: unknown) => console.log(JSON.stringify(value, null, 2));
+const since = (time: string | null | undefined) => (time ? age(Date.now() - Date.parse(time)) : '-');
+
+export function registerListCommands(program: Command): void {
+  withConnection(
+    program
+      .command('template')
+      .description('templates: what can be leased')
+      .command('ls')
+      .description('list the templates the organization can lease')
+      .option('--json', 'print {templates} as JSON'),
+  ).action(async (options: JsonOption) => {
+    const answer = await new BerthClient(options).json<{ templates: Template[] }>('GET', '/v1/templates');
+    if (options.json) return json(answer);
+    const rows = answer.templates.map((t) => [
+      t.name,
+      t.pool,
+      t.image ?? '(files only)',
+      t.idle,
+      t.hard,
+      t.shares.map((s) => `${s.name}:${s.direction}`).join(',') || '-',
+      t.services.map((s) => s.service).join(',') || '-',
+    ]);
+    if (rows.length === 0) console.error('no templates');
+    else console.log(table(['NAME', 'POOL', 'IMAGE', 'IDLE', 'HARD', 'SHARES', 'SERVICES'], rows));
+  });
+
+  withConnection(
+    program
+      .command('sandbox')
+      .description("sandboxes: the organization's machines")
+      .command('ls')
+      .description('list the sandboxes with their live environment counts')
+      .option('--removed', 'include removed sandboxes')
+      .option('--json', 'print {sandboxes} as JSON'),
+  ).action(async (options: JsonOption & { removed?: boolean }) => {
+    const query = options.removed ? { removed: 'true' } : {};
+    const answer = await new BerthClient(options).json<{ sandboxes: SandboxEntry[] }>('GET', '/v1/sandboxes', undefined, query);
+    if (options.json) return json(answer);
+    const rows = answer.sandboxes.map(({ sandbox: s, environments }) => [
+      s.id,
+      s.name,
+      String(environments),
+      since(s.lastSeen),
+      s.removed ? `removed ${since(s.removed)} ago` : 'active',
+      s.createdBy,
+    ]);
+    if (rows.length === 0) console.error('no sandboxes');
+    else console.log(table(['ID', 'NAME', 'ENVIRONMENTS', 'LAST SEEN', 'STATE', 'REGISTERED BY'], rows));
+  });
+
+  withConnection(
+    program
+      .command('snapshot')
+      .description("snapshots: environments' saved shares")
+      .command('ls')
+      .description("list a project's snapshots, newest first")
+      .option('--project <name>', 'the project (default: default)')
+      .option('--prefix <key>', 'only keys starting with this')
+      .option('--limit <n>', 'at most this many (default 50, at most 500)')
+      .option('--cursor <next>', 'the page after the one that printed this cursor')
+      .option('--json', 'print {project, snapshots, next} as JSON'),
+  ).action(async (options: JsonOption & { project?: string; prefix?: string; limit?: string; cursor?: string }) => {
+    const { project, prefix, limit, cursor } = options;
+    const answer = await new BerthClient(options).json<{ project: string; snapshots: Snapshot[]; next?: string }>(
+      'GET',
+      '/v1/snapshots',
+      undefined,
+      { project, prefix, limit, cursor },
+    );
+    if (options.json) return json(answer);
+    const rows = answer.snapshots.map((s) => [s.key, s.share, String(s.files), bytes(s.bytes), s.lease, since(s.created)]);
+    if (rows.length === 0) console.error(`no snapshots in project ${answer.project}`);
+    else console.log(table(['KEY', 'SHARE', 'FILES', 'SIZE', 'LEASE', 'AGE'], rows));
+    if (answer.next) console.error(`more: berth snapshot ls --project ${answer.project} --cursor ${answer.next}`);
+  });
+}
