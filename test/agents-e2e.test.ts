@@ -8,7 +8,7 @@ import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './hel
 import {
   type BerthProc,
   berthExec,
-  echoThrough,
+  echoedWhole,
   eventually,
   forwarding,
   type Proc,
@@ -157,7 +157,7 @@ for (const backend of backends) {
 
     it("a TCP service on the node side answers through the sandbox's port", async () => {
       const payload = randomBytes(2 * 1024 * 1024);
-      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      const back = await echoedWhole(listen.echo!, payload);
       expect(back.equals(payload)).toBe(true);
       // The tunnel dials 5432 inside the environment, where nothing listens: never this machine's PostgreSQL.
       await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
@@ -179,7 +179,7 @@ for (const backend of backends) {
       await sandboxAgent!.kill('SIGKILL');
       sandboxAgent = spawnNode(['bin/berth.js', 'agent', '--server', sandboxSide.url, '--dir', sandboxDir], {});
       await sandboxAgent.waitFor(/forwarding echo/);
-      const back = await eventually(() => echoThrough(listen.echo!, Buffer.from('again')));
+      const back = await echoedWhole(listen.echo!, Buffer.from('again'));
       expect(back.toString()).toBe('again');
     });
 

@@ -14,7 +14,7 @@ import { describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/container
 import {
   answers,
   type BerthProc,
-  echoThrough,
+  echoedWhole,
   eventually,
   forwarding,
   type Proc,
@@ -168,7 +168,7 @@ for (const backend of backends) {
 
     it('forwards the environment services from the sandbox loopback ports, both ways', async () => {
       const payload = randomBytes(4 * 1024 * 1024);
-      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      const back = await echoedWhole(listen.echo!, payload);
       expect(back.equals(payload)).toBe(true);
       // The tunnel dials 5432 inside the environment, where nothing listens: never this machine's PostgreSQL.
       await forwarding(agent!, envId, 'postgres', listen.postgres!);
@@ -182,7 +182,7 @@ for (const backend of backends) {
       agent = startAgent();
       await agent.waitFor(/forwarding echo/);
       const payload = Buffer.from('still there');
-      const back = await eventually(() => echoThrough(listen.echo!, payload));
+      const back = await echoedWhole(listen.echo!, payload);
       expect(back.toString()).toBe('still there');
     });
 
@@ -200,7 +200,7 @@ for (const backend of backends) {
       if (leaseSide === agentSide) leaseSide = restarted;
       agentSide = restarted;
       await eventually(async () => (connected() > before ? true : undefined));
-      const back = await eventually(() => echoThrough(listen.echo!, Buffer.from('after the restart')));
+      const back = await echoedWhole(listen.echo!, Buffer.from('after the restart'));
       expect(back.toString()).toBe('after the restart');
       // The server sent the configuration again on the new connection: the agent kept what it runs.
       expect(wired()).toBe(1);

@@ -118,6 +118,17 @@ export function echoThrough(port: number, payload: Buffer): Promise<Buffer> {
   });
 }
 
+/**
+ * echoThrough until the whole payload comes back: a tunnel opened before the environment's service
+ * listens is closed at once, empty (the service starts with the environment, not before "ready").
+ */
+export function echoedWhole(port: number, payload: Buffer): Promise<Buffer> {
+  return eventually(async () => {
+    const back = await echoThrough(port, payload);
+    return back.length === payload.length ? back : undefined;
+  });
+}
+
 /** Polls `check` until it returns a value other than undefined (the test's own time-out bounds it). */
 export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, intervalMs = 100): Promise<T> {
   let lastError: unknown;
