@@ -3,29 +3,19 @@
 // thread and its source maps: about 50 MiB of an idle server's memory and a second of its start
 // (docs/benchmarks.md, goal 5). Packages stay external (node_modules), and modules that are loaded
 // on demand (the Azure store) stay separate chunks, loaded only when needed.
-import { readdir, rm, stat } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { newestMtime } from './newest.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SERVER_ENTRY = join(root, 'dist', 'server', 'main.js');
-
-async function newestSource() {
-  let newest = 0;
-  for (const entry of await readdir(join(root, 'src'), { recursive: true, withFileTypes: true })) {
-    if (entry.isFile()) newest = Math.max(newest, (await stat(join(entry.parentPath, entry.name))).mtimeMs);
-  }
-  for (const file of ['package.json', 'tsconfig.json', 'scripts/build-server.mjs']) {
-    newest = Math.max(newest, (await stat(join(root, file))).mtimeMs);
-  }
-  return newest;
-}
 
 const built = await stat(SERVER_ENTRY).then(
   (s) => s.mtimeMs,
   () => 0,
 );
-if (built <= (await newestSource())) {
+if (built <= newestMtime(root, ['src', 'package.json', 'tsconfig.json', 'scripts/build-server.mjs', 'scripts/newest.mjs'])) {
   // Chunk names carry content hashes: a clean folder holds no chunk of an earlier build.
   await rm(join(root, 'dist', 'server'), { recursive: true, force: true });
   // Loaded only to build: the usual start finds the bundle fresh and goes on at once.

@@ -17,4 +17,6 @@ run('npx', ['--no-install', 'graphql-codegen', '--config', 'codegen.ts', '--sile
 run('npx', ['--no-install', 'vite', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], { NODE_ENV: 'production' });
 // The bundle `npm start` runs (scripts/build-server.mjs), so that the first start need not build it.
 run(process.execPath, ['scripts/build-server.mjs']);
+// The bundle `berth` runs (scripts/build-cli.mjs), so that the first command need not build it.
+run(process.execPath, ['scripts/build-cli.mjs']);
 run(process.execPath, ['scripts/build-envd.mjs']);

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, startServer, type TestServer } from './helpers/server';
@@ -18,6 +19,18 @@ describe('berth --version', () => {
   it('prints the version of the package', async () => {
     const { version } = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
     for (const flag of ['--version', '-V']) expect((await berth({}, flag)).stdout).toBe(`${version}\n`);
+  });
+
+  it('runs from its bundle and loads no heavy module: no agent, database, container engine or compiler', async () => {
+    await berth({}, '--version'); // builds the bundle first, were src/ edited since the global setup built it
+    const traced = await run(process.execPath, ['--import', './test/fixtures/loaded-modules.mjs', 'bin/berth.js', '--version'], {
+      cwd: root,
+    });
+    const loaded: string[] = JSON.parse(/^loaded: (.*)$/m.exec(traced.stderr)![1]!);
+    expect(loaded).toContain(pathToFileURL(join(root, 'dist/cli/berth.js')).href);
+    const heavy =
+      /dockerode|@prisma|@electric-sql|\/pg\/|graphql|esbuild|\/tsx\/|node-agent|sandbox-agent|chokidar|tar-stream|cli-progress/;
+    expect(loaded.filter((url) => heavy.test(url))).toEqual([]);
   });
 
   it('berth node without a credential says where to put it', async () => {

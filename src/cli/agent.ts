@@ -2,7 +2,6 @@
 //   berth agent --server URL --join KEY --dir DIR   first start: spends the join key
 //   berth agent [--server URL] --dir DIR            later starts: the stored credential
 import type { Command } from 'commander';
-import { runSandboxAgent } from '../agent/sandbox-agent';
 import { CommandError } from './errors';
 
 export function registerAgentCommands(program: Command): void {
@@ -13,6 +12,8 @@ export function registerAgentCommands(program: Command): void {
     .option('--join <key>', 'a network join key (bjk_…) to spend on the first start')
     .requiredOption('--dir <dir>', "the agent's folder: shares are relative to it; the credential is kept in DIR/.berth")
     .action(async (options: { server?: string; join?: string; dir: string }) => {
+      // Loaded when the command runs: `berth --version` and the other commands do without it.
+      const { runSandboxAgent } = await import('../agent/sandbox-agent');
       const controller = new AbortController();
       const stop = () => controller.abort();
       process.once('SIGINT', stop);

@@ -13,7 +13,6 @@ import https from 'node:https';
 import { basename, dirname, join } from 'node:path';
 import { Readable, Transform, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, errorFromText, networkDetail, reachError, withConnection } from './client';
 import { CommandError } from './errors';
@@ -46,9 +45,10 @@ interface Link {
   expires: string;
 }
 
-/** A progress bar on stderr when it is a terminal; nothing otherwise. */
-function progress(label: string, total: number | undefined): { add(n: number): void; stop(): void } {
+/** A progress bar on stderr when it is a terminal; nothing otherwise (and cli-progress is not loaded). */
+async function progress(label: string, total: number | undefined): Promise<{ add(n: number): void; stop(): void }> {
   if (!process.stderr.isTTY) return { add() {}, stop() {} };
+  const { SingleBar } = await import('cli-progress');
   const started = Date.now();
   let done = 0;
   const bar = new SingleBar(
@@ -122,7 +122,7 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
     link: options.link,
     label: options.label,
   });
-  const bar = progress(`push ${basename(file)}`, size);
+  const bar = await progress(`push ${basename(file)}`, size);
   let sentBytes = 0;
   const measured = meter((n) => {
     sentBytes += n;
@@ -236,7 +236,7 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
         sink = createWriteStream(temp, { flags: 'wx' });
       }
     }
-    const bar = progress(`pull ${basename(target)}`, total);
+    const bar = await progress(`pull ${basename(target)}`, total);
     let received = 0;
     const measured = meter((n) => {
       received += n;

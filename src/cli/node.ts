@@ -1,9 +1,8 @@
 // `berth node --server URL --token SECRET --dir DIR [--slots N]` (docs/agents.md).
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
-import { NodeAgent } from '../agent/node-agent';
 import { MAX_SLOTS } from '../dataplane/protocol';
-import { Engine, engineAddress, engineMessage } from '../node/engine';
+import type { Engine } from '../node/engine';
 import { CommandError } from './errors';
 
 function slots(value: string): number {
@@ -24,6 +23,8 @@ export function registerNodeCommands(program: Command): void {
     .action(async (opts: { server: string; token?: string; dir: string; slots: number; engine?: string }) => {
       const token = opts.token ?? process.env.BERTH_NODE_TOKEN;
       if (!token) throw new CommandError('the node credential is missing: set BERTH_NODE_TOKEN (or pass --token)');
+      // Loaded when the command runs: `berth --version` and the user's commands do without them.
+      const { NodeAgent } = await import('../agent/node-agent');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
       const agent = new NodeAgent({ server: opts.server, token, dir: resolve(opts.dir), slots: opts.slots, engine });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
@@ -42,6 +43,7 @@ export function registerNodeCommands(program: Command): void {
 
 /** The node's engine: one named must answer; without one named, a socket found may be used. */
 async function engineFor(choice: string | undefined): Promise<Engine | null> {
+  const { Engine, engineAddress, engineMessage } = await import('../node/engine');
   const address = engineAddress(choice);
   if (!address) return null;
   try {

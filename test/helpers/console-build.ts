@@ -1,6 +1,6 @@
-// vitest global setup: the server bundle that `npm start` runs and the built console that the browser
-// suites drive (both built by `npm install`) are built again first when their sources changed since,
-// so that no suite tests a stale build.
+// vitest global setup: the server bundle that `npm start` runs, the bundle the `berth` command runs and
+// the built console that the browser suites drive (all built by `npm install`) are built again first
+// when their sources changed since, so that no suite tests a stale build.
 import { execFileSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -23,6 +23,8 @@ function newest(path: string): number {
 export default function setup(): void {
   // The server bundle `npm start` runs (test/start.test.ts runs it too), built again when stale.
   execFileSync(process.execPath, ['scripts/build-server.mjs'], { cwd: root, stdio: 'inherit' });
+  // The bundle `berth` runs: bin/berth.js would build it too, but then several suites' first commands at once.
+  execFileSync(process.execPath, ['scripts/build-cli.mjs'], { cwd: root, stdio: 'inherit' });
   const built = statSync(join(root, 'console/dist/index.html'), { throwIfNoEntry: false })?.mtimeMs ?? 0;
   if (Math.max(...sources.map((s) => newest(join(root, s)))) <= built) return;
   console.log('console sources changed since the last build: building the console (npm run build:console)');

@@ -1,0 +1,55 @@
+/**
+ * CLI start-up benchmark (issue 22): what `berth` costs before it does anything, against the cost of
+ * starting Node itself, measured in one run.
+ *
+ *   npm run bench:cli
+ *
+ * BENCH_RUNS (20) rounds, after two of warm-up; each round runs `node bin/berth.js --version` and
+ * `node -e 0` one after the other (so both see the same machine load), as child processes of this
+ * one, timed from spawn to exit. It reports p50 and p90 of each and the ratio of the p50s; the goal
+ * is at most 6x. The bundle (dist/cli/berth.js) is built first when it is stale, as `berth` itself
+ * would, so no round pays for a build.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 20);
+const GOAL = 6;
+const root = new URL('..', import.meta.url).pathname;
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+
+const pct = (values: number[], p: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+};
+
+/** Milliseconds from spawn to exit of `node …args`; it must exit 0 and print `expect` when given. */
+function time(args: string[], expect?: string): number {
+  const started = process.hrtime.bigint();
+  const run = spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8', env: process.env });
+  const ms = Number(process.hrtime.bigint() - started) / 1e6;
+  if (run.status !== 0 || (expect !== undefined && run.stdout.trim() !== expect)) {
+    throw new Error(`node ${args.join(' ')} exited ${run.status}: ${run.stdout}${run.stderr}`);
+  }
+  return ms;
+}
+
+time(['scripts/build-cli.mjs']);
+const berth: number[] = [];
+const bare: number[] = [];
+for (let round = -2; round < RUNS; round++) {
+  const b = time(['bin/berth.js', '--version'], version);
+  const n = time(['-e', '0']);
+  if (round < 0) continue;
+  berth.push(b);
+  bare.push(n);
+}
+
+const ratio = pct(berth, 50) / pct(bare, 50);
+const row = (what: string, values: number[]) => `| ${what} | ${pct(values, 50).toFixed(0)} ms | ${pct(values, 90).toFixed(0)} ms |`;
+console.log(`Node ${process.version}, ${RUNS} rounds\n`);
+console.log('| command | p50 | p90 |\n| --- | --- | --- |');
+console.log(row('`node -e 0`', bare));
+console.log(row('`node bin/berth.js --version`', berth));
+console.log(`\nberth --version / node -e 0 (p50s): ${ratio.toFixed(2)}x (goal: at most ${GOAL}x)`);
+if (ratio > GOAL) process.exitCode = 1;
