@@ -3,10 +3,12 @@
 // live in src/http/.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Clock } from './clock';
 import type { Config } from './config';
 import { createConsoleHandler } from './console';
 import type { Deps } from './context';
+import { createSessionServer, SESSION_PATH } from './dataplane/exec-session';
 import { createRelayServer, RELAY_NODE_PATH, RELAY_PATH } from './dataplane/relay-server';
 import { buildDeps, closeDeps, type Log } from './deps';
 import { createGraphQLPostPath } from './graphql/post';
@@ -122,11 +124,15 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
   const nodeChannel = serveNodeChannel(deps, log);
   const relay = createRelayServer(deps, log);
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, {
+  const sessions = createSessionServer(deps, cors, log);
+  const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {
     [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade,
     [RELAY_PATH]: relay.handleUpgrade,
     [RELAY_NODE_PATH]: relay.handleNodeUpgrade,
-  });
+  };
+  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, (path) =>
+    SESSION_PATH.test(path) ? sessions.handleUpgrade : endpoints[path],
+  );
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -135,6 +141,7 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
 
   const closeServer = async () => {
     await relay.close();
+    await sessions.close();
     await nodeChannel.close();
     await ws.close();
     await new Promise<void>((resolve) => {

@@ -34,6 +34,7 @@ const TEMPLATE: TemplateSpec = {
   resources: {},
   network: 'none',
   workdir: '/',
+  shell: '/bin/sh',
   env: {},
 };
 

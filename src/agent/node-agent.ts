@@ -5,7 +5,8 @@
 // heartbeat at the interval the server names, and does what the server asks, by message `type`:
 // `prepare` (make the environment's root, restore its snapshot there, start its container),
 // `release` (remove the container, save the shares, remove the root), `discard`, `exec`,
-// `exec-kill`, `exec-credit` (flow control: EXEC_WINDOW) and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
+// `exec-kill`, `exec-credit` (flow control: EXEC_WINDOW), a session's `exec-input`,
+// `exec-input-end` and `exec-resize`, and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
 // the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
 // with the same credential. After a restart it holds the environments whose containers still run
 // (the server says which are live; the rest are removed) and nothing else.
@@ -18,8 +19,9 @@ import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
 import { execOutput, NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { type RelayJob, serveRelay } from '../dataplane/relay-node';
+import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
-import { type Command, type EnvironmentSpec, NodeRuntime } from '../node/runtime';
+import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
 
@@ -198,6 +200,7 @@ export class NodeAgent {
           (message.environment as { id: string }).id,
           message.argv as string[],
           String(message.workdir ?? '/'),
+          sessionOf(message.session),
         );
       case 'exec-kill':
         this.commands.get(String(message.exec))?.kill();
@@ -205,6 +208,20 @@ export class NodeAgent {
       case 'exec-credit':
         if (typeof message.bytes === 'number' && message.bytes > 0) this.commands.get(String(message.exec))?.grant(message.bytes);
         return;
+      case 'exec-input': {
+        const run = String(message.exec);
+        const data = Buffer.from(String(message.data ?? ''), 'base64');
+        this.commands.get(run)?.input(data, () => this.send({ type: 'exec-input-credit', exec: run, bytes: data.length }));
+        return;
+      }
+      case 'exec-input-end':
+        this.commands.get(String(message.exec))?.endInput();
+        return;
+      case 'exec-resize': {
+        const size = termSize(message);
+        if (size) this.commands.get(String(message.exec))?.resize(size);
+        return;
+      }
       case 'relay':
         return this.relay(message);
       default:
@@ -321,8 +338,11 @@ export class NodeAgent {
     this.held.delete(id);
   }
 
-  /** A command in the environment's container: its output as `exec-output` events, then `exec-exit`. */
-  private async exec(run: string, env: string, argv: string[], workdir: string): Promise<void> {
+  /**
+   * A command in the environment's container: its output as `exec-output` events, then `exec-exit`.
+   * It is known (input, kills and credit for it kept) from the moment its message arrives.
+   */
+  private async exec(run: string, env: string, argv: string[], workdir: string, session: SessionOptions | undefined): Promise<void> {
     const output = (stream: 'stdout' | 'stderr', data: Buffer) => {
       for (const event of execOutput(stream, data)) this.send({ ...event, exec: run });
     };
@@ -330,17 +350,13 @@ export class NodeAgent {
       output('stderr', Buffer.from(`berth node: environment ${env} is not on this node\n`));
       return this.send({ type: 'exec-exit', exec: run, exitCode: 126 });
     }
-    let exitCode: number;
-    try {
-      const command = await this.runtime.exec(env, argv, workdir, output);
-      this.commands.set(run, command);
-      exitCode = await command.exited;
-    } catch (error) {
-      output('stderr', Buffer.from(`berth node: ${(error as Error).message}\n`));
-      exitCode = 126;
-    } finally {
-      this.commands.delete(run);
-    }
+    const command = whenStarted(this.runtime.exec(env, argv, workdir, output, session), (error) => {
+      output('stderr', Buffer.from(`berth node: ${error.message}\n`));
+      return 126;
+    });
+    this.commands.set(run, command);
+    const exitCode = await command.exited;
+    this.commands.delete(run);
     this.send({ type: 'exec-exit', exec: run, exitCode });
   }
 

@@ -1,9 +1,12 @@
 // `berth exec <environment id or name> -- <command> [args…]` (docs/agents.md, "Exec"): runs the
-// command on the environment's node, prints its output as it comes and exits with its exit code.
+// command in the environment, prints its output as it comes and exits with its exit code. With
+// input to pass on (piped, -i) or a terminal (-t), and for `berth shell`, it is a session
+// (src/cli/session.ts); otherwise one POST …/exec.
 // BERTH_URL (or --server) and BERTH_TOKEN (or --token) say where and who.
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, withConnection } from './client';
 import { CommandError } from './errors';
+import { runSession } from './session';
 
 interface Line {
   stream?: 'stdout' | 'stderr';
@@ -52,14 +55,36 @@ export async function execCommand(client: BerthClient, environment: string, argv
   throw new CommandError('the server ended the stream before the command ended');
 }
 
+interface ExecOptions extends ConnectionOptions {
+  tty?: boolean;
+  interactive?: boolean;
+}
+
 export function registerExecCommands(program: Command): void {
   withConnection(
     program
       .command('exec')
-      .description("Run a command on an environment's node (BERTH_URL, BERTH_TOKEN); exits with its exit code")
+      .description('Run a command in an environment (BERTH_URL, BERTH_TOKEN); exits with its exit code')
+      .option('-i, --interactive', "send this terminal's input to the command (piped input always is)")
+      .option('-t, --tty', 'give the command a terminal (input from this one, raw; size and resizes passed on)')
       .argument('<environment>', 'environment id or name')
       .argument('<command...>', 'the command and its arguments (after --)'),
-  ).action(async (environment: string, command: string[], options: ConnectionOptions) => {
-    process.exitCode = await execCommand(new BerthClient(options), environment, command);
+  ).action(async (environment: string, command: string[], options: ExecOptions) => {
+    const client = new BerthClient(options);
+    const tty = Boolean(options.tty);
+    if (tty && !process.stdin.isTTY) throw new CommandError('-t needs a terminal on standard input; without -t, piped input is passed on');
+    const stdin = Boolean(options.interactive) || tty || !process.stdin.isTTY;
+    process.exitCode = stdin
+      ? await runSession(client, { environment, command, tty, stdin })
+      : await execCommand(client, environment, command);
+  });
+  withConnection(
+    program
+      .command('shell')
+      .description("Open the environment's shell (the template's shell, /bin/sh by default); exits with its exit code")
+      .argument('<environment>', 'environment id or name'),
+  ).action(async (environment: string, options: ConnectionOptions) => {
+    const tty = Boolean(process.stdin.isTTY);
+    process.exitCode = await runSession(new BerthClient(options), { environment, tty, stdin: true });
   });
 }

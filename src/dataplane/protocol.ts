@@ -22,3 +22,9 @@ export function* execOutput(stream: 'stdout' | 'stderr', data: Buffer): Generato
   for (let i = 0; i < data.length; i += EXEC_CHUNK)
     yield { type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') };
 }
+
+/**
+ * Session input flow control: the server sends a command at most this many bytes of input beyond
+ * what its node wrote to the container (`exec-input-credit`); the caller's socket is not read meanwhile.
+ */
+export const SESSION_INPUT_WINDOW = 256 * 1024;

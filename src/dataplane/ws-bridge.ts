@@ -23,6 +23,10 @@ export const CLOSE = {
   goingAway: 1001,
   /** The credential that opened it was revoked or expired, or its sandbox removed. */
   revoked: 4401,
+  /** The peer sent what the protocol does not allow (a session's malformed message). */
+  invalid: 4400,
+  /** The server failed (a session whose environment ended under it says why first). */
+  internal: 1011,
 } as const;
 
 function toBuffer(data: RawData): Buffer {

@@ -98,15 +98,15 @@ export function serveGraphQLWebSocket(
   deps: Deps,
   cors: CorsPolicy,
   log: Log,
-  /** Other WebSocket endpoints by path (the node control channel), served before any origin check: agents are not browsers. */
-  others: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {},
+  /** Other WebSocket endpoints by path (the node control channel…), served before the origin check here: each applies its own. */
+  others: (path: string) => ((req: IncomingMessage, socket: Duplex, head: Buffer) => void) | undefined = () => undefined,
 ) {
   // A frame larger than an HTTP body may be is refused (1009) from its header, before it is buffered.
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_JSON_BODY_BYTES });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '/').split('?')[0];
-    const other = path === undefined ? undefined : others[path];
+    const other = path === undefined ? undefined : others(path);
     if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.

@@ -23,6 +23,7 @@ import type Dockerode from 'dockerode';
 import { environmentRoot, shareDir } from '../dataplane/layout';
 import { EXEC_WINDOW } from '../dataplane/protocol';
 import { formatSize, parseSize } from '../services/sizes';
+import { type Command, FRAME_MAX, frame, resizeFrame, type SessionOptions, sessionMode } from './command';
 import { type Engine, engineMessage, type RunningExec } from './engine';
 
 /** Where a node finds berth-envd (scripts/build-envd.mjs builds it); BERTH_ENVD overrides. */
@@ -68,14 +69,6 @@ export interface RuntimeOptions {
   /** Which node this is, on every container it makes (label berth.owner). */
   owner: string;
   log: (line: string) => void;
-}
-
-export interface Command {
-  /** The exit code: the command's, or 137 when it was killed. */
-  exited: Promise<number>;
-  kill(): void;
-  /** The caller took `bytes` more of the output: that much more may come (EXEC_WINDOW). */
-  grant(bytes: number): void;
 }
 
 export class NoRuntimeError extends Error {}
@@ -238,11 +231,19 @@ export class NodeRuntime {
    * Runs argv in the environment's container (in `workdir`, as the image's user), handing its
    * output to `output` as it comes, at most EXEC_WINDOW bytes beyond what grant() allowed: past
    * that the engine's stream is not read, so the command blocks on its next write. kill() ends
-   * the command's whole session.
+   * the command's whole session. With `session`, the command takes input (and, with `tty`, has a
+   * terminal of its own); without, its input is empty.
    */
-  async exec(id: string, argv: string[], workdir: string, output: (stream: 'stdout' | 'stderr', data: Buffer) => void): Promise<Command> {
+  async exec(
+    id: string,
+    argv: string[],
+    workdir: string,
+    output: (stream: 'stdout' | 'stderr', data: Buffer) => void,
+    session?: SessionOptions,
+  ): Promise<Command> {
     const engine = this.requireEngine();
-    const run = await engine.exec(containerName(id), { cmd: [ENVD_PATH, 'run', ...argv], workdir });
+    const cmd = session ? [ENVD_PATH, 'session', sessionMode(session), ...argv] : [ENVD_PATH, 'run', ...argv];
+    const run = await engine.exec(containerName(id), { cmd, workdir });
     let credit = EXEC_WINDOW;
     const took = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
       credit -= data.length;
@@ -252,6 +253,11 @@ export class NodeRuntime {
     run.stdout.on('data', took('stdout'));
     run.stderr.on('data', took('stderr'));
     let killed = false;
+    // berth-envd's input is the caller's line: frames only after it started, none after a kill.
+    const send = (bytes: Buffer, written?: () => void) => {
+      if (!session || killed || run.stdin.destroyed) return written?.();
+      run.stdin.write(bytes, () => written?.());
+    };
     return {
       grant: (bytes: number) => {
         const stalled = credit <= 0;
@@ -262,6 +268,17 @@ export class NodeRuntime {
       kill: () => {
         killed = true;
         run.stdin.destroy();
+      },
+      input: (data, written) => {
+        if (data.length === 0) return written();
+        for (let at = 0; at < data.length; at += FRAME_MAX) {
+          const last = at + FRAME_MAX >= data.length;
+          send(frame('d', data.subarray(at, at + FRAME_MAX)), last ? written : undefined);
+        }
+      },
+      endInput: () => send(frame('e')),
+      resize: (size) => {
+        if (session?.tty) send(resizeFrame(size));
       },
       exited: run.exited.then(
         (code) => (killed ? 137 : code),

@@ -5,6 +5,7 @@
 //   agent → server  {type: 'hello', slots, environments}   {type: 'heartbeat'}
 //                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
 //                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
+//                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
 //                   {type: 'ended', environment, reason}   (its container ended on its own)
 //   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
@@ -107,6 +108,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
               return;
             case 'exec-output':
+            case 'exec-input-credit':
             case 'exec-exit':
               // A node speaks only for the commands it was sent: the topic carries its own id.
               if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {

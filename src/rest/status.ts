@@ -36,6 +36,7 @@ export const STATUS_BY_CODE: Record<string, number> = {
   rate_limited: 429,
   too_many_subscriptions: 429,
   too_many_uploads: 429,
+  too_many_sessions: 429,
   integrity: 500,
   internal: 500,
   unavailable: 503,

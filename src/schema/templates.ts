@@ -61,6 +61,7 @@ const Template = builder.objectRef<TemplateSpec>('Template').implement({
     resources: t.field({ type: Resources, resolve: (s) => s.resources }),
     network: t.field({ type: Network, resolve: (s) => s.network }),
     workdir: t.exposeString('workdir', { description: 'Working directory of its processes' }),
+    shell: t.exposeString('shell', { description: 'What an interactive session runs when it names no command (berth shell)' }),
     env: t.field({ type: 'JSONObject', description: 'Variables of its processes', resolve: (s) => s.env }),
   }),
 });

@@ -10,9 +10,10 @@
 // caller's request: a caller that goes away stops the command's whole session.
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../context';
-import { EXEC_GRANT, execOutput } from '../dataplane/protocol';
+import { EXEC_CHUNK, EXEC_GRANT, execOutput, SESSION_INPUT_WINDOW } from '../dataplane/protocol';
+import type { EventPayload } from '../events';
 import type { Environment, Exec } from '../generated/prisma/client';
-import type { Command } from '../node/runtime';
+import { type Command, type SessionOptions, type TermSize, whenStarted } from '../node/command';
 import { requireMember, requireOwner } from './access';
 import { findEnvironment, recordExecRow } from './environments';
 import { ConflictError, DomainError, ValidationError } from './errors';
@@ -61,6 +62,37 @@ function validateArgv(argv: unknown): string[] {
   return argv as string[];
 }
 
+/** An Exec as REST and sessions show it (the spec's exec record). */
+export function execRecord(e: Exec) {
+  return {
+    id: e.id,
+    lease: e.environmentId,
+    time: e.time.toISOString(),
+    actor: e.actor,
+    command: e.command,
+    exitCode: e.exitCode,
+    durationMs: e.durationMs,
+  };
+}
+
+/** A started command: its events, and (sessions) its input and terminal. */
+export interface StartedCommand {
+  /** Its output, then its recorded Exec. Ending the iteration early stops the command. */
+  events: AsyncIterable<ExecEvent>;
+  /** Bytes for its input; resolves once fewer than SESSION_INPUT_WINDOW bytes wait on the way. */
+  input(data: Buffer): Promise<void>;
+  endInput(): void;
+  resize(size: TermSize): void;
+}
+
+/** What startCommand checks and how the command runs. */
+export interface StartOptions {
+  /** The caller went away: the command is stopped (and recorded with the signal's exit code). */
+  signal?: AbortSignal;
+  /** An interactive command: it takes input, and with `tty` has a terminal. */
+  session?: SessionOptions;
+}
+
 /**
  * Runs `argv` on the environment's node (members of its organization; `ready` environments only)
  * and yields its output, then its recorded Exec. Ending the iteration early stops the command.
@@ -72,30 +104,57 @@ export async function runCommand(
   command: unknown,
   signal?: AbortSignal,
 ): Promise<AsyncIterable<ExecEvent>> {
+  return (await startCommand(deps, actor, envRef, command, { signal })).events;
+}
+
+/** The environment a command may run in: the caller's to use, ready, with a runtime. */
+export async function commandEnvironment(deps: Deps, actor: Actor, envRef: string): Promise<Environment> {
   requireMember(actor);
-  const argv = validateArgv(command);
   const env = await findEnvironment(deps, actor, envRef);
   requireOwner(actor, env, `environment ${env.name}`);
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
   requireRuntime(env, 'command');
+  return env;
+}
+
+export async function startCommand(
+  deps: Deps,
+  actor: Actor,
+  envRef: string | Environment,
+  command: unknown,
+  options: StartOptions = {},
+): Promise<StartedCommand> {
+  const { signal, session } = options;
+  const argv = validateArgv(command);
+  const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
   const run = randomUUID();
   const node = env.nodeId ?? HOT;
   const events = deps.events.subscribe(execTopic(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();
   const started = Date.now();
-  let local: BuiltinRun | undefined;
+  let local: Command | undefined;
   if (env.nodeId) {
-    await sendToNode(deps, env.nodeId, { type: 'exec', exec: run, environment: { id: env.id }, argv, workdir: env.workdir });
+    await sendToNode(deps, env.nodeId, {
+      type: 'exec',
+      exec: run,
+      environment: { id: env.id },
+      argv,
+      workdir: env.workdir,
+      ...(session ? { session: { ...session } } : {}),
+    });
   } else {
-    local = runOnBuiltinNode(deps, env, run, argv);
+    local = runOnBuiltinNode(deps, env, run, argv, session);
   }
   let finished = false;
+  const toNode = (message: EventPayload & { type: string }) => {
+    if (env.nodeId) sendToNode(deps, env.nodeId, { ...message, exec: run }).catch(() => undefined);
+  };
   const stop = () => {
     if (finished) return;
-    if (local) local.stop();
-    else if (env.nodeId) sendToNode(deps, env.nodeId, { type: 'exec-kill', exec: run }).catch(() => undefined);
+    if (local) local.kill();
+    else toNode({ type: 'exec-kill' });
   };
   // Output the caller has taken (asked for the next event after it) and not yet granted back.
   let taken = 0;
@@ -104,9 +163,15 @@ export async function runCommand(
     const bytes = taken;
     taken = 0;
     if (local) local.grant(bytes);
-    else if (env.nodeId) sendToNode(deps, env.nodeId, { type: 'exec-credit', exec: run, bytes }).catch(() => undefined);
+    else toNode({ type: 'exec-credit', bytes });
   };
-  // The caller went away: the command is stopped (and recorded with the signal's exit code).
+  // Input sent on and not yet written to the command's container, and who waits for room.
+  let inFlight = 0;
+  const room: (() => void)[] = [];
+  const credited = (bytes: number) => {
+    inFlight = Math.max(0, inFlight - bytes);
+    if (inFlight < SESSION_INPUT_WINDOW) for (const wake of room.splice(0)) wake();
+  };
   signal?.addEventListener('abort', stop, { once: true });
   const output = (async function* (): AsyncGenerator<ExecEvent, void> {
     let timer: NodeJS.Timeout | undefined;
@@ -133,6 +198,8 @@ export async function runCommand(
           yield { kind: 'output', stream, data };
           taken += data.length;
           grant();
+        } else if (event.type === 'exec-input-credit') {
+          if (typeof event.bytes === 'number') credited(event.bytes);
         } else if (event.type === 'exec-exit') {
           finished = true;
           const exitCode = Number(event.exitCode);
@@ -146,64 +213,69 @@ export async function runCommand(
         }
       }
     } finally {
+      finished = true;
       clearTimeout(timer);
-      stop();
+      if (local) local.kill();
+      else toNode({ type: 'exec-kill' });
+      for (const wake of room.splice(0)) wake();
       signal?.removeEventListener('abort', stop);
       await events.return?.();
     }
   })();
-  // Ending the iteration early (an unsubscribe) stops the command at once, not at its next output.
   return {
-    [Symbol.asyncIterator]: () => ({
-      next: () => output.next(),
-      return: (value?: unknown) => {
-        stop();
-        return output.return(value as undefined);
-      },
-    }),
+    // Ending the iteration early (an unsubscribe) stops the command at once, not at its next output.
+    events: {
+      [Symbol.asyncIterator]: () => ({
+        next: () => output.next(),
+        return: (value?: unknown) => {
+          stop();
+          return output.return(value as undefined);
+        },
+      }),
+    },
+    async input(data) {
+      if (!session || finished) return;
+      for (let at = 0; at < data.length; at += EXEC_CHUNK) {
+        const piece = data.subarray(at, at + EXEC_CHUNK);
+        inFlight += piece.length;
+        if (local) local.input(piece, () => credited(piece.length));
+        else toNode({ type: 'exec-input', data: piece.toString('base64') });
+      }
+      if (inFlight >= SESSION_INPUT_WINDOW && !finished) await new Promise<void>((resolve) => room.push(resolve));
+    },
+    endInput() {
+      if (!session || finished) return;
+      if (local) local.endInput();
+      else toNode({ type: 'exec-input-end' });
+    },
+    resize(size) {
+      if (!session?.tty || finished) return;
+      if (local) local.resize(size);
+      else toNode({ type: 'exec-resize', rows: size.rows, cols: size.cols });
+    },
   };
 }
 
-interface BuiltinRun {
-  stop(): void;
-  grant(bytes: number): void;
-}
-
 /** The built-in node's runner: the command in the environment's container, events on the same topic. */
-function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[]): BuiltinRun {
+function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[], session?: SessionOptions): Command {
   const topic = execTopic(HOT, run);
   let chain = Promise.resolve();
   const publish = (payload: Record<string, unknown>) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
   };
-  let command: Command | undefined;
-  let killed = false;
-  let granted = 0;
-  deps.node
-    .exec(env.id, argv, env.workdir, (stream, data) => {
+  const start = deps.node.exec(
+    env.id,
+    argv,
+    env.workdir,
+    (stream, data) => {
       for (const event of execOutput(stream, data)) publish(event);
-    })
-    .then(
-      (started) => {
-        command = started;
-        if (killed) started.kill();
-        if (granted) started.grant(granted);
-        return started.exited;
-      },
-      (error: Error) => {
-        publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
-        return 126;
-      },
-    )
-    .then((exitCode) => publish({ type: 'exec-exit', exitCode }));
-  return {
-    stop() {
-      killed = true;
-      command?.kill();
     },
-    grant(bytes) {
-      if (command) command.grant(bytes);
-      else granted += bytes;
-    },
-  };
+    session,
+  );
+  const command = whenStarted(start, (error) => {
+    publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
+    return 126;
+  });
+  void command.exited.then((exitCode) => publish({ type: 'exec-exit', exitCode }));
+  return command;
 }

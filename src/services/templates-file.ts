@@ -67,6 +67,8 @@ export type TemplateSpec = {
   network: Network;
   /** Absolute and normalised; `/` by default. */
   workdir: string;
+  /** What an interactive session runs when it names no command (`berth shell`); `/bin/sh` by default. */
+  shell: string;
   /** Environment variables of the environment's processes. */
   env: Record<string, string>;
 };
@@ -303,6 +305,7 @@ const TEMPLATE_FIELDS = {
   resources: Resources.optional(),
   network: network.optional(),
   workdir: absolutePath(true).optional(),
+  shell: absolutePath(true).optional(),
   env: Env.optional(),
 };
 
@@ -336,6 +339,7 @@ const Template = (pathName?: string) =>
       resources: t.resources ?? {},
       network: t.network ?? 'none',
       workdir: t.workdir ?? '/',
+      shell: t.shell ?? '/bin/sh',
       env: t.env ?? {},
     };
     if (t.description !== undefined) spec.description = t.description;

@@ -11,6 +11,12 @@
 //                        signal). Standard input is the caller's line: when it ends (the caller
 //                        went away) the whole session is killed; so is whatever is left of the
 //                        session when argv ends.
+//   envd session pipe|tty:ROWS:COLS argv...
+//                        An interactive `run`: standard input carries frames from the node
+//                        (data for the command's input, its end, a terminal's new size), and
+//                        its end, as for `run`, kills the whole session. `pipe` gives the command
+//                        a pipe for input; `tty` a terminal of its own (its controlling tty),
+//                        whose output comes back on standard output.
 //   envd dial PORT       Connects to PORT on the environment's loopback and copies standard input
 //                        to it and what it sends to standard output (a service tunnel).
 //   envd id              Prints the user's uid:gid.
@@ -28,8 +34,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,6 +182,203 @@ static int run_main(char **argv) {
   return 137;
 }
 
+// ---- session
+
+// A frame from the node: a type byte, a 4-byte big-endian length, then the payload.
+#define FRAME_DATA 'd'   // bytes for the command's input
+#define FRAME_EOF 'e'    // the command's input ends
+#define FRAME_RESIZE 'r' // rows, cols: two 16-bit big-endian numbers
+#define FRAME_MAX 65536
+
+struct frames {
+  unsigned char buffer[5 + FRAME_MAX];
+  size_t have;
+};
+
+static void set_size(int fd, unsigned rows, unsigned cols) {
+  struct winsize size = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+  ioctl(fd, TIOCSWINSZ, &size);
+}
+
+static int session_main(const char *mode, char **argv) {
+  int tty = 0;
+  unsigned rows = 24, cols = 80;
+  if (strncmp(mode, "tty:", 4) == 0) {
+    tty = 1;
+    if (sscanf(mode + 4, "%u:%u", &rows, &cols) != 2 || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
+      fprintf(stderr, "berth-envd: not a terminal size: %s\n", mode);
+      return 2;
+    }
+  } else if (strcmp(mode, "pipe") != 0) {
+    fprintf(stderr, "berth-envd: not a session mode: %s\n", mode);
+    return 2;
+  }
+  int failed[2], input[2] = {-1, -1}, master = -1;
+  char *slave_name = NULL;
+  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(failed, O_CLOEXEC) < 0) return 126;
+  if (tty) {
+    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || !(slave_name = ptsname(master))) {
+      fprintf(stderr, "berth-envd: no terminal for the session: %s\n", strerror(errno));
+      return 126;
+    }
+    set_size(master, rows, cols);
+  } else if (pipe2(input, O_CLOEXEC) < 0) {
+    return 126;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_run_child;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pid_t pid = fork();
+  if (pid < 0) return 126;
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    if (tty) {
+      int slave = open(slave_name, O_RDWR);
+      if (slave < 0) _exit(126);
+      ioctl(slave, TIOCSCTTY, 0);
+      dup2(slave, 0);
+      dup2(slave, 1);
+      dup2(slave, 2);
+      if (slave > 2) close(slave);
+      // A terminal's programs (shells, editors) read what it is from TERM.
+      setenv("TERM", getenv("TERM") && *getenv("TERM") ? getenv("TERM") : "xterm-256color", 1);
+    } else {
+      dup2(input[0], 0);
+    }
+    execvp(argv[0], argv);
+    int error = errno;
+    if (tty) dprintf(2, "berth: %s: %s\r\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
+    if (write(failed[1], &error, sizeof error) < 0) _exit(126);
+    _exit(error == ENOENT ? 127 : 126);
+  }
+  close(failed[1]);
+  int error;
+  if (read(failed[0], &error, sizeof error) == (ssize_t)sizeof error && !tty)
+    fprintf(stderr, "berth: %s: %s\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
+  close(failed[0]);
+  // Where the command's input goes, written without blocking: a command that does not read must
+  // not keep this loop from seeing the caller go away.
+  int sink = tty ? master : input[1];
+  if (!tty) close(input[0]);
+  fcntl(sink, F_SETFL, fcntl(sink, F_GETFL) | O_NONBLOCK);
+  static struct frames in;
+  static unsigned char out[65536];
+  size_t pending_at = 0, pending_len = 0; // payload bytes of the frame at the head of `in` not yet written
+  int eof_asked = 0, master_open = tty, caller = 1;
+  int status = 0, exited = 0;
+  for (;;) {
+    if (!exited) {
+      pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) exited = 1;
+    }
+    if (exited) {
+      // What the terminal still holds is the command's last output.
+      if (tty) {
+        ssize_t n;
+        while ((n = read(master, out, sizeof out)) > 0) {
+          if (write(1, out, (size_t)n) < 0) break;
+        }
+      }
+      kill(-pid, SIGKILL);
+      return status_code(status);
+    }
+    struct pollfd fds[4] = {
+        {.fd = caller ? 0 : -1, .events = pending_len ? 0 : POLLIN},
+        {.fd = child_pipe[0], .events = POLLIN},
+        {.fd = pending_len ? sink : -1, .events = POLLOUT},
+        {.fd = master_open ? master : -1, .events = POLLIN},
+    };
+    if (poll(fds, 4, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents) {
+      while (read(child_pipe[0], out, sizeof out) > 0) {
+      }
+    }
+    if (fds[3].revents) {
+      ssize_t n = read(master, out, sizeof out);
+      // Every holder of the terminal closed it (EIO): nothing more comes until the command ends.
+      if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) master_open = 0;
+      for (ssize_t off = 0; n > 0 && off < n;) {
+        ssize_t w = write(1, out + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += w;
+      }
+    }
+    if (fds[2].revents) {
+      ssize_t w = write(sink, in.buffer + 5 + pending_at, pending_len);
+      if (w > 0) {
+        pending_at += (size_t)w;
+        pending_len -= (size_t)w;
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        pending_len = 0; // the command closed its input: what it did not take is dropped
+      }
+      if (pending_len == 0) {
+        size_t frame = 5 + pending_at;
+        memmove(in.buffer, in.buffer + frame, in.have - frame);
+        in.have -= frame;
+        pending_at = 0;
+      }
+    }
+    if ((fds[0].revents & (POLLHUP | POLLERR)) && pending_len) {
+      // The caller went away while the command was not taking its input.
+      kill(-pid, SIGKILL);
+      pending_len = 0;
+      in.have = 0;
+      caller = 0;
+      continue;
+    }
+    if (fds[0].revents && pending_len == 0) {
+      ssize_t n = read(0, in.buffer + in.have, sizeof in.buffer - in.have);
+      if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) {
+        // The caller went away: the command's whole session goes with it.
+        kill(-pid, SIGKILL);
+        caller = 0;
+        continue;
+      }
+      if (n > 0) in.have += (size_t)n;
+    }
+    // Frames complete in the buffer are applied until one waits on the command's input.
+    while (pending_len == 0 && in.have >= 5) {
+      uint32_t length = ((uint32_t)in.buffer[1] << 24) | ((uint32_t)in.buffer[2] << 16) | ((uint32_t)in.buffer[3] << 8) | in.buffer[4];
+      if (length > FRAME_MAX) {
+        fprintf(stderr, "berth-envd: a frame of %u bytes\n", length);
+        kill(-pid, SIGKILL);
+        return 2;
+      }
+      if (in.have < 5 + length) break;
+      unsigned char type = in.buffer[0];
+      if (type == FRAME_DATA && length > 0 && !eof_asked) {
+        pending_at = 0;
+        pending_len = length;
+        break;
+      }
+      if (type == FRAME_EOF && !eof_asked) {
+        eof_asked = 1;
+        if (tty) {
+          // A terminal's end of input is its EOF character, at the start of a line.
+          unsigned char eof = 4;
+          if (write(master, &eof, 1) < 0) {
+          }
+        } else {
+          close(sink);
+          sink = -1;
+        }
+      } else if (type == FRAME_RESIZE && length == 4 && tty) {
+        set_size(master, ((unsigned)in.buffer[5] << 8) | in.buffer[6], ((unsigned)in.buffer[7] << 8) | in.buffer[8]);
+      }
+      memmove(in.buffer, in.buffer + 5 + length, in.have - 5 - length);
+      in.have -= 5 + length;
+    }
+  }
+  kill(-pid, SIGKILL);
+  return 137;
+}
+
 // ---- dial
 
 struct copy {
@@ -303,12 +508,13 @@ static int guard_main(int count, char **prefixes) {
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return init_main(argc - 2, argv + 2);
   if (argc >= 3 && strcmp(argv[1], "run") == 0) return run_main(argv + 2);
+  if (argc >= 4 && strcmp(argv[1], "session") == 0) return session_main(argv[2], argv + 3);
   if (argc == 3 && strcmp(argv[1], "dial") == 0) return dial_main(argv[2]);
   if (argc == 2 && strcmp(argv[1], "id") == 0) {
     printf("%u:%u\n", (unsigned)getuid(), (unsigned)getgid());
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "guard") == 0) return guard_main(argc - 2, argv + 2);
-  fprintf(stderr, "usage: berth-envd init [cmd...] | run argv... | dial PORT | id | guard PREFIX...\n");
+  fprintf(stderr, "usage: berth-envd init [cmd...] | run argv... | session pipe|tty:ROWS:COLS argv... | dial PORT | id | guard PREFIX...\n");
   return 2;
 }

@@ -17,7 +17,7 @@ graphql(`
     name description pool startMs idle hard
     shares { name direction envPath }
     services { service target }
-    image resources { cpus memory pids disk } network workdir env
+    image resources { cpus memory pids disk } network workdir shell env
   }
 `);
 

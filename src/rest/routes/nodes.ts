@@ -2,10 +2,10 @@ import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream';
 import { GraphQLInt, GraphQLList, GraphQLNonNull, GraphQLString } from 'graphql';
 import { graphql } from '../../generated/gql';
-import type { Exec, Snapshot } from '../../generated/prisma/client';
+import type { Snapshot } from '../../generated/prisma/client';
 import { sendJson } from '../../http/respond';
 import { BadRequestError, DomainError } from '../../services/errors';
-import { runCommand } from '../../services/exec';
+import { execRecord, runCommand } from '../../services/exec';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../services/nodes';
 import { ARCHIVE_CONTENT_TYPE } from '../../services/snapshot-archive';
 import { checkBodyFields } from '../body';
@@ -208,18 +208,6 @@ export const nodeRoutes: Route[] = [
 ];
 
 /** The Exec row as the exec stream's last line shows it (the same fields as GET …/execs). */
-function execJson(e: Exec) {
-  return {
-    id: e.id,
-    lease: e.environmentId,
-    time: e.time.toISOString(),
-    actor: e.actor,
-    command: e.command,
-    exitCode: e.exitCode,
-    durationMs: e.durationMs,
-  };
-}
-
 export const execRoute: Route = {
   method: 'POST',
   path: '/v1/environments/{id}/exec',
@@ -253,7 +241,7 @@ export const execRoute: Route = {
         const line =
           event.kind === 'output'
             ? { stream: event.stream, data: event.data.toString('base64') }
-            : { exitCode: event.exec.exitCode, exec: execJson(event.exec) };
+            : { exitCode: event.exec.exitCode, exec: execRecord(event.exec) };
         if (!res.write(`${JSON.stringify(line)}\n`) && !gone.signal.aborted) {
           await new Promise((resolve) => {
             res.once('drain', resolve);

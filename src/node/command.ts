@@ -1,0 +1,95 @@
+// A command running in an environment, as both kinds of node hold it (src/node/runtime.ts), and
+// the frames a node writes to berth-envd's `session` (src/node/envd/berth-envd.c): a type byte, a
+// 4-byte big-endian length, the payload.
+
+/** A terminal's size. */
+export interface TermSize {
+  rows: number;
+  cols: number;
+}
+
+/** What an interactive command gets: input always; a terminal of this size when `tty` is set. */
+export interface SessionOptions {
+  tty?: TermSize;
+}
+
+export interface Command {
+  /** The exit code: the command's, or 137 when it was killed. */
+  exited: Promise<number>;
+  kill(): void;
+  /** The caller took `bytes` more of the output: that much more may come (EXEC_WINDOW). */
+  grant(bytes: number): void;
+  /** Bytes for the command's input (sessions only); `written` once they left for the container. */
+  input(data: Buffer, written: () => void): void;
+  /** The command's input ends (EOF; on a terminal, its EOF character). */
+  endInput(): void;
+  /** The terminal's new size (tty sessions only). */
+  resize(size: TermSize): void;
+}
+
+/** The largest terminal a session may ask for, rows and columns alike. */
+export const MAX_TERM = 1000;
+
+/** `{rows, cols}` when `value` carries a well-formed terminal size, else undefined. */
+export function termSize(value: unknown): TermSize | undefined {
+  const { rows, cols } = (value ?? {}) as { rows?: unknown; cols?: unknown };
+  const fine = (n: unknown): n is number => Number.isInteger(n) && (n as number) >= 1 && (n as number) <= MAX_TERM;
+  return fine(rows) && fine(cols) ? { rows, cols } : undefined;
+}
+
+/** The session options an `exec` message carries (undefined: not a session). */
+export function sessionOf(value: unknown): SessionOptions | undefined {
+  if (!value || typeof value !== 'object') return undefined;
+  const tty = termSize((value as { tty?: unknown }).tty);
+  return tty ? { tty } : {};
+}
+
+/** The most bytes berth-envd takes in one frame. */
+export const FRAME_MAX = 65536;
+
+export function frame(type: 'd' | 'e' | 'r', payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(5);
+  head.write(type, 0, 'latin1');
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
+
+export function resizeFrame(size: TermSize): Buffer {
+  const payload = Buffer.alloc(4);
+  payload.writeUInt16BE(size.rows, 0);
+  payload.writeUInt16BE(size.cols, 2);
+  return frame('r', payload);
+}
+
+/** berth-envd's mode argument for a session. */
+export const sessionMode = (options: SessionOptions) => (options.tty ? `tty:${options.tty.rows}:${options.tty.cols}` : 'pipe');
+
+/**
+ * A command whose start is still under way: what the caller asks of it meanwhile (a kill, credit,
+ * input, a resize) is kept, in order, and applied once it started. A start that fails is the
+ * command ending with `failed`'s exit code.
+ */
+export function whenStarted(start: Promise<Command>, failed: (error: Error) => number): Command {
+  let command: Command | undefined;
+  const queued: ((c: Command) => void)[] = [];
+  const apply = (call: (c: Command) => void) => {
+    if (command) call(command);
+    else queued.push(call);
+  };
+  const exited = start.then(
+    (started) => {
+      command = started;
+      for (const call of queued.splice(0)) call(started);
+      return started.exited;
+    },
+    (error: Error) => failed(error),
+  );
+  return {
+    exited,
+    kill: () => apply((c) => c.kill()),
+    grant: (bytes) => apply((c) => c.grant(bytes)),
+    input: (data, written) => apply((c) => c.input(data, written)),
+    endInput: () => apply((c) => c.endInput()),
+    resize: (size) => apply((c) => c.resize(size)),
+  };
+}
