@@ -183,7 +183,7 @@ describe('berth env and berth artifact', () => {
     expect(removed.stderr).toContain('1 of 3 failed: env_nosuchenvironment0');
   });
 
-  it('lists templates, sandboxes, snapshots and artifacts as the console does', async () => {
+  it('lists templates, sandboxes, snapshots, artifacts and nodes as the console does', async () => {
     const templates = await berth('template', 'ls');
     expect(templates.code).toBe(0);
     expect(templates.stdout.split('\n')[0]!.split(/\s+/)).toEqual(['NAME', 'POOL', 'IMAGE', 'IDLE', 'HARD', 'SHARES', 'SERVICES']);
@@ -203,6 +203,21 @@ describe('berth env and berth artifact', () => {
     expect(json.artifacts.map((a: { id: string }) => a.id)).toEqual([stored.artifact.id]);
     const snapshots = await berth('snapshot', 'ls', '--project', 'lists');
     expect(snapshots).toMatchObject({ code: 0, stdout: '', stderr: 'no snapshots in project lists\n' });
+
+    // `berth node ls` beside `berth node`, the command that serves a pool: a node never connected is lost.
+    expect(await berth('node', 'ls')).toMatchObject({ code: 0, stdout: '', stderr: 'no nodes\n' });
+    const created = await admin.post('/v1/nodes', { pool: 'default', name: 'listed-builder' });
+    const nodes = await berth('node', 'ls');
+    expect(nodes.stdout.split('\n')[0]!.split(/\s{2,}/)).toEqual(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS']);
+    expect(nodes.stdout).toMatch(new RegExp(`^${created.body.node.id} +listed-builder +default +lost +0/0 +- +-$`, 'm'));
+    const listed = JSON.parse((await berth('node', 'ls', '--json')).stdout);
+    expect(listed).toEqual({ nodes: [created.body.node] });
+    expect(await berth('node', 'ls', '--server', `http://127.0.0.1:${await closedPort()}`)).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('cannot reach'),
+    });
+    const usage = await berth('node', '--dir', '/tmp');
+    expect(usage).toMatchObject({ code: 2, stderr: expect.stringContaining("required option '--server <url>' not specified") });
   });
 
   it('wires an environment to a sandbox with --sandbox and --share name=path', async () => {
@@ -267,12 +282,16 @@ describe('berth env and berth artifact', () => {
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(new RegExp(`^berth: environment ${pending.name} \\(${pending.id}\\) is (stopping|stopped)$`, 'm'));
 
-    // --timeout gives up waiting and says so; the lease stays.
+    // --timeout gives up waiting and says so, with why it waits (shown while it waited: piped, one
+    // line per reason); the lease stays.
     const timedOut = await berth('env', 'create', '--template', 'nodeless', '--timeout', '1s');
     expect(timedOut.code).toBe(1);
+    const why = 'no node serves pool remote: it has no built-in nodes and your organization has registered none for it';
     const [, name, id] =
-      /^berth: environment (\S+) \((env_\w+)\) is still pending after 1s; it keeps its lease/m.exec(timedOut.stderr) ?? [];
+      /^berth: environment (\S+) \((env_\w+)\) is still pending after 1s \((.+)\); it keeps its lease/m.exec(timedOut.stderr) ?? [];
     expect(id).toBeTruthy();
+    expect(timedOut.stderr).toContain(`berth: environment ${name} (${id}) is still pending after 1s (${why}`);
+    expect(timedOut.stderr.split('\n').filter((line) => line.startsWith(`${name}: waiting: ${why}`))).toHaveLength(1);
     expect((await api.get(`/v1/environments/${id}`)).body).toMatchObject({ name, state: 'pending' });
     expect((await berth('env', 'rm', id)).code).toBe(0);
     expect((await berth('env', 'create', '--template', 'nodeless', '--timeout', 'soon')).code).toBe(2);

@@ -23,6 +23,9 @@ const program = new Command('berth')
   .description('Berth: build environments on leased nodes')
   .version(version, '-V, --version', 'print the version of berth')
   .exitOverride()
+  // Options belong to the command they follow: `berth node ls --server URL` is the list's --server,
+  // not that of `berth node`, the command that serves a pool.
+  .enablePositionalOptions()
   .configureOutput({ outputError: (message, write) => write(message) });
 
 registerOperatorCommands(program);

@@ -1,4 +1,5 @@
-// `berth template ls`, `berth sandbox ls`, `berth snapshot ls`: what the console lists, from a shell.
+// `berth template ls`, `berth sandbox ls`, `berth snapshot ls`, `berth node ls`: what the console
+// lists, from a shell.
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, withConnection } from './client';
 import { age, bytes, table } from './format';
@@ -25,6 +26,16 @@ interface Snapshot {
   bytes: number;
   lease: string;
   created: string;
+}
+
+interface RemoteNode {
+  id: string;
+  name: string;
+  pool: string;
+  state: string;
+  slots: number;
+  environments: string[];
+  lastSeen?: string | null;
 }
 
 type JsonOption = ConnectionOptions & { json?: boolean };
@@ -104,5 +115,28 @@ export function registerListCommands(program: Command): void {
     if (rows.length === 0) console.error(`no snapshots in project ${answer.project}`);
     else console.log(table(['KEY', 'SHARE', 'FILES', 'SIZE', 'LEASE', 'AGE'], rows));
     if (answer.next) console.error(`more: berth snapshot ls --project ${answer.project} --cursor ${answer.next}`);
+  });
+
+  withConnection(
+    // Under `berth node`, the command that serves a pool (src/cli/node.ts, registered first).
+    program.commands
+      .find((c) => c.name() === 'node')!
+      .command('ls')
+      .description("list the organization's nodes: state, slots in use, last seen, live environments")
+      .option('--json', 'print {nodes} as JSON'),
+  ).action(async (options: JsonOption) => {
+    const answer = await new BerthClient(options).json<{ nodes: RemoteNode[] }>('GET', '/v1/nodes');
+    if (options.json) return json(answer);
+    const rows = answer.nodes.map((n) => [
+      n.id,
+      n.name,
+      n.pool,
+      n.state,
+      `${n.environments.length}/${n.slots}`,
+      since(n.lastSeen),
+      n.environments.join(',') || '-',
+    ]);
+    if (rows.length === 0) console.error('no nodes');
+    else console.log(table(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS'], rows));
   });
 }

@@ -1,4 +1,7 @@
-// `berth node --server URL --token SECRET --dir DIR [--slots N]` (docs/agents.md).
+// `berth node --server URL --token SECRET --dir DIR [--slots N]` (docs/agents.md): serves a pool.
+// `berth node ls` (src/cli/lists.ts) lists the organization's nodes; so --server and --dir, which
+// only serving needs, are checked here rather than required by commander (which would ask them
+// of `ls` too).
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { MAX_SLOTS } from '../dataplane/protocol';
@@ -15,18 +18,20 @@ export function registerNodeCommands(program: Command): void {
   program
     .command('node')
     .description('Serve a pool as a build machine: hold slots, prepare and release environments under --dir')
-    .requiredOption('--server <url>', 'the Berth server, e.g. http://berth.example.com:8080')
+    .option('--server <url>', 'the Berth server, e.g. http://berth.example.com:8080 (required)')
     .option('--token <secret>', 'the node credential (bnd_…) from POST /v1/nodes; better BERTH_NODE_TOKEN, which ps does not show')
-    .requiredOption('--dir <dir>', 'where environment roots live (DIR/<environment id>/)')
+    .option('--dir <dir>', 'where environment roots live (DIR/<environment id>/) (required)')
     .option('--slots <n>', 'how many environments at once', slots, 1)
     .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
-    .action(async (opts: { server: string; token?: string; dir: string; slots: number; engine?: string }) => {
+    .action(async (opts: { server?: string; token?: string; dir?: string; slots: number; engine?: string }, command: Command) => {
+      const missing = opts.server === undefined ? '--server <url>' : opts.dir === undefined ? '--dir <dir>' : undefined;
+      if (missing) command.error(`error: required option '${missing}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
       const token = opts.token ?? process.env.BERTH_NODE_TOKEN;
       if (!token) throw new CommandError('the node credential is missing: set BERTH_NODE_TOKEN (or pass --token)');
       // Loaded when the command runs: `berth --version` and the user's commands do without them.
       const { NodeAgent } = await import('../agent/node-agent');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
-      const agent = new NodeAgent({ server: opts.server, token, dir: resolve(opts.dir), slots: opts.slots, engine });
+      const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
       const stop = () => agent.stop();
       process.once('SIGINT', stop);
