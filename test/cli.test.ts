@@ -29,7 +29,7 @@ describe('berth --version', () => {
     const loaded: string[] = JSON.parse(/^loaded: (.*)$/m.exec(traced.stderr)![1]!);
     expect(loaded).toContain(pathToFileURL(join(root, 'dist/cli/berth.js')).href);
     const heavy =
-      /dockerode|@prisma|@electric-sql|\/pg\/|graphql|esbuild|\/tsx\/|node-agent|sandbox-agent|chokidar|tar-stream|cli-progress/;
+      /dockerode|@prisma|@electric-sql|\/pg\/|graphql|esbuild|\/tsx\/|node-agent|sandbox-agent|chokidar|tar-stream|cli-progress|\/ws\//;
     expect(loaded.filter((url) => heavy.test(url))).toEqual([]);
   });
 

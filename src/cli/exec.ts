@@ -6,7 +6,6 @@
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, withConnection } from './client';
 import { CommandError } from './errors';
-import { runSession } from './session';
 
 interface Line {
   stream?: 'stdout' | 'stderr';
@@ -55,6 +54,9 @@ export async function execCommand(client: BerthClient, environment: string, argv
   throw new CommandError('the server ended the stream before the command ended');
 }
 
+/** Sessions (and `ws`, ~40 ms to load) only when one starts: every other command does without them. */
+const session = () => import('./session');
+
 interface ExecOptions extends ConnectionOptions {
   tty?: boolean;
   interactive?: boolean;
@@ -75,7 +77,7 @@ export function registerExecCommands(program: Command): void {
     if (tty && !process.stdin.isTTY) throw new CommandError('-t needs a terminal on standard input; without -t, piped input is passed on');
     const stdin = Boolean(options.interactive) || tty || !process.stdin.isTTY;
     process.exitCode = stdin
-      ? await runSession(client, { environment, command, tty, stdin })
+      ? await (await session()).runSession(client, { environment, command, tty, stdin })
       : await execCommand(client, environment, command);
   });
   withConnection(
@@ -85,6 +87,6 @@ export function registerExecCommands(program: Command): void {
       .argument('<environment>', 'environment id or name'),
   ).action(async (environment: string, options: ConnectionOptions) => {
     const tty = Boolean(process.stdin.isTTY);
-    process.exitCode = await runSession(new BerthClient(options), { environment, tty, stdin: true });
+    process.exitCode = await (await session()).runSession(new BerthClient(options), { environment, tty, stdin: true });
   });
 }
