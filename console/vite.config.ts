@@ -1,23 +1,26 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
 import react from '@vitejs/plugin-react';
 import { defineConfig, type Plugin } from 'vite';
 
-/** Writes .br and .gz beside each text file of the build; Berth serves them to clients that take them. */
+/**
+ * Writes .br and .gz beside each text file of the build; Berth serves them to clients that take
+ * them. From the files as written: in generateBundle a chunk's code may still hold placeholders
+ * Vite fills in later (the preload helper of a lazily loaded chunk).
+ */
 function precompress(): Plugin {
   return {
     name: 'berth-precompress',
     apply: 'build',
     enforce: 'post',
-    generateBundle(_options, bundle) {
-      for (const [fileName, item] of Object.entries(bundle)) {
+    writeBundle(options, bundle) {
+      const dir = options.dir ?? 'dist';
+      for (const fileName of Object.keys(bundle)) {
         if (!/\.(?:js|css|html|svg|json)$/.test(fileName)) continue;
-        const source = Buffer.from(item.type === 'chunk' ? item.code : item.source);
-        this.emitFile({ type: 'asset', fileName: `${fileName}.gz`, source: gzipSync(source, { level: 9 }) });
-        this.emitFile({
-          type: 'asset',
-          fileName: `${fileName}.br`,
-          source: brotliCompressSync(source, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }),
-        });
+        const source = readFileSync(join(dir, fileName));
+        writeFileSync(join(dir, `${fileName}.gz`), gzipSync(source, { level: 9 }));
+        writeFileSync(join(dir, `${fileName}.br`), brotliCompressSync(source, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }));
       }
     },
   };

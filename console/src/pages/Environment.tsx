@@ -1,4 +1,4 @@
-import { useState } from 'react';
+import { lazy, Suspense, useCallback, useState } from 'react';
 import { Link } from 'wouter';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { SandboxLink } from '../components/SandboxLink';
@@ -7,6 +7,10 @@ import { millis, when } from '../format';
 import { graphql } from '../generated/gql';
 import type { EnvironmentPageFieldsFragment, ExecRowFragment } from '../generated/gql/graphql';
 import { useEvents } from '../live';
+import { useSession } from '../session';
+
+// xterm.js loads with the first terminal opened, not with the console.
+const Terminal = lazy(() => import('../components/Terminal'));
 
 graphql(`
   fragment EnvironmentPageFields on Environment {
@@ -213,6 +217,7 @@ function EnvironmentView({ id }: { id: string }) {
                   <Table label="Commands" head={['Time', 'Command', 'Exit code', 'Duration', 'By']}>
                     {execs.map((x) => (
                       <tr key={x.id}>
+              {e.state === 'ready' && e.runtime === 'container' ? <TerminalSection environment={e.id} /> : null}
                         <td>{when(x.time)}</td>
                         <td>
                           <code>{x.command}</code>
@@ -244,4 +249,36 @@ function resourcesText(r: EnvironmentPageFieldsFragment['resources']): string | 
     r.pids != null ? `${r.pids} processes` : null,
   ].filter((p) => p !== null);
   return parts.length ? parts.join(' · ') : null;
+}
+
+/** The environment's shell, opened on demand; closing it (or leaving the page) ends the shell. */
+function TerminalSection({ environment }: { environment: string }) {
+  const { api } = useSession();
+  const [open, setOpen] = useState(false);
+  const [ended, setEnded] = useState<string>();
+  const onEnd = useCallback((why: string) => setEnded(why), []);
+  return (
+    <Section title="Terminal">
+      {open ? (
+        <>
+          <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
+            <Terminal environment={environment} token={api.token} onEnd={onEnd} />
+          </Suspense>
+          <button type="button" onClick={() => setOpen(false)}>
+            {ended ? 'Close the terminal' : 'End the shell'}
+          </button>
+        </>
+      ) : (
+        <button
+          type="button"
+          onClick={() => {
+            setEnded(undefined);
+            setOpen(true);
+          }}
+        >
+          Open a terminal
+        </button>
+      )}
+    </Section>
+  );
 }
