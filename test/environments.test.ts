@@ -69,7 +69,10 @@ describeBackends('environments', (backend) => {
   });
 
   it('validates creation input with 404 and 422', async () => {
-    expect(await admin.post('/v1/environments', { template: 'nope' })).toMatchObject({ status: 404, body: { code: 'no_template' } });
+    const missing = await admin.post('/v1/environments', { template: 'nope' });
+    expect(missing).toMatchObject({ status: 404, body: { code: 'no_template' } });
+    // It names what can be leased instead.
+    expect(missing.body.error).toMatch(/^template "nope" not found; templates: .*\bdefault\b/);
     const bad: [object, string][] = [
       [{ template: 'default', labels: { 'bad key!': 'x' } }, 'labels'],
       [{ template: 'default', hard: '25h' }, '24h'],
@@ -341,7 +344,10 @@ describeBackends('environments', (backend) => {
     expect(JSON.stringify(gql.body)).not.toMatch(/private|hush|PRIVATE_TOKEN|mine-only/);
     const env = (await other.post('/v1/environments', { template: 'rust' })).body.environment;
     expect(env).toMatchObject({ image: 'docker.io/library/rust:1', workdir: '/workspace/src', network: 'egress' });
-    expect((await other.post('/v1/environments', { template: 'mine-only' })).body.code).toBe('no_template');
+    const refused = (await other.post('/v1/environments', { template: 'mine-only' })).body;
+    expect(refused.code).toBe('no_template');
+    // The templates it lists are the caller's organization's and the catalog's only.
+    expect(refused.error.split('; templates: ')[1]).not.toMatch(/mine-only|private|hush/);
     const mine = (await admin.post('/v1/environments', { template: 'rust' })).body.environment;
     expect(mine).toMatchObject({ image: 'registry.example.com/private/rust:secret', resources: { cpus: 3 }, workdir: '/private' });
     expect((await other.get(`/v1/environments/${mine.id}`)).status).toBe(404);

@@ -1,7 +1,7 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
-import { NotFoundError } from './errors';
+import { DomainError } from './errors';
 import { newId } from './names';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
 
@@ -40,11 +40,28 @@ export function poolOf(deps: Deps, name: string): PoolSpec {
   return pool;
 }
 
+/** How many template names a `no_template` error lists. */
+const LISTED_TEMPLATES = 20;
+
 /** The template an organization leases under this name: its own, else the catalog's. */
 export async function findTemplate(prisma: Prisma, orgId: string, name: string): Promise<TemplateSpec> {
   const rows = await prisma.template.findMany({ where: { name, orgId: { in: [orgId, CATALOG] } } });
   const row = rows.find((r) => r.orgId === orgId) ?? rows[0];
-  if (!row) throw new NotFoundError(`template ${JSON.stringify(name)}`, 'no_template');
+  if (!row) {
+    // The names it can lease instead: its own and the catalog's, never another organization's.
+    const known = await prisma.template.findMany({
+      where: { orgId: { in: [orgId, CATALOG] } },
+      select: { name: true },
+      distinct: ['name'],
+      orderBy: { name: 'asc' },
+      take: LISTED_TEMPLATES + 1,
+    });
+    const names = known.slice(0, LISTED_TEMPLATES).map((t) => t.name);
+    const list = names.length
+      ? `; templates: ${names.join(', ')}${known.length > LISTED_TEMPLATES ? ', …' : ''}`
+      : '; there are no templates';
+    throw new DomainError(`template ${JSON.stringify(name)} not found${list}`, 'no_template');
+  }
   return templateFromJson(row.spec, row.name);
 }
 
