@@ -2,6 +2,7 @@
 // path and `berth exec` / `berth shell` over it, on both kinds of node, with a real engine.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -176,6 +177,36 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(counted.code).toBe(0);
       const execs = (await admin.get(`/v1/environments/${envId}/execs`)).body.execs;
       expect(execs.map((e: { command: string }) => e.command)).toContain('sh -c \'cat; echo " [end]"; exit 4\'');
+    });
+
+    // util-linux's script(1) gives `berth shell` a terminal of its own, as a person's would be
+    // (its output adds a \r to each line end: this side's raw mode keeps output processing, as Node's does).
+    it.runIf(existsSync('/usr/bin/script'))('berth shell: raw keys, Ctrl-C to the command, the exit code', async () => {
+      const line = `stty cols 90 rows 33 2>/dev/null; exec ${JSON.stringify(process.execPath)} bin/berth.js shell ${envId}`;
+      const child = spawn('script', ['-qefc', line, '/dev/null'], {
+        cwd: root,
+        env: { ...process.env, BERTH_URL: s.url, BERTH_TOKEN: BOOTSTRAP },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let out = '';
+      const waiters: { re: RegExp; resolve: () => void }[] = [];
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        for (const w of [...waiters]) if (w.re.test(out) && waiters.splice(waiters.indexOf(w), 1)) w.resolve();
+      });
+      const seen = (re: RegExp) => new Promise<void>((resolve) => (re.test(out) ? resolve() : waiters.push({ re, resolve })));
+      const closed = new Promise<number | null>((resolve) => child.once('close', resolve));
+      await seen(/[$#] /);
+      child.stdin!.write('stty size; echo "in=$0"\r');
+      await seen(/33 90\r+\nin=\/bin\/sh/);
+      child.stdin!.write("sh -c 'echo sleep''ing; sleep 300'\r");
+      await seen(/\nsleeping\r+\n/);
+      // Raw mode here: Ctrl-C is a byte for the environment's terminal, which interrupts the sleep only.
+      child.stdin!.write('\x03');
+      child.stdin!.write('echo still-here\r');
+      await seen(/\nstill-here\r+\n/);
+      child.stdin!.write('exit 7\r');
+      expect(await closed).toBe(7);
     });
 
     it("opens the template's shell on a terminal of the asked size, passes resizes, and records the exit", async () => {
