@@ -54,6 +54,8 @@ export class CredentialCache {
   private version = 0;
   private readonly stop: () => void;
   private readonly holds = new Set<Hold>();
+  /** Holds whose credential expires: the sweep runs while there is one (a count, so a release is O(1)). */
+  private expiring = 0;
   private sweep: NodeJS.Timeout | undefined;
 
   constructor(
@@ -71,7 +73,7 @@ export class CredentialCache {
   hold(actor: Actor, end: (reason: string) => void): () => void {
     const hold: Hold = { actor, end };
     this.holds.add(hold);
-    if (actor.expires !== undefined && !this.sweep) {
+    if (actor.expires !== undefined && this.expiring++ === 0) {
       this.sweep = setInterval(() => this.endExpired(), EXPIRY_SWEEP_MS);
       this.sweep.unref();
     }
@@ -79,8 +81,8 @@ export class CredentialCache {
   }
 
   private release(hold: Hold): void {
-    this.holds.delete(hold);
-    if (this.sweep && ![...this.holds].some((h) => h.actor.expires !== undefined)) {
+    if (!this.holds.delete(hold)) return;
+    if (hold.actor.expires !== undefined && --this.expiring === 0) {
       clearInterval(this.sweep);
       this.sweep = undefined;
     }
@@ -171,6 +173,8 @@ export class CredentialCache {
   close(): void {
     this.stop();
     this.clear();
+    this.holds.clear();
+    this.expiring = 0;
     clearInterval(this.sweep);
     this.sweep = undefined;
   }
