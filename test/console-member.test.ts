@@ -4,7 +4,7 @@ import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot } fr
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
 const PHONE = { width: 390, height: 844 };
-const PAGES = ['Environments', 'Sandboxes', 'Artifacts', 'Snapshots', 'Settings'];
+const PAGES = ['Environments', 'Templates', 'Sandboxes', 'Nodes', 'Artifacts', 'Snapshots', 'Settings'];
 
 /** Whether the page scrolls sideways (tables may, inside their own frame; the page must not). */
 const overflows = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);

@@ -16,6 +16,7 @@ const CreateNode = graphql(`
   }
 `);
 const Nodes = graphql(`query TestNodes { nodes { id name pool state slots environments } }`);
+const NodesChanged = graphql(`subscription TestNodesChanged { nodesChanged { id name state } }`);
 const RemoveNode = graphql(`mutation TestRemoveNode($id: ID!) { removeNode(id: $id) { id name state environments } }`);
 const Execs = graphql(`query TestNodeExecs($env: String!) { execs(environment: $env) { id command exitCode actor lease } }`);
 const StopEnvironment = graphql(`mutation TestNodeStopEnvironment($id: String!) { stopEnvironment(id: $id) { id state } }`);
@@ -42,6 +43,45 @@ async function runCommand(url: string, token: string, env: string, command: stri
     await ws.dispose();
   }
   return events;
+}
+
+type NodeEvent = { id: string; name: string; state: string };
+
+/** nodesChanged over graphql-ws: `next()` answers its events in order. */
+function watchNodes(url: string, token: string) {
+  const ws = createClient({
+    url: `${url.replace('http', 'ws')}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization: `Bearer ${token}` },
+    retryAttempts: 0,
+  });
+  const events = ws.iterate<{ nodesChanged: NodeEvent }>({ query: print(NodesChanged) });
+  return {
+    async next(): Promise<NodeEvent> {
+      const { value, done } = await events.next();
+      if (done || !value.data) throw new Error(`nodesChanged ended: ${JSON.stringify(value?.errors)}`);
+      return value.data.nodesChanged;
+    },
+    close: () => ws.dispose(),
+  };
+}
+
+/**
+ * Registers probe nodes until `watch` hears the last one made, so the subscription is surely
+ * listening (and has nothing else queued); answers the probes' ids.
+ */
+async function handshake(api: ReturnType<typeof client>, watch: ReturnType<typeof watchNodes>, tag: string): Promise<string[]> {
+  const probes: string[] = [];
+  let pending = watch.next();
+  for (;;) {
+    probes.push((await api.post('/v1/nodes', { pool: 'large', name: `${tag}-${probes.length}` })).body.node.id);
+    for (;;) {
+      const event = await Promise.race([pending, new Promise<undefined>((r) => setTimeout(r, 500))]);
+      if (!event) break;
+      if (event.id === probes.at(-1)) return probes;
+      pending = watch.next();
+    }
+  }
 }
 
 const output = (events: Events, stream: string) =>
@@ -135,6 +175,33 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
     expect(asNode.status).toBe(401);
     expect(asNode.body.errors?.[0]?.extensions?.code).toBe('unauthorized');
     expect((await admin.gql(RemoveNode, { id: node.id })).body.errors?.[0]?.extensions?.code).toBe('not_found');
+  });
+
+  it('nodesChanged: members hear each node registered, draining and removed; another organization hears none of them', async () => {
+    const mine = watchNodes(s.url, memberKey);
+    const foreign = watchNodes(peer?.url ?? s.url, theirs);
+    try {
+      const probes = await handshake(admin, mine, 'probe');
+      await handshake(them, foreign, 'their-probe');
+
+      const created = (await admin.gql(CreateNode, { input: { pool: 'large', name: 'watched' } })).body.data!.createNode!.node;
+      expect(await mine.next()).toEqual({ id: created.id, name: 'watched', state: 'lost' });
+      expect((await admin.gql(RemoveNode, { id: created.id })).body.data?.removeNode?.state).toBe('draining');
+      // Draining, then removed at once (no live environment on it); the node job may revoke it
+      // before removeNode announced it draining.
+      const after = [await mine.next(), await mine.next()];
+      expect(after.map((e) => e.state).sort()).toEqual(['draining', 'removed']);
+      expect(after.every((e) => e.id === created.id && e.name === 'watched')).toBe(true);
+      for (const id of probes) await admin.gql(RemoveNode, { id });
+      expect((await admin.gql(Nodes)).body.data?.nodes).toEqual([]);
+
+      // Their next event is their own: nothing of this organization reached them in between.
+      const marker = (await them.post('/v1/nodes', { pool: 'large', name: 'marker' })).body.node;
+      expect(await foreign.next()).toEqual({ id: marker.id, name: 'marker', state: 'lost' });
+    } finally {
+      await mine.close();
+      await foreign.close();
+    }
   });
 
   it('runCommand on the built-in pool streams output and the exit, records the Exec; other organizations are refused', async (ctx) => {

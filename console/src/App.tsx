@@ -6,6 +6,7 @@ import { ArtifactsPage } from './pages/Artifacts';
 import { EnvironmentPage } from './pages/Environment';
 import { EnvironmentsPage } from './pages/Environments';
 import { NewEnvironmentPage } from './pages/NewEnvironment';
+import { NodesPage } from './pages/Nodes';
 import { QuotasPage } from './pages/Quotas';
 import { SandboxPage } from './pages/Sandbox';
 import { SandboxesPage } from './pages/Sandboxes';
@@ -13,6 +14,8 @@ import { SettingsPage } from './pages/Settings';
 import { SignInPage } from './pages/SignIn';
 import { SnapshotPage } from './pages/Snapshot';
 import { SnapshotsPage } from './pages/Snapshots';
+import { TemplatePage } from './pages/Template';
+import { TemplatesPage } from './pages/Templates';
 import { SessionProvider, useSession, useSessionState } from './session';
 
 export function App() {
@@ -30,7 +33,9 @@ export function App() {
 
 const NAV: { href: string; label: string; admin?: boolean }[] = [
   { href: '/environments', label: 'Environments' },
+  { href: '/templates', label: 'Templates' },
   { href: '/sandboxes', label: 'Sandboxes' },
+  { href: '/nodes', label: 'Nodes' },
   { href: '/artifacts', label: 'Artifacts' },
   { href: '/snapshots', label: 'Snapshots' },
   { href: '/settings', label: 'Settings' },
@@ -78,8 +83,11 @@ function Shell() {
           <Route path="/environments" component={EnvironmentsPage} />
           <Route path="/environments/new" component={NewEnvironmentPage} />
           <Route path="/environments/:id">{(params) => <EnvironmentPage id={decode(params.id)} />}</Route>
+          <Route path="/templates" component={TemplatesPage} />
+          <Route path="/templates/:name">{(params) => <TemplatePage name={decode(params.name)} />}</Route>
           <Route path="/sandboxes" component={SandboxesPage} />
           <Route path="/sandboxes/:id">{(params) => <SandboxPage id={decode(params.id)} />}</Route>
+          <Route path="/nodes" component={NodesPage} />
           <Route path="/artifacts" component={ArtifactsPage} />
           <Route path="/artifacts/:id">{(params) => <ArtifactPage id={decode(params.id)} />}</Route>
           <Route path="/snapshots" component={SnapshotsPage} />

@@ -48,7 +48,7 @@ export function useEvents<Data, Variables extends AnyVariables>(
 
 const EnvironmentChanges = graphql(`
   subscription EnvironmentChanges {
-    environments { id state sandbox template }
+    environments { id state sandbox template node }
   }
 `);
 
@@ -58,7 +58,7 @@ const EnvironmentChanges = graphql(`
  */
 export function useOnEnvironmentChange(
   refresh: () => void,
-  relevant: (env: { sandbox?: string | null; template: string }) => boolean = () => true,
+  relevant: (env: { sandbox?: string | null; template: string; node?: string | null }) => boolean = () => true,
 ): CombinedError | undefined {
   const pending = useRef(false);
   const latest = useRef(refresh);

@@ -1,5 +1,6 @@
-import { createNode, listNodes, type NodeRecord, removeNode } from '../services/nodes';
+import { createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from '../services/nodes';
 import { builder } from './builder';
+import { EnvironmentRef } from './environments';
 
 export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
   description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
@@ -11,7 +12,12 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
       description: 'online (heard from within the liveness bound), lost (not heard from), draining (removed: no new environments)',
     }),
     slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
-    environments: t.exposeStringList('environments', { description: 'Ids of the live environments on it' }),
+    environments: t.stringList({ description: 'Ids of the live environments on it', resolve: (n) => n.environments.map((e) => e.id) }),
+    liveEnvironments: t.field({
+      type: [EnvironmentRef],
+      description: 'The live environments on it (each holds one of its slots), oldest first',
+      resolve: (n) => n.environments,
+    }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),
     created: t.expose('created', { type: 'DateTime' }),
@@ -56,3 +62,21 @@ builder.mutationFields((t) => ({
     resolve: (_root, { id }, ctx) => removeNode(ctx.deps, ctx.actor, String(id)),
   }),
 }));
+
+const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
+  description: 'A node of the organization changed: its state now, or removed once it is revoked',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    state: t.exposeString('state', { description: 'online, lost (also: registered, not heard from yet), draining or removed' }),
+  }),
+});
+
+builder.subscriptionField('nodesChanged', (t) =>
+  t.field({
+    type: NodeEventRef,
+    description: "Every change of the organization's nodes from now on: registered, online, lost, draining, removed",
+    subscribe: (_root, _args, ctx) => watchNodes(ctx.deps, ctx.actor),
+    resolve: (event: NodeEvent) => event,
+  }),
+);

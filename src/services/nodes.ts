@@ -4,8 +4,11 @@
 // SHA-256 kept) for one pool; the node serves only its organization's leases of that pool. The
 // agent opens the control channel with it (src/http/node-channel.ts), says hello with its slots,
 // and heartbeats; everything about a node is in the database (RemoteNode, its Node slot rows, the
-// environments' `nodeId`), so any instance can claim onto it, fail it or revoke it.
+// environments' `nodeId`), so any instance can claim onto it, fail it or revoke it. Every change
+// of a node's state is announced on its organization's topic (`nodesChanged`).
 import type { Readable } from 'node:stream';
+import { map } from 'graphql-yoga';
+import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
@@ -33,8 +36,8 @@ export interface NodeRecord {
   state: NodeState;
   /** The slots its agent holds (`--slots`), as it said when it last connected. */
   slots: number;
-  /** Ids of the live environments on it. */
-  environments: string[];
+  /** The live environments on it, oldest first (each holds one of its slots). */
+  environments: Environment[];
   lastSeen: Date | null;
   createdBy: string;
   created: Date;
@@ -52,8 +55,7 @@ function stateOf(node: RemoteNode): NodeState {
 async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
   const envs = await deps.prisma.environment.findMany({
     where: { nodeId: { in: nodes.map((n) => n.id) }, state: { in: [...LIVE_STATES] } },
-    select: { id: true, nodeId: true },
-    orderBy: { created: 'asc' },
+    orderBy: [{ created: 'asc' }, { id: 'asc' }],
   });
   return nodes.map((n) => ({
     id: n.id,
@@ -61,11 +63,31 @@ async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
     pool: n.pool,
     state: stateOf(n),
     slots: n.slots,
-    environments: envs.filter((e) => e.nodeId === n.id).map((e) => e.id),
+    environments: envs.filter((e) => e.nodeId === n.id),
     lastSeen: n.lastSeen,
     createdBy: n.createdBy,
     created: n.created,
   }));
+}
+
+export const nodesTopic = (orgId: string) => `org:${orgId}:nodes`;
+
+const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'removed']) });
+/** A node's state after a change; `removed` once it is revoked (gone from the list). */
+export type NodeEvent = z.infer<typeof NodeEvent>;
+
+function announce(deps: Deps, node: { orgId: string; id: string; name: string }, state: NodeEvent['state']): Promise<void> {
+  const event: NodeEvent = { id: node.id, name: node.name, state };
+  return deps.events.publish(nodesTopic(node.orgId), event);
+}
+
+/**
+ * Every change of the organization's nodes from now on (members): registered (lost: not heard
+ * from yet), online (it said hello), lost, draining, removed.
+ */
+export function watchNodes(deps: Deps, actor: Actor): AsyncIterable<NodeEvent> {
+  requireMember(actor);
+  return map((event) => NodeEvent.parse(event))(deps.events.subscribe(nodesTopic(actor.orgId)));
 }
 
 /** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */
@@ -121,6 +143,7 @@ export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInpu
     return created;
   });
   const [record] = await records(deps, [node]);
+  await announce(deps, node, record!.state);
   return { node: record!, secret };
 }
 
@@ -144,6 +167,7 @@ export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<
   const drained = node.draining
     ? node
     : await deps.prisma.remoteNode.update({ where: { id: node.id }, data: { draining: deps.clock.now() } });
+  if (!node.draining) await announce(deps, drained, 'draining');
   const [record] = await records(deps, [drained]);
   await revokeDrained(deps);
   return record!;
@@ -195,6 +219,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     });
     return { node, stale };
   });
+  await announce(deps, node, stateOf(node));
   // Imported lazily: environments.ts → sandbox-wiring → … would otherwise form a cycle at load.
   const { transition } = await import('./environments');
   for (const env of stale) {
@@ -323,10 +348,12 @@ export async function markLostNodes(deps: Deps): Promise<void> {
   const now = deps.clock.now();
   const bound = deps.config.nodeLostMs;
   const cutoff = new Date(now.getTime() - bound);
-  await deps.prisma.remoteNode.updateMany({
+  const lost = await deps.prisma.remoteNode.updateManyAndReturn({
     where: { state: 'online', revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
     data: { state: 'lost' },
+    select: { id: true, orgId: true, name: true, draining: true },
   });
+  for (const node of lost) await announce(deps, node, node.draining ? 'draining' : 'lost');
   // Apart from the update, so an instance that stops between the two leaves nothing behind.
   const stranded = await deps.prisma.$queryRaw<{ id: string; name: string }[]>`
     SELECT e.id, r.name FROM "Environment" e JOIN "RemoteNode" r ON r.id = e."nodeId"
@@ -342,22 +369,27 @@ export async function markLostNodes(deps: Deps): Promise<void> {
 
 /** Draining nodes with no live environment left are revoked: credential, slots and channel. */
 export async function revokeDrained(deps: Deps): Promise<void> {
-  const done = await deps.prisma.$queryRaw<{ id: string }[]>`
-    SELECT r.id FROM "RemoteNode" r
+  const done = await deps.prisma.$queryRaw<{ id: string; orgId: string; name: string }[]>`
+    SELECT r.id, r."orgId", r.name FROM "RemoteNode" r
      WHERE r.draining IS NOT NULL AND r.revoked IS NULL
        AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
-  for (const { id } of done) {
+  for (const node of done) {
+    const { id } = node;
     const now = deps.clock.now();
     const revoked = await deps.prisma.$transaction(async (tx) => {
       await lockFor(tx, `berth:node:${id}`);
-      await tx.remoteNode.update({ where: { id }, data: { revoked: now } });
+      // Another run (the node job, another instance) may have revoked it since the query.
+      const { count } = await tx.remoteNode.updateMany({ where: { id, revoked: null }, data: { revoked: now } });
+      if (count === 0) return null;
       const credentials = await tx.credential.findMany({ where: { nodeId: id, revoked: null }, select: { id: true } });
       await tx.credential.updateMany({ where: { nodeId: id, revoked: null }, data: { revoked: now } });
       await tx.node.deleteMany({ where: { remoteId: id, environmentId: null } });
       return credentials.map((c) => c.id);
     });
+    if (!revoked) continue;
     // Remembered node credentials are forgotten on every instance before the channel is told.
     await deps.credentials.publish({ credentials: revoked });
     await sendToNode(deps, id, { type: 'revoked' });
+    await announce(deps, node, 'removed');
   }
 }

@@ -1,0 +1,79 @@
+import { Link } from 'wouter';
+import { useQueryAnswer } from '../answers';
+import { LiveNotice, Page, QueryState, StateBadge, Table } from '../components/ui';
+import { when } from '../format';
+import { graphql } from '../generated/gql';
+import { useEvents, useOnEnvironmentChange } from '../live';
+
+const NodeList = graphql(`
+  query NodeList {
+    nodes { id name pool state slots lastSeen liveEnvironments { id name } }
+  }
+`);
+
+const NodesChanged = graphql(`
+  subscription NodesChanged {
+    nodesChanged { id state }
+  }
+`);
+
+/** The organization's remote nodes, live: their state as it changes, their slots as environments come and go. */
+export function NodesPage() {
+  const [list, refetch] = useQueryAnswer({ query: NodeList, requestPolicy: 'cache-and-network' });
+  const reload = () => refetch({ requestPolicy: 'network-only' });
+  const nodeError = useEvents(NodesChanged, {}, reload, { resync: reload });
+  // A slot is taken or given back when an environment on one of these nodes changes.
+  const names = new Set(list.data?.nodes.map((n) => n.name));
+  const envError = useOnEnvironmentChange(reload, (env) => Boolean(env.node && names.has(env.node)));
+  return (
+    <Page title="Nodes">
+      <p className="muted">
+        The organization's build machines running <code>berth node</code>, each serving one pool: an environment of that pool's templates
+        takes one of its slots while it is live. The built-in hot pool is not listed.
+      </p>
+      <LiveNotice error={nodeError ?? envError} />
+      <QueryState
+        what="nodes"
+        result={list}
+        retry={reload}
+        isEmpty={(d) => d.nodes.length === 0}
+        empty={
+          <>
+            No nodes yet: an admin registers one (<code>POST /v1/nodes</code>) and starts <code>berth node</code> with its credential.
+          </>
+        }
+      >
+        {(data) => (
+          <Table label="Nodes" head={['Name', 'Pool', 'State', 'Slots in use', 'Last seen', 'Environments']}>
+            {data.nodes.map((node) => (
+              <tr key={node.id}>
+                <th scope="row">{node.name}</th>
+                <td>{node.pool}</td>
+                <td>
+                  <StateBadge state={node.state} />
+                </td>
+                <td>
+                  {node.liveEnvironments.length} of {node.slots}
+                </td>
+                <td>{node.lastSeen ? when(node.lastSeen) : 'never'}</td>
+                <td>
+                  {node.liveEnvironments.length ? (
+                    <ul className="inline-list">
+                      {node.liveEnvironments.map((env) => (
+                        <li key={env.id}>
+                          <Link href={`/environments/${env.name}`}>{env.name}</Link>
+                        </li>
+                      ))}
+                    </ul>
+                  ) : (
+                    '–'
+                  )}
+                </td>
+              </tr>
+            ))}
+          </Table>
+        )}
+      </QueryState>
+    </Page>
+  );
+}

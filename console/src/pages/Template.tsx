@@ -1,0 +1,101 @@
+import { Link } from 'wouter';
+import { useQueryAnswer } from '../answers';
+import { Empty, Failure, Fields, Page, QueryState, Section, Table } from '../components/ui';
+import { millis } from '../format';
+import { graphql } from '../generated/gql';
+
+const TemplateDetail = graphql(`
+  query TemplateDetail {
+    templates {
+      name description pool image network workdir env idle hard startMs
+      resources { cpus memory disk pids }
+      shares { name direction envPath }
+      services { service target }
+    }
+  }
+`);
+
+/** One template: what an environment leased from it runs with. */
+export function TemplatePage({ name }: { name: string }) {
+  // The API lists templates whole (there are few): the page picks its own from the list.
+  const [detail, refetch] = useQueryAnswer({ query: TemplateDetail, requestPolicy: 'cache-and-network' });
+  return (
+    <Page title={`Template ${name}`}>
+      <p>
+        <Link href="/templates">Back to the templates</Link>
+      </p>
+      <QueryState what={`template ${name}`} result={detail} retry={() => refetch({ requestPolicy: 'network-only' })}>
+        {(data) => {
+          const t = data.templates.find((x) => x.name === name);
+          if (!t) return <Failure error={`This organization has no template named ${name}.`} />;
+          const env = Object.entries(t.env);
+          return (
+            <>
+              <Fields
+                items={[
+                  ['Description', t.description],
+                  ['Pool', t.pool],
+                  ['Image', t.image ? <code key="image">{t.image}</code> : 'none: environments hold files only'],
+                  ['Network', t.network],
+                  ['Working directory', t.workdir],
+                  ['CPUs', t.resources.cpus],
+                  ['Memory', t.resources.memory],
+                  ['Disk', t.resources.disk],
+                  ['Processes', t.resources.pids],
+                  ['Idle time-out', t.idle],
+                  ['Hard time-out', t.hard],
+                  ['Start time', millis(t.startMs)],
+                ]}
+              />
+              <Section title="Shares">
+                {t.shares.length ? (
+                  <Table label="Shares" head={['Name', 'Direction', 'Path in the environment']}>
+                    {t.shares.map((s) => (
+                      <tr key={s.name}>
+                        <th scope="row">{s.name}</th>
+                        <td>{s.direction}</td>
+                        <td>{s.envPath}</td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No shares.</Empty>
+                )}
+              </Section>
+              <Section title="Services">
+                {t.services.length ? (
+                  <Table label="Services" head={['Service', 'Target in the environment']}>
+                    {t.services.map((s) => (
+                      <tr key={s.service}>
+                        <th scope="row">{s.service}</th>
+                        <td>{s.target}</td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No services.</Empty>
+                )}
+              </Section>
+              <Section title="Variables">
+                {env.length ? (
+                  <Table label="Variables" head={['Name', 'Value']}>
+                    {env.map(([key, value]) => (
+                      <tr key={key}>
+                        <th scope="row">{key}</th>
+                        <td>
+                          <code>{String(value)}</code>
+                        </td>
+                      </tr>
+                    ))}
+                  </Table>
+                ) : (
+                  <Empty>No variables.</Empty>
+                )}
+              </Section>
+            </>
+          );
+        }}
+      </QueryState>
+    </Page>
+  );
+}
