@@ -75,6 +75,9 @@ export interface SendOptions {
   onSynced?(stats: SyncStats): void;
 }
 
+/** The longest line an acknowledgement may be. */
+const MAX_ACK_LINE = 1024;
+
 /** Reads `{"ack":N}` lines from `channel`. */
 function ackReader(channel: Duplex) {
   let acked = 0;
@@ -105,6 +108,12 @@ function ackReader(channel: Duplex) {
       } catch {
         // not an ack; ignored
       }
+    }
+    // An ack is a few bytes: a receiver that sends more without a line end is not one, and is cut
+    // off like one that went away (this side may be the server: its memory must not grow).
+    if (buffered.length > MAX_ACK_LINE) {
+      buffered = '';
+      channel.destroy();
     }
     settle();
   });
