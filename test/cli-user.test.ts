@@ -34,6 +34,21 @@ function start(env: Record<string, string | undefined>, args: string[]): { child
   return { child, done };
 }
 
+/** The same, on a terminal: script(1) runs it on a pseudo-terminal (80 columns: it has no size of its own); stdout is all it printed. */
+function inTerminal(env: Record<string, string>, args: string[]): Promise<Run> {
+  const command = [process.execPath, 'bin/berth.js', ...args].join(' ');
+  const child = spawn('script', ['-qec', command, '/dev/null'], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  child.stdout!.on('data', (d) => {
+    stdout += d;
+  });
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr: '' })));
+}
+
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
 /** A free loopback port nothing listens on. */
@@ -295,6 +310,18 @@ describe('berth env and berth artifact', () => {
     expect((await api.get(`/v1/environments/${id}`)).body).toMatchObject({ name, state: 'pending' });
     expect((await berth('env', 'rm', id)).code).toBe(0);
     expect((await berth('env', 'create', '--template', 'nodeless', '--timeout', 'soon')).code).toBe(2);
+
+    // On a terminal (script(1) gives it one) the reason is one line, rewritten in place, cut to the
+    // terminal's width, and ended before the next message.
+    const tty = await inTerminal(env, ['env', 'create', '--template', 'nodeless', '--timeout', '1s']);
+    expect(tty.code).toBe(1);
+    // Clear to the end of the line (ESC [ K) after a carriage return, then the reason.
+    const rewritten = tty.stdout.split('\r\u001b[K')[1] ?? '';
+    const [, shownName, shown] = /^(\S+): waiting: (.*?)\r?\n/.exec(rewritten) ?? [];
+    expect(`${why}; an admin adds one`.startsWith(shown!.replace(/…$/, ''))).toBe(true);
+    expect(`${shownName}: waiting: ${shown}`.length).toBeLessThan(80);
+    expect(tty.stdout).toMatch(new RegExp(`\\r?\\nberth: environment ${shownName} \\(env_\\w+\\) is still pending after 1s`));
+    expect((await berth('env', 'rm', shownName!)).code).toBe(0);
   });
 
   it("prints the server's error and exits 1: unknown id, bad token; says what is missing or unreachable", async () => {

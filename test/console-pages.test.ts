@@ -201,6 +201,36 @@ describeBackends('web console: environment pages, the full form and paging', (ba
     await screenshot(page, 'environment-restored');
   });
 
+  it('says why a pending environment waits, on its page and in the list, and changes the words as the queue moves', async () => {
+    // The earlier tests' environments end first: the pool's 8 hot nodes are all free.
+    for (const env of (await admin.get('/v1/environments?state=live&limit=500')).body.environments) {
+      await admin.del(`/v1/environments/${env.id}`);
+      await untilState(s, BOOTSTRAP, env.id, 'stopped');
+    }
+    // The pool's 8 hot nodes take ten minutes to start these: two more leases wait behind them.
+    const busy = await Promise.all(Array.from({ length: 8 }, () => admin.post('/v1/environments', { template: 'staged' })));
+    for (const res of busy) await untilState(s, BOOTSTRAP, res.body.environment.id, 'starting');
+    const first = (await admin.post('/v1/environments', { template: 'staged' })).body.environment;
+    const second = (await admin.post('/v1/environments', { template: 'staged' })).body.environment;
+    const words = (ahead: string) => `pool default: 8 of 8 nodes busy (8 starting), ${ahead}`;
+    await expect.poll(async () => (await admin.get(`/v1/environments/${second.id}`)).body.waiting).toBe(words('1 lease ahead'));
+
+    await navigate(page, 'Environments');
+    await rowOf(page, second.name).getByText(words('1 lease ahead')).waitFor();
+    await openEnvironment(second.name);
+    const waiting = page.getByRole('status', { name: 'Why it waits' });
+    expect(await waiting.textContent()).toBe(`Waiting: ${words('1 lease ahead')}`);
+    await screenshot(page, 'environment-waiting');
+    // The lease ahead ends: the page says so without a reload.
+    await admin.del(`/v1/environments/${first.id}`);
+    await waiting.getByText(words('next in line')).waitFor();
+    // A node frees: it is placed, and nothing says it waits any more.
+    await admin.del(`/v1/environments/${busy[0]!.body.environment.id}`);
+    await field('State').getByText('starting', { exact: true }).waitFor();
+    expect(await waiting.count()).toBe(0);
+    for (const res of [...busy, { body: { environment: second } }]) await admin.del(`/v1/environments/${res.body.environment.id}`);
+  });
+
   it('pages through the environments: next and previous, each environment once, in the order of the REST list', async () => {
     // More than two pages, made in parallel: several share their creation millisecond.
     const made = await Promise.all(

@@ -343,6 +343,16 @@ describeBackends('web console: an admin', (backend) => {
     expect(env.status).toBe(202);
     await expect.poll(async () => (await cells())[0], { timeout: 10_000 }).toBe(String(quota.running + 1));
     await screenshot(page, 'quotas');
+
+    // Above what the pool can run at once (its 8 built-in nodes): saved, with the server's warning.
+    await page.getByLabel('Max leases').fill('9');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByText('Saved: default allows 9').waitFor();
+    const warning =
+      "pool default can run at most 8 of your organization's environments at once (its 8 built-in nodes; no node of your organization): leases of default past 8 wait in its queue";
+    const notes = page.getByRole('note', { name: 'Warnings' });
+    await expect.poll(() => notes.allTextContents()).toEqual([`default: ${warning}`, warning]);
+    await screenshot(page, 'quotas-warning');
   });
 
   it('signs out: the token is forgotten and the WebSocket closed; no token ever was in a URL', async () => {

@@ -68,7 +68,7 @@ describeBackends('queue, quotas and live state', (backend) => {
 
     const listed = await admin.get('/v1/quotas');
     doc('GET', '/v1/quotas', listed);
-    expect(listed.body.quotas).toEqual([{ template: 'many', maxLeases: 7, running: 7, idle: '15m0s', hard: '1h0m0s' }]);
+    expect(listed.body.quotas).toEqual([{ template: 'many', maxLeases: 7, running: 7, idle: '15m0s', hard: '1h0m0s', warnings: [] }]);
 
     await admin.put('/v1/quotas/*', { maxLeases: 8 });
     expect((await admin.post('/v1/environments', { template: 'other' })).status).toBe(202);

@@ -16,6 +16,8 @@ export interface Environment {
   name: string;
   template: string;
   state: string;
+  /** Why it is still pending (a Berth extension). */
+  waiting?: string;
   node?: string;
   sandbox?: string;
   pool?: string;
@@ -38,13 +40,14 @@ export interface Environment {
   restored?: { key: string; root: string; files: number; created: string };
 }
 
-const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state node error readyMs } }';
+const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state waiting node error readyMs } }';
 const ENDED = new Set(['stopping', 'stopped', 'failed']);
 
 /**
  * Watches an environment (GraphQL subscription over SSE: the state now, then every change) until
- * it is `ready` or has ended. A dropped connection is picked up again with backoff: the
- * subscription starts with the current state, so no transition is missed.
+ * it is `ready` or has ended; `onChange` hears each new state and each new reason it waits. A
+ * dropped connection is picked up again with backoff: the subscription starts with the current
+ * state, so no transition is missed.
  */
 export async function waitForReady(
   client: BerthClient,
@@ -61,7 +64,7 @@ export async function waitForReady(
         { id },
         ({ environment }) => {
           failures = 0;
-          if (environment.state !== last?.state) onChange(environment);
+          if (environment.state !== last?.state || environment.waiting !== last?.waiting) onChange(environment);
           last = environment;
           return environment.state === 'ready' || ENDED.has(environment.state);
         },
@@ -77,12 +80,47 @@ export async function waitForReady(
   }
 }
 
+/**
+ * Shows why a pending environment waits, on stderr. On a terminal: one line, rewritten in place
+ * (cut to the terminal's width, so it never wraps). Otherwise a line each time the reason changes
+ * in kind, not each time a number in it moves (`3 leases ahead`, `2 leases ahead`, …).
+ */
+export function waitingLine(stream: NodeJS.WriteStream = process.stderr) {
+  let open = false;
+  let last: string | undefined;
+  return {
+    show(name: string, waiting: string | undefined) {
+      if (!waiting) return;
+      const line = `${name}: waiting: ${waiting}`;
+      if (stream.isTTY) {
+        if (line === last) return;
+        const width = Math.max(20, (stream.columns || 80) - 1);
+        stream.write(`\r\x1b[K${line.length > width ? `${line.slice(0, width - 1)}…` : line}`);
+        open = true;
+        last = line;
+        return;
+      }
+      const kind = line.replace(/\d+/g, '#');
+      if (kind === last) return;
+      stream.write(`${line}\n`);
+      last = kind;
+    },
+    /** Ends the rewritten line before anything else is written. */
+    end() {
+      if (open) stream.write('\n');
+      open = false;
+      last = undefined;
+    },
+  };
+}
+
 function printEnvironment(env: Environment): void {
   const rows: [string, string | undefined][] = [
     ['id', env.id],
     ['name', env.name],
     ['template', env.template],
     ['state', env.state],
+    ['waiting', env.waiting],
     ['error', env.error],
     ['pool', env.pool],
     ['node', env.node],
@@ -197,18 +235,25 @@ export function registerEnvCommands(program: Command): void {
     console.error(`${environment.name}: ${environment.state}`);
     const { name } = environment;
     const signal = options.timeout ? AbortSignal.timeout(parseDuration(options.timeout, 'timeout')) : undefined;
+    const waiting = waitingLine();
+    waiting.show(name, environment.waiting);
     const final = await waitForReady(
       client,
       environment.id,
       (e) => {
-        if (e.state !== environment.state) console.error(`${e.name}: ${e.state}${e.node ? ` on ${e.node}` : ''}`);
+        if (e.state !== environment.state) {
+          waiting.end();
+          console.error(`${e.name}: ${e.state}${e.node ? ` on ${e.node}` : ''}`);
+        }
+        if (e.state === 'pending') waiting.show(e.name, e.waiting);
         environment = e;
       },
       signal,
     ).catch((error: unknown) => {
+      waiting.end();
       if (signal?.aborted) {
         throw new CommandError(
-          `environment ${name} (${environment.id}) is still ${environment.state} after ${options.timeout}; it keeps its lease: \`berth env rm ${name}\` ends it`,
+          `environment ${name} (${environment.id}) is still ${environment.state} after ${options.timeout}${environment.waiting ? ` (${environment.waiting})` : ''}; it keeps its lease: \`berth env rm ${name}\` ends it`,
         );
       }
       throw error;

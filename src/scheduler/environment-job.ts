@@ -14,6 +14,7 @@ import { type SyncRules, selectFiles } from '../services/sync-rules';
 import type { BackgroundJob } from './background';
 import { environmentSpec } from './node-specs';
 import type { NodeProvider } from './provider';
+import { explainWaiting } from './waiting';
 
 /** The longest a start may take before the environment fails: 10× the template's start, at least a minute. */
 export function startBound(startMs: number): number {
@@ -128,7 +129,7 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
           await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now } });
           const updated = await tx.environment.update({
             where: { id: pending.id },
-            data: { state: 'starting', node: slot.name, nodeId: slot.remoteId, starting: now, version: { increment: 1 } },
+            data: { state: 'starting', node: slot.name, nodeId: slot.remoteId, starting: now, waiting: null, version: { increment: 1 } },
           });
           await recordEvent(tx, updated);
           return updated;
@@ -233,25 +234,35 @@ async function enforceTimeouts(deps: Deps): Promise<void> {
   }
 }
 
-/** Stopping environments: released by their node, then stopped and the node freed. */
-async function finishStopping(deps: Deps, provider: NodeProvider): Promise<void> {
+/**
+ * Stopping environments: released by their node, then stopped and the node freed. Answers the
+ * ones still waiting for their sandbox agent's last `out` pass (a reason leases wait: waiting.ts).
+ */
+async function finishStopping(deps: Deps, provider: NodeProvider): Promise<string[]> {
   const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
-  const remote = Promise.all(stopping.filter((e) => e.nodeId).map((env) => releaseOne(deps, provider, env)));
-  for (const env of stopping.filter((e) => !e.nodeId)) await releaseOne(deps, provider, env);
+  const outSync: string[] = [];
+  const release = async (env: Environment) => {
+    if (await releaseOne(deps, provider, env)) outSync.push(env.id);
+  };
+  const remote = Promise.all(stopping.filter((e) => e.nodeId).map(release));
+  for (const env of stopping.filter((e) => !e.nodeId)) await release(env);
   await remote;
+  return outSync;
 }
 
-async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment): Promise<void> {
+/** Releases one stopping environment; true while it waits for its out shares instead. */
+async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment): Promise<boolean> {
   // A sandbox agent that runs gets its chance to bring the out shares home first (bounded).
-  if (await awaitingOutSync(deps, env)) return;
-  if (!(await claimWork(deps, env.id, 'stopping'))) return;
+  if (await awaitingOutSync(deps, env)) return true;
+  if (!(await claimWork(deps, env.id, 'stopping'))) return false;
   try {
     await provider.release(deps, env);
   } catch (error) {
     await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
-    return;
+    return false;
   }
   await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
+  return false;
 }
 
 /** Deletes event-log rows nobody can still be catching up on. */
@@ -266,8 +277,10 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
     intervalMs: 1000,
     async run(deps) {
       await enforceTimeouts(deps);
-      await finishStopping(deps, provider);
+      const outSync = await finishStopping(deps, provider);
       const claimed = await claimQueued(deps);
+      // Before the (possibly long) preparations: what still waits says why at once.
+      await explainWaiting(deps, outSync);
       await advanceStarting(deps, provider);
       // The database holds every deadline; this only wakes the job near the next one.
       for (const env of claimed) deps.background.nudge(ENVIRONMENT_JOB, env.startMs);

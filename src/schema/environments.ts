@@ -69,6 +69,12 @@ export const EnvironmentRef = builder.prismaObject('Environment', {
     project: t.exposeString('project'),
     readyMs: t.exposeInt('readyMs', { nullable: true, description: 'Milliseconds from request to ready' }),
     error: t.exposeString('error', { nullable: true, description: 'Why it failed or ended, when not asked to' }),
+    waiting: t.string({
+      nullable: true,
+      description:
+        'Why it is still pending, e.g. "pool default: 4 of 4 nodes busy, 2 leases ahead" (a Berth extension); null once it left pending',
+      resolve: (e) => (e.state === 'pending' ? e.waiting : null),
+    }),
     createdBy: t.exposeString('createdBy'),
     stoppedBy: t.exposeString('stoppedBy', {
       nullable: true,

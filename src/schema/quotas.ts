@@ -8,6 +8,10 @@ const Quota = builder.objectRef<QuotaView>('Quota').implement({
     running: t.exposeInt('running', { description: 'Live leases now' }),
     idle: t.exposeString('idle', { description: 'Default and cap of the idle time-out' }),
     hard: t.exposeString('hard', { description: 'Default and cap of the hard time-out' }),
+    warnings: t.exposeStringList('warnings', {
+      description:
+        'Why maxLeases cannot be reached: it is above what the pool can run of the organization at once (a Berth extension); empty when it can',
+    }),
   }),
 });
 

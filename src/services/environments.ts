@@ -1,6 +1,7 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
 import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
+import { waitingOfNew } from '../scheduler/waiting';
 import { principalOf, requireMember, requireOwner } from './access';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
@@ -73,6 +74,9 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     if (pool.hotNodes > 0) await admitUnderPoolShare(deps, tx, actor.orgId, pool);
     const queued = await tx.environment.count({ where: { pool: pool.name, state: 'pending' } });
     const full = queued >= pool.maxQueued;
+    // Why it waits, from the start (the environment job keeps it up to date): written with the
+    // lease, one version, instead of a second one a moment later.
+    const waiting = full ? null : await waitingOfNew(deps, tx, pool, actor.orgId, queued);
     const now = deps.clock.now();
     const created = await tx.environment.create({
       data: {
@@ -83,6 +87,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         pool: pool.name,
         state: full ? 'failed' : 'pending',
         error: full ? `the queue of pool ${pool.name} is full (${pool.maxQueued} waiting)` : null,
+        waiting,
         stopped: full ? now : null,
         sandboxId: wiring.sandboxId,
         labels,
@@ -196,7 +201,8 @@ export async function transition(
     const now = deps.clock.now();
     await tx.environment.update({
       where: { id },
-      data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null },
+      // Only a pending environment waits: every transition leads out of pending.
+      data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
     });
     if ((ENDED_STATES as readonly string[]).includes(to))
       await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });

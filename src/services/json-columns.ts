@@ -123,6 +123,7 @@ const EnvironmentPayload = z.object({
   workdir: z.string().default('/'),
   envVars: json.default({}),
   runtime: z.string().nullable().default(null),
+  waiting: z.string().nullable().default(null),
   version: z.number().int(),
 }) satisfies z.ZodType<Environment, unknown>;
 

@@ -17,6 +17,14 @@ export interface OrgLimits {
 
 type Db = Pick<Tx, '$queryRaw'>;
 
+/**
+ * How many of a pool's `hotNodes` built-in nodes one organization may hold at once at `share` (a
+ * fraction up to 1): at least one. The claim (claimQueued, src/scheduler/environment-job.ts) says the same in SQL.
+ */
+export function hotNodesFor(share: number, hotNodes: number): number {
+  return hotNodes === 0 ? 0 : Math.max(1, Math.ceil(share * hotNodes));
+}
+
 /** A save that would take the organization past its storage limit (413 storage_quota). */
 export class StorageQuotaError extends DomainError {
   constructor(what: string, limit: number) {

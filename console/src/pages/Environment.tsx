@@ -14,7 +14,7 @@ const Terminal = lazy(() => import('../components/Terminal'));
 
 graphql(`
   fragment EnvironmentPageFields on Environment {
-    id name template state node sandbox pool labels project readyMs error createdBy
+    id name template state waiting node sandbox pool labels project readyMs error createdBy
     created ready stopped stoppedBy expires idleUntil idle hard snapshot
     exports { service listen target }
     shares { name direction envPath localPath files }
@@ -136,6 +136,11 @@ function EnvironmentView({ id }: { id: string }) {
                 <div className="failure" role="note" aria-label="Error">
                   <strong>Error:</strong> {e.error}
                 </div>
+              ) : null}
+              {e.state === 'pending' && e.waiting ? (
+                <p className="notice" role="status" aria-label="Why it waits">
+                  <strong>Waiting:</strong> {e.waiting}
+                </p>
               ) : null}
               <Fields
                 items={[

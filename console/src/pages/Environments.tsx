@@ -10,7 +10,7 @@ import { matchesFilter, useEvents } from '../live';
 
 graphql(`
   fragment EnvironmentRow on Environment {
-    id name template state node sandbox labels created readyMs
+    id name template state waiting node sandbox labels created readyMs
   }
 `);
 
@@ -133,6 +133,7 @@ export function EnvironmentsPage() {
                     <td>{env.template}</td>
                     <td>
                       <StateBadge state={env.state} />
+                      {env.state === 'pending' && env.waiting ? <div className="muted small">{env.waiting}</div> : null}
                     </td>
                     <td>{env.node ?? '–'}</td>
                     <td>{env.sandbox ? <SandboxLink id={env.sandbox} /> : '–'}</td>

@@ -8,14 +8,14 @@ import { useOnEnvironmentChange } from '../live';
 
 const QuotaList = graphql(`
   query QuotaList {
-    quotas { template maxLeases running idle hard }
+    quotas { template maxLeases running idle hard warnings }
     templates { name idle hard }
   }
 `);
 
 const SetQuota = graphql(`
   mutation SetQuota($template: String!, $input: QuotaInput!) {
-    setQuota(template: $template, input: $input) { template maxLeases running idle hard }
+    setQuota(template: $template, input: $input) { template maxLeases running idle hard warnings }
   }
 `);
 
@@ -55,6 +55,7 @@ export function QuotasPage({ template }: { template?: string }) {
             ) : (
               <p className="empty">No quotas: every template may be leased as much as its pool allows.</p>
             )}
+            <Warnings warnings={data.quotas.flatMap((q) => q.warnings.map((w) => `${q.template}: ${w}`))} />
             <QuotaForm
               key={template ?? ''}
               onSaved={() => refetch({ requestPolicy: 'network-only' })}
@@ -88,6 +89,7 @@ function QuotaForm({
   });
   const [result, save] = useMutationAnswer(SetQuota);
   const [saved, setSaved] = useState<string>();
+  const [warnings, setWarnings] = useState<string[]>([]);
   const [local, setLocal] = useState<string>();
   const errors = formErrors(result.error, ['template', 'maxLeases', 'idle', 'hard']);
 
@@ -110,6 +112,7 @@ function QuotaForm({
     const quota = r.data?.setQuota;
     if (quota) {
       setSaved(`Saved: ${quota.template} allows ${quota.maxLeases} live environments (${quota.running} running now).`);
+      setWarnings(quota.warnings);
       // A first quota appears in a list that had none: the cache cannot know it belongs there.
       onSaved();
     }
@@ -148,7 +151,20 @@ function QuotaForm({
           </button>
         </div>
         <p role="status">{saved}</p>
+        <Warnings warnings={warnings} />
       </form>
     </Section>
+  );
+}
+
+/** What the server warns of a quota: above what its pool can run at once (leases past it only queue). */
+function Warnings({ warnings }: { warnings: string[] }) {
+  if (!warnings.length) return null;
+  return (
+    <div className="notice" role="note" aria-label="Warnings">
+      {warnings.map((w) => (
+        <div key={w}>{w}</div>
+      ))}
+    </div>
   );
 }

@@ -3,7 +3,7 @@ import { PAGE_PARAMS, type Route } from '../route';
 
 graphql(`
   fragment EnvironmentFields on Environment {
-    id name template state node sandbox pool labels project readyMs error createdBy stoppedBy
+    id name template state waiting node sandbox pool labels project readyMs error createdBy stoppedBy
     created ready stopped expires idleUntil idle hard
     exports { service listen target }
     shares { name direction envPath localPath files }
@@ -12,7 +12,7 @@ graphql(`
     image resources { cpus memory pids disk } network workdir runtime
   }
   fragment ExecFields on Exec { id lease time actor command exitCode durationMs }
-  fragment QuotaFields on Quota { template maxLeases running idle hard }
+  fragment QuotaFields on Quota { template maxLeases running idle hard warnings }
   fragment TemplateFields on Template {
     name description pool startMs idle hard
     shares { name direction envPath }
