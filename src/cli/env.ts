@@ -85,7 +85,7 @@ export async function waitForReady(
  * (cut to the terminal's width, so it never wraps). Otherwise a line each time the reason changes
  * in kind, not each time a number in it moves (`3 leases ahead`, `2 leases ahead`, …).
  */
-export function waitingLine(stream: NodeJS.WriteStream = process.stderr) {
+function waitingLine(stream: NodeJS.WriteStream = process.stderr) {
   let open = false;
   let last: string | undefined;
   return {

@@ -17,6 +17,7 @@ import type { Environment } from '../generated/prisma/client';
 import { announceEnvironment, recordEvent } from '../services/environment-events';
 import { hotNodesFor } from '../services/org-limits';
 import type { PoolSpec } from '../services/templates-file';
+import { plural } from '../services/words';
 
 /** The first this many pending leases of a pool (in queue order) are explained by the job. */
 export const EXPLAINED = 1000;
@@ -90,8 +91,6 @@ async function pictureOf(db: Db, pool: string, outSync: string[]): Promise<PoolP
   }
   return picture;
 }
-
-const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 function aheadText(ahead: number): string {
   if (ahead === 0) return 'next in line';

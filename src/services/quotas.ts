@@ -8,6 +8,7 @@ import { QuotaExceededError, ValidationError } from './errors';
 import { hotNodesFor, orgLimits } from './org-limits';
 import { findTemplate } from './templates';
 import { MAX_HARD_MS, type PoolSpec } from './templates-file';
+import { plural } from './words';
 
 export const ALL_TEMPLATES = '*';
 
@@ -83,8 +84,6 @@ function capacities(deps: Deps, orgId: string): (pool: PoolSpec) => Promise<Capa
     return capacity;
   };
 }
-
-const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? '' : 's'}`;
 
 function capacityText(c: Capacity): string {
   const hot =
