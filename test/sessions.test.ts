@@ -209,6 +209,13 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(await closed).toBe(7);
     });
 
+    it('keeps the output of a quick command that takes no input', async () => {
+      // Input that reaches the command as it ends (Podman's attach race): the output still comes.
+      for (let i = 0; i < 5; i++) {
+        expect(await berth(['exec', envId, '--', 'sh', '-c', 'pwd; exit 7'], 'unread input')).toMatchObject({ code: 7, stdout: '/tmp\n' });
+      }
+    });
+
     it("opens the template's shell on a terminal of the asked size, passes resizes, and records the exit", async () => {
       const ash = await lease('ash');
       const shell = open(ash.id, '?tty=1&rows=30&cols=100');

@@ -3,6 +3,7 @@
 // input to pass on (piped, -i) or a terminal (-t), and for `berth shell`, it is a session
 // (src/cli/session.ts); otherwise one POST …/exec.
 // BERTH_URL (or --server) and BERTH_TOKEN (or --token) say where and who.
+import { fstatSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, withConnection } from './client';
 import { CommandError } from './errors';
@@ -57,6 +58,19 @@ export async function execCommand(client: BerthClient, environment: string, argv
 /** Sessions (and `ws`, ~40 ms to load) only when one starts: every other command does without them. */
 const session = () => import('./session');
 
+/**
+ * Standard input is /dev/null (or closed): there is nothing to pass on, and the plain exec serves.
+ * (Podman now and then loses a quick command's output when input reaches it as the command ends.)
+ */
+function inputIsEmpty(): boolean {
+  try {
+    const stats = fstatSync(0);
+    return stats.isCharacterDevice() && stats.rdev === statSync('/dev/null').rdev;
+  } catch {
+    return true;
+  }
+}
+
 interface ExecOptions extends ConnectionOptions {
   tty?: boolean;
   interactive?: boolean;
@@ -75,7 +89,7 @@ export function registerExecCommands(program: Command): void {
     const client = new BerthClient(options);
     const tty = Boolean(options.tty);
     if (tty && !process.stdin.isTTY) throw new CommandError('-t needs a terminal on standard input; without -t, piped input is passed on');
-    const stdin = Boolean(options.interactive) || tty || !process.stdin.isTTY;
+    const stdin = Boolean(options.interactive) || tty || (!process.stdin.isTTY && !inputIsEmpty());
     process.exitCode = stdin
       ? await (await session()).runSession(client, { environment, command, tty, stdin })
       : await execCommand(client, environment, command);

@@ -285,6 +285,16 @@ static int session_main(const char *mode, char **argv) {
         }
       }
       kill(-pid, SIGKILL);
+      // Input still on its way is taken before leaving: an engine that finds unread input in its
+      // attach socket as the process ends may report a reset instead of the output (Podman).
+      for (int quiet = 0, turns = 0; caller && quiet < 2 && turns < 50; turns++) {
+        struct pollfd in_fd = {.fd = 0, .events = POLLIN};
+        if (poll(&in_fd, 1, 20) <= 0) {
+          quiet++;
+          continue;
+        }
+        if (read(0, in.buffer, sizeof in.buffer) <= 0) break;
+      }
       return status_code(status);
     }
     struct pollfd fds[4] = {
