@@ -10,6 +10,11 @@
 // the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
 // with the same credential. After a restart it holds the environments whose containers still run
 // (the server says which are live; the rest are removed) and nothing else.
+//
+// drain() (`berth node` on SIGTERM or SIGINT) says `leaving`: the server places nothing new on the
+// node and ends its live environments, each released here as any end is (shares saved), and
+// answers `drained` once none is left; then the agent stops. The same credential started again
+// serves as before (docs/agents.md, "Stopping a node").
 import { createHash } from 'node:crypto';
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
@@ -61,6 +66,10 @@ export class NodeAgent {
   private ws: WebSocket | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** drain() was called: hellos say `leaving`, prepares are refused. */
+  private leaving = false;
+  private connected = false;
+  private wake: (() => void) | undefined;
   private readonly work = new Map<string, Promise<unknown>>();
   private readonly log: (line: string) => void;
   readonly runtime: NodeRuntime;
@@ -97,13 +106,39 @@ export class NodeAgent {
       if (outcome instanceof RefusedError) throw outcome;
       if (this.stopped) break;
       this.log(`disconnected (${outcome}); reconnecting in ${backoff} ms`);
-      await new Promise((resolve) => setTimeout(resolve, backoff));
+      // stop() cuts the wait short.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, backoff);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
       backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
     }
   }
 
+  /**
+   * Leaves the pool cleanly: the server ends this node's environments (they are released here as
+   * any end, their shares saved) and answers `drained` when none is left, which stops the agent.
+   * At once when there is nothing to end and no server to tell. run() then resolves.
+   */
+  drain(): void {
+    if (this.leaving || this.stopped) return;
+    this.leaving = true;
+    if (!this.connected && this.held.size === 0) {
+      this.stop();
+      return;
+    }
+    this.log(
+      `draining: ${this.held.size} environment(s) end first${this.connected ? '' : ' once the server is reached again'} (a second signal stops at once)`,
+    );
+    this.send({ type: 'leaving' });
+  }
+
   stop(): void {
     this.stopped = true;
+    this.wake?.();
     clearInterval(this.heartbeat);
     clearInterval(this.checks);
     this.ws?.close(1000, 'node agent stopping');
@@ -140,7 +175,7 @@ export class NodeAgent {
           ws.terminate();
         });
       });
-      ws.on('open', () => this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held] }));
+      ws.on('open', () => this.hello());
       ws.on('message', (data) => {
         let message: Record<string, unknown>;
         try {
@@ -151,11 +186,17 @@ export class NodeAgent {
         void this.dispatch(message, onWelcome).catch((err) => this.log(`${String(message.type)} failed: ${(err as Error).message}`));
       });
       ws.on('close', (code, reason) => {
+        this.connected = false;
         if (code === 4401) done(new RefusedError(`the server closed the channel: ${reason.toString() || 'credential refused'}`));
         else done(`closed ${code}${reason.length ? ` ${reason.toString()}` : ''}`);
       });
       ws.on('error', (err) => done(err.message));
     });
+  }
+
+  /** Its slots and the environments it holds; while draining, that it is leaving. */
+  private hello(): void {
+    this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held], ...(this.leaving ? { leaving: true } : {}) });
   }
 
   send(message: Record<string, unknown>): void {
@@ -166,6 +207,7 @@ export class NodeAgent {
     switch (message.type) {
       case 'welcome': {
         onWelcome();
+        this.connected = true;
         const node = message.node as { name: string; pool: string };
         this.log(`online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`);
         clearInterval(this.heartbeat);
@@ -178,7 +220,14 @@ export class NodeAgent {
         return;
       }
       case 'hello-again':
-        this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held] });
+        this.hello();
+        return;
+      case 'drained':
+        // The server recorded the end of every environment that was on this node (only ever an
+        // answer to `leaving`: an agent that did not drain goes on).
+        if (!this.leaving) return;
+        this.log('drained: every environment ended; stopping');
+        this.stop();
         return;
       case 'error':
         this.log(`server: ${String(message.error)}`);
@@ -292,6 +341,8 @@ export class NodeAgent {
   }
 
   private async prepare(env: EnvironmentSpec): Promise<{ runtime: string }> {
+    // Only a claim that crossed the `leaving` message: the server ends it.
+    if (this.leaving) throw new Error('the node is shutting down');
     this.held.add(env.id);
     const runtime = await this.runtime.prepare(env, async (root) => {
       const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);

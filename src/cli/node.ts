@@ -2,6 +2,7 @@
 // `berth node ls` (src/cli/lists.ts) lists the organization's nodes; so --server and --dir, which
 // only serving needs, are checked here rather than required by commander (which would ask them
 // of `ls` too).
+import { constants } from 'node:os';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import { MAX_SLOTS } from '../dataplane/protocol';
@@ -33,9 +34,20 @@ export function registerNodeCommands(program: Command): void {
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
       const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
-      const stop = () => agent.stop();
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
+      // The first SIGTERM or SIGINT drains (the node's environments end cleanly, then exit 0); a
+      // second one stops at once, leaving them to the server's liveness bound.
+      let signals = 0;
+      const onSignal = (signal: NodeJS.Signals) => {
+        if (++signals === 1) {
+          console.log(`berth node: ${signal} received`);
+          agent.drain();
+          return;
+        }
+        console.log(`berth node: ${signal} again: stopping at once`);
+        process.exit(128 + (constants.signals[signal] ?? 15));
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
       try {
         await agent.run();
       } finally {

@@ -2,12 +2,12 @@
 // opens with its node credential (`Authorization: Bearer bnd_…` on the upgrade). Frames are JSON
 // text, one message each, dispatched by `type`:
 //
-//   agent → server  {type: 'hello', slots, environments}   {type: 'heartbeat'}
+//   agent → server  {type: 'hello', slots, environments, leaving?}   {type: 'heartbeat'}   {type: 'leaving'}
 //                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
 //                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
 //                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
 //                   {type: 'ended', environment, reason}   (its container ended on its own)
-//   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}
+//   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}   {type: 'drained'}
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
 //                   {type: 'error', error, code}
 //
@@ -27,7 +27,7 @@ import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
 import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
-import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello } from '../services/nodes';
+import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../services/nodes';
 import { statusOf } from './status';
 
 export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
@@ -106,6 +106,9 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               return;
             case 'ended':
               await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
+              return;
+            case 'leaving':
+              await nodeLeaving(deps, actor);
               return;
             case 'exec-output':
             case 'exec-input-credit':

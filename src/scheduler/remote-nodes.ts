@@ -4,7 +4,7 @@
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
 import { askNode, sendToNode } from '../services/node-messages';
-import { markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
+import { markLeftNodes, markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
 import { savedShares } from '../services/snapshots';
 import type { BackgroundJob } from './background';
 import { builtinProvider, shareRules, startBound } from './environment-job';
@@ -18,7 +18,8 @@ const RELEASE_MS = 10 * 60_000;
 function stillWanted(deps: Deps, env: Environment, state: string) {
   return async (): Promise<string | null> => {
     const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId ?? '' }, select: { state: true, name: true } });
-    if (node?.state !== 'online') return `node ${env.node} was lost`;
+    // A leaving node (its agent shutting down) still releases what it holds.
+    if (node?.state !== 'online' && node?.state !== 'leaving') return `node ${env.node} was lost`;
     const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
     if (now?.state !== state) return `the environment is ${now?.state ?? 'gone'}`;
     return null;
@@ -57,12 +58,13 @@ export const nodeProvider: NodeProvider = {
   discard: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).discard(deps, env),
 };
 
-/** Liveness (lost nodes fail their environments) and draining (revoked once empty). */
+/** Liveness (lost nodes fail their environments), draining (revoked once empty), leaving (offline once empty). */
 export const nodeJob: BackgroundJob = {
   name: NODE_JOB,
   intervalMs: 1000,
   async run(deps) {
     await markLostNodes(deps);
     await revokeDrained(deps);
+    await markLeftNodes(deps);
   },
 };

@@ -134,6 +134,8 @@ function noNodeText(pool: string, nodes: RegisteredNode[]): string {
   }
   const said = nodes.slice(0, 3).map((n) => {
     if (n.draining) return `node ${n.name} is draining`;
+    if (n.state === 'leaving') return `node ${n.name} is shutting down`;
+    if (n.state === 'offline') return `node ${n.name} is offline: its agent was stopped`;
     if (n.state === 'online') return `node ${n.name} is connecting`;
     return n.lastSeen ? `node ${n.name} is lost` : `node ${n.name} has not connected yet`;
   });

@@ -9,7 +9,8 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
     name: t.exposeString('name', { description: "What an environment's `node` field shows (a DNS label)" }),
     pool: t.exposeString('pool'),
     state: t.exposeString('state', {
-      description: 'online (heard from within the liveness bound), lost (not heard from), draining (removed: no new environments)',
+      description:
+        'online (heard from within the liveness bound), lost (not heard from), draining (removed, or its agent is shutting down: no new environments), offline (its agent shut down cleanly; online again when it connects)',
     }),
     slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
     environments: t.stringList({ description: 'Ids of the live environments on it', resolve: (n) => n.environments.map((e) => e.id) }),
@@ -68,14 +69,14 @@ const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
-    state: t.exposeString('state', { description: 'online, lost (also: registered, not heard from yet), draining or removed' }),
+    state: t.exposeString('state', { description: 'online, lost (also: registered, not heard from yet), draining, offline or removed' }),
   }),
 });
 
 builder.subscriptionField('nodesChanged', (t) =>
   t.field({
     type: NodeEventRef,
-    description: "Every change of the organization's nodes from now on: registered, online, lost, draining, removed",
+    description: "Every change of the organization's nodes from now on: registered, online, lost, draining, offline, removed",
     subscribe: (_root, _args, ctx) => watchNodes(ctx.deps, ctx.actor),
     resolve: (event: NodeEvent) => event,
   }),

@@ -27,7 +27,12 @@ export { MAX_SLOTS } from '../dataplane/protocol';
 
 import { MAX_SLOTS } from '../dataplane/protocol';
 
-export type NodeState = 'online' | 'lost' | 'draining';
+/**
+ * online: heard from within the liveness bound; lost: not heard from (or never connected);
+ * draining: removed by an admin, or its agent is shutting down: no new environments; offline: its
+ * agent shut down cleanly, nothing runs on it, online again when it says hello.
+ */
+export type NodeState = 'online' | 'lost' | 'draining' | 'offline';
 
 export interface NodeRecord {
   id: string;
@@ -48,8 +53,16 @@ export interface CreateNodeInput {
   name: string;
 }
 
+/**
+ * The `state` column is the node's liveness: `online`, `leaving` (online, its agent shutting down:
+ * the claim, which takes only `online` nodes, places nothing on it), `offline` (left cleanly) or
+ * `lost`. Removal is its own column, `draining`.
+ */
+const LIVE_NODE = ['online', 'leaving'];
+
 function stateOf(node: RemoteNode): NodeState {
-  return node.draining ? 'draining' : node.state === 'online' ? 'online' : 'lost';
+  if (node.draining || node.state === 'leaving') return 'draining';
+  return node.state === 'online' || node.state === 'offline' ? node.state : 'lost';
 }
 
 async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
@@ -72,7 +85,7 @@ async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
 
 export const nodesTopic = (orgId: string) => `org:${orgId}:nodes`;
 
-const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'removed']) });
+const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'offline', 'removed']) });
 /** A node's state after a change; `removed` once it is revoked (gone from the list). */
 export type NodeEvent = z.infer<typeof NodeEvent>;
 
@@ -180,6 +193,8 @@ export interface HelloInput {
   slots: number;
   /** The environments the agent still holds (after a reconnect without a restart). */
   environments: string[];
+  /** It is shutting down (a reconnect while it drains): it stays `leaving`, see nodeLeaving. */
+  leaving?: boolean;
 }
 
 export interface Welcome {
@@ -202,12 +217,14 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
   if (!Array.isArray(input.environments) || input.environments.some((e) => typeof e !== 'string') || input.environments.length > 1000) {
     throw new ValidationError('environments: must be a list of environment ids', 'environments');
   }
+  if (input.leaving !== undefined && typeof input.leaving !== 'boolean') throw new ValidationError('leaving: must be a boolean', 'leaving');
   const now = deps.clock.now();
   const { node, stale } = await deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:node:${nodeId}`);
     const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
     if (!found || found.revoked) throw new UnauthorizedError('this node was removed');
-    const node = await tx.remoteNode.update({ where: { id: nodeId }, data: { state: 'online', lastSeen: now, slots: input.slots } });
+    const state = input.leaving ? 'leaving' : 'online';
+    const node = await tx.remoteNode.update({ where: { id: nodeId }, data: { state, lastSeen: now, slots: input.slots } });
     const wanted = Array.from({ length: input.slots }, (_, i) => `${nodeId}-${i + 1}`);
     if (!found.draining) {
       await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: node.pool, remoteId: nodeId })), skipDuplicates: true });
@@ -228,6 +245,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
       stopped: at,
     }));
   }
+  if (input.leaving) await endForLeaving(deps, node);
   const live = await deps.prisma.environment.findMany({ where: { nodeId, state: { in: [...LIVE_STATES] } }, select: { id: true } });
   return {
     node: { id: node.id, name: node.name, pool: node.pool },
@@ -243,12 +261,50 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
 export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'revoked'> {
   const now = deps.clock.now();
   const { count } = await deps.prisma.remoteNode.updateMany({
-    where: { id: nodeId, revoked: null, state: 'online' },
+    where: { id: nodeId, revoked: null, state: { in: LIVE_NODE } },
     data: { lastSeen: now },
   });
   if (count === 1) return 'online';
   const node = await deps.prisma.remoteNode.findUnique({ where: { id: nodeId }, select: { revoked: true } });
   return !node || node.revoked ? 'revoked' : 'lost';
+}
+
+/**
+ * The agent is shutting down (`berth node` got SIGTERM or SIGINT): the node is `leaving`, so no new
+ * environment is placed on it, and its live environments end now with the reason in `error`, each
+ * released by the node as any end (its out shares brought home first, its shares saved). Once none
+ * is left, the node job marks it offline and tells the agent `drained` (markLeftNodes).
+ */
+export async function nodeLeaving(deps: Deps, actor: Actor): Promise<void> {
+  const nodeId = requireNodeAgent(actor);
+  // The row lock orders this against a claim onto the node (which reads it FOR SHARE): a claim
+  // that came first is among the environments ended below; one that comes later finds it leaving.
+  const node = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node:${nodeId}`);
+    await tx.remoteNode.updateMany({ where: { id: nodeId, revoked: null, state: 'online' }, data: { state: 'leaving' } });
+    return tx.remoteNode.findUnique({ where: { id: nodeId } });
+  });
+  // Lost meanwhile: its heartbeat asks for a hello, which says it is leaving.
+  if (node?.state !== 'leaving') return;
+  await announce(deps, node, 'draining');
+  await endForLeaving(deps, node);
+}
+
+/** Ends the live environments of a leaving node (their release is the environment job's, as for any end). */
+async function endForLeaving(deps: Deps, node: RemoteNode): Promise<void> {
+  const live = await deps.prisma.environment.findMany({
+    where: { nodeId: node.id, state: { in: ['starting', 'ready'] } },
+    select: { id: true },
+  });
+  const { ENVIRONMENT_JOB, transition } = await import('./environments');
+  for (const env of live) {
+    await transition(deps, env.id, ['starting', 'ready'], 'stopping', () => ({
+      error: `node ${node.name} shut down: its agent was stopped`,
+    }));
+  }
+  deps.background.nudge(ENVIRONMENT_JOB);
+  // With nothing left to end, the agent hears `drained` at once.
+  deps.background.nudge(NODE_JOB);
 }
 
 /**
@@ -349,7 +405,7 @@ export async function markLostNodes(deps: Deps): Promise<void> {
   const bound = deps.config.nodeLostMs;
   const cutoff = new Date(now.getTime() - bound);
   const lost = await deps.prisma.remoteNode.updateManyAndReturn({
-    where: { state: 'online', revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
+    where: { state: { in: LIVE_NODE }, revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
     data: { state: 'lost' },
     select: { id: true, orgId: true, name: true, draining: true },
   });
@@ -391,5 +447,20 @@ export async function revokeDrained(deps: Deps): Promise<void> {
     await deps.credentials.publish({ credentials: revoked });
     await sendToNode(deps, id, { type: 'revoked' });
     await announce(deps, node, 'removed');
+  }
+}
+
+/** Leaving nodes with no live environment left are offline; their agents are told `drained` (and stop). */
+export async function markLeftNodes(deps: Deps): Promise<void> {
+  const done = await deps.prisma.$queryRaw<{ id: string; orgId: string; name: string }[]>`
+    SELECT r.id, r."orgId", r.name FROM "RemoteNode" r
+     WHERE r.state = 'leaving' AND r.revoked IS NULL
+       AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
+  for (const node of done) {
+    // Only from leaving: an agent that said hello since (restarted) is online and stays so.
+    const { count } = await deps.prisma.remoteNode.updateMany({ where: { id: node.id, state: 'leaving' }, data: { state: 'offline' } });
+    if (count === 0) continue;
+    await sendToNode(deps, node.id, { type: 'drained' });
+    await announce(deps, node, 'offline');
   }
 }
