@@ -54,4 +54,9 @@ export interface Context {
    * for its source: the field then answers a SharedSource instead of an iterator of its own.
    */
   shareSubscription?: boolean;
+  /**
+   * Bytes of this operation's connection not yet sent (a WebSocket's or an SSE response's); a
+   * subscription that makes output faster than its subscriber reads (runCommand) waits on it.
+   */
+  unsent?: () => number;
 }

@@ -6,6 +6,7 @@ import { type IncomingMessage, request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import { containersOf, describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
@@ -291,6 +292,45 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(bytes).toBe(total);
       expect(lines.at(-1)).toMatchObject({ exitCode: 0 });
       expect((await sh(env.id, 'test -e /tmp/done; echo $?')).stdout).toBe('0\n');
+    });
+
+    it('a graphql-ws subscriber that reads slowly slows runCommand down, and then gets all of its output', async () => {
+      const env = await lease('box');
+      const total = 30_000_000;
+      const ws = new WebSocket(`${s.url.replace(/^http/, 'ws')}/graphql`, 'graphql-transport-ws');
+      await once(ws, 'open');
+      ws.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${BOOTSTRAP}` } }));
+      let bytes = 0;
+      let exitCode: number | undefined;
+      const first = new Promise<void>((resolve) => {
+        ws.on('message', (data: Buffer) => {
+          const message = JSON.parse(data.toString());
+          if (message.type === 'connection_ack') {
+            const query =
+              'subscription($env: String!, $cmd: [String!]!) { runCommand(environment: $env, command: $cmd) { stream data exitCode } }';
+            const cmd = ['sh', '-c', `head -c ${total} /dev/zero; touch /tmp/done-ws`];
+            ws.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query, variables: { env: env.id, cmd } } }));
+          } else if (message.type === 'next') {
+            const out = message.payload.data.runCommand;
+            if (out.data) bytes += Buffer.from(out.data, 'base64').length;
+            if (out.exitCode !== null && out.exitCode !== undefined) exitCode = out.exitCode;
+            resolve();
+          }
+        });
+      });
+      // The subscriber takes the first event, then reads nothing more for a while.
+      await first;
+      ws.pause();
+      const watch = 'i=0; while [ $i -lt 30 ]; do test -e /tmp/done-ws && { echo ended; exit; }; sleep 0.1; i=$((i+1)); done; echo waiting';
+      expect((await sh(env.id, watch)).stdout).toBe('waiting\n');
+      const completed = new Promise<void>((resolve) =>
+        ws.on('message', (data: Buffer) => JSON.parse(data.toString()).type === 'complete' && resolve()),
+      );
+      ws.resume();
+      await completed;
+      ws.close();
+      expect(bytes).toBe(total);
+      expect(exitCode).toBe(0);
     });
 
     it("two environments see neither each other's files nor processes", async () => {

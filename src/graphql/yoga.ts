@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { type DocumentNode, GraphQLError } from 'graphql';
 import { createYoga, type Plugin, type YogaServerInstance } from 'graphql-yoga';
+import type { WebSocket } from 'ws';
 import type { Actor, Context, Deps } from '../context';
 import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
@@ -24,6 +25,8 @@ export interface GraphQLServerContext {
   clientAddress?: string;
   /** Authentication already failed (src/graphql/post.ts): answered as if it failed here. */
   authError?: unknown;
+  /** The graphql-ws socket the operation came on. */
+  socket?: WebSocket;
 }
 
 export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
@@ -95,9 +98,16 @@ export function createGraphQLHandler(deps: Deps, log: Log): GraphQLHandler {
       useErrorBodies(),
     ],
     // The actor comes from useCredentialsFirst over HTTP, from the socket's connection over WebSocket.
-    context: ({ actor, clientAddress: address }) => {
+    context: ({ actor, clientAddress: address, socket, res }) => {
       if (!actor) throw new Error('a GraphQL operation reached execution without an actor');
-      return { deps, actor, clientAddress: address ?? 'unknown' };
+      return { deps, actor, clientAddress: address ?? 'unknown', unsent: unsentOf(socket, res) };
     },
   });
+}
+
+/** What a graphql-ws socket or an SSE response holds unsent; 0 once it is closed (no one to wait for). */
+function unsentOf(socket: WebSocket | undefined, res: ServerResponse | undefined): (() => number) | undefined {
+  if (socket) return () => (socket.readyState === socket.OPEN ? socket.bufferedAmount : 0);
+  if (res) return () => (res.destroyed ? 0 : res.writableLength);
+  return undefined;
 }

@@ -82,6 +82,28 @@ const ExecOutput = builder.objectRef<ExecEventShape>('ExecOutput').implement({
   }),
 });
 
+/** Output kept waiting on a subscriber's connection before the next event is taken (then the command blocks: EXEC_WINDOW). */
+const PACE_BYTES = 256 * 1024;
+const PACE_LOOK_MS = 10;
+
+/**
+ * The events of `source`, each taken only once the subscriber's connection has sent what it held
+ * beyond PACE_BYTES: a subscriber that reads slowly slows the command down, as over REST.
+ */
+function paced<T>(source: AsyncIterable<T>, unsent: (() => number) | undefined): AsyncIterable<T> {
+  if (!unsent) return source;
+  const it = source[Symbol.asyncIterator]();
+  return {
+    [Symbol.asyncIterator]: () => ({
+      async next() {
+        while (unsent() > PACE_BYTES) await new Promise((resolve) => setTimeout(resolve, PACE_LOOK_MS));
+        return it.next();
+      },
+      return: (value?: unknown) => it.return?.(value) ?? Promise.resolve({ done: true as const, value: undefined }),
+    }),
+  };
+}
+
 builder.subscriptionField('runCommand', (t) =>
   t.field({
     type: ExecOutput,
@@ -92,7 +114,8 @@ builder.subscriptionField('runCommand', (t) =>
       environment: t.arg.string({ required: true, description: 'Id or name' }),
       command: t.arg.stringList({ required: true, description: 'The program and its arguments' }),
     },
-    subscribe: (_root, { environment, command }, ctx) => runCommand(ctx.deps, ctx.actor, environment, command),
+    subscribe: async (_root, { environment, command }, ctx) =>
+      paced(await runCommand(ctx.deps, ctx.actor, environment, command), ctx.unsent),
     resolve: (event) => event,
   }),
 );
