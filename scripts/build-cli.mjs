@@ -12,12 +12,12 @@
 import { mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { newestMtime } from './newest.mjs';
+import { NODE_BUNDLE, newestMtime } from './bundle.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const OUT = join(root, 'dist', 'cli');
 export const CLI_ENTRY = join(OUT, 'berth.js');
-const SOURCES = ['src', 'package.json', 'tsconfig.json', 'scripts/build-cli.mjs', 'scripts/newest.mjs'];
+const SOURCES = ['src', 'package.json', 'tsconfig.json', 'scripts/build-cli.mjs', 'scripts/bundle.mjs'];
 /** Chunks of an earlier build are removed after this long (a command started before still loads its own). */
 const KEEP_MS = 10 * 60_000;
 
@@ -33,15 +33,10 @@ export async function cliBundle() {
 async function build(sources) {
   const { build } = await import('esbuild');
   const { outputFiles } = await build({
+    ...NODE_BUNDLE,
     absWorkingDir: root,
     entryPoints: { berth: 'src/cli/index.ts' },
     outdir: OUT,
-    bundle: true,
-    splitting: true,
-    format: 'esm',
-    platform: 'node',
-    target: 'node20',
-    packages: 'external',
     write: false,
     logLevel: 'silent',
   });

@@ -6,7 +6,7 @@
 import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { newestMtime } from './newest.mjs';
+import { NODE_BUNDLE, newestMtime } from './bundle.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SERVER_ENTRY = join(root, 'dist', 'server', 'main.js');
@@ -15,23 +15,18 @@ const built = await stat(SERVER_ENTRY).then(
   (s) => s.mtimeMs,
   () => 0,
 );
-if (built <= newestMtime(root, ['src', 'package.json', 'tsconfig.json', 'scripts/build-server.mjs', 'scripts/newest.mjs'])) {
+if (built <= newestMtime(root, ['src', 'package.json', 'tsconfig.json', 'scripts/build-server.mjs', 'scripts/bundle.mjs'])) {
   // Chunk names carry content hashes: a clean folder holds no chunk of an earlier build.
   await rm(join(root, 'dist', 'server'), { recursive: true, force: true });
   // Loaded only to build: the usual start finds the bundle fresh and goes on at once.
   const { build } = await import('esbuild');
   await build({
+    ...NODE_BUNDLE,
     absWorkingDir: root,
     // The sealing threads' code is an entry of its own: src/crypto/chunk-sealer.ts starts it from
     // dist/server/seal-worker.js.
     entryPoints: { main: 'src/main.ts', 'seal-worker': 'src/crypto/seal-worker.ts' },
     outdir: 'dist/server',
-    bundle: true,
-    splitting: true,
-    format: 'esm',
-    platform: 'node',
-    target: 'node20',
-    packages: 'external',
     logLevel: 'warning',
   });
 }
