@@ -217,12 +217,12 @@ function EnvironmentView({ id }: { id: string }) {
                   <Empty>No shares.</Empty>
                 )}
               </Section>
+              {e.state === 'ready' && e.runtime === 'container' ? <TerminalSection environment={e.id} /> : null}
               <Section title="Commands">
                 {execs.length ? (
                   <Table label="Commands" head={['Time', 'Command', 'Exit code', 'Duration', 'By']}>
                     {execs.map((x) => (
                       <tr key={x.id}>
-              {e.state === 'ready' && e.runtime === 'container' ? <TerminalSection environment={e.id} /> : null}
                         <td>{when(x.time)}</td>
                         <td>
                           <code>{x.command}</code>
