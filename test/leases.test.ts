@@ -184,6 +184,7 @@ describeBackends('queue, quotas and live state', (backend) => {
       resources: {},
       network: 'none',
       workdir: '/',
+      shell: '/bin/sh',
       env: {},
     });
     const spec = { pool: 'wide', startMs: 20, idle: '5m', hard: '1h', services: [{ service: 'redis', target: '127.0.0.1:6379' }] };

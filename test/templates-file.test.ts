@@ -72,6 +72,7 @@ describe('parseCatalog with a valid catalog', () => {
       resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
       network: 'none',
       workdir: '/workspace/src',
+      shell: '/bin/sh',
       env: {},
     });
     expect(catalog.templates[1]).toEqual({
@@ -87,6 +88,7 @@ describe('parseCatalog with a valid catalog', () => {
       resources: {},
       network: 'none',
       workdir: '/',
+      shell: '/bin/sh',
       env: {},
     });
     expect(catalog.templates[1]).not.toHaveProperty('image');
@@ -526,6 +528,7 @@ describe('validateTemplateSpec (admin upsert)', () => {
       resources: {},
       network: 'none',
       workdir: '/',
+      shell: '/bin/sh',
       env: {},
     });
     expect(validateTemplateSpec({ ...body, name: 'custom' }, 'custom', ['default']).name).toBe('custom');
