@@ -131,6 +131,7 @@ describe('web console: nodes and templates', () => {
     expect(await field('Pool').textContent()).toBe('remote');
     expect(await field('Network').textContent()).toBe('egress');
     expect(await field('Working directory').textContent()).toBe('/workspace/src');
+    expect(await field('Shell').textContent()).toBe('/bin/sh');
     expect(await field('CPUs').textContent()).toBe('2');
     expect(await field('Memory').textContent()).toBe('4GiB');
     expect(await field('Disk').textContent()).toBe('16GiB');

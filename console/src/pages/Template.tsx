@@ -7,7 +7,7 @@ import { graphql } from '../generated/gql';
 const TemplateDetail = graphql(`
   query TemplateDetail {
     templates {
-      name description pool image network workdir env idle hard startMs
+      name description pool image network workdir shell env idle hard startMs
       resources { cpus memory disk pids }
       shares { name direction envPath }
       services { service target }
@@ -38,6 +38,7 @@ export function TemplatePage({ name }: { name: string }) {
                   ['Image', t.image ? <code key="image">{t.image}</code> : 'none: environments hold files only'],
                   ['Network', t.network],
                   ['Working directory', t.workdir],
+                  ['Shell', t.shell],
                   ['CPUs', t.resources.cpus],
                   ['Memory', t.resources.memory],
                   ['Disk', t.resources.disk],
