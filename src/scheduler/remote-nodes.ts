@@ -4,7 +4,7 @@
 import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
 import { askNode, sendToNode } from '../services/node-messages';
-import { markLeftNodes, markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
+import { LIVE_NODE, markLeftNodes, markLostNodes, NODE_JOB, revokeDrained } from '../services/nodes';
 import { savedShares } from '../services/snapshots';
 import type { BackgroundJob } from './background';
 import { builtinProvider, shareRules, startBound } from './environment-job';
@@ -19,7 +19,7 @@ function stillWanted(deps: Deps, env: Environment, state: string) {
   return async (): Promise<string | null> => {
     const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId ?? '' }, select: { state: true, name: true } });
     // A leaving node (its agent shutting down) still releases what it holds.
-    if (node?.state !== 'online' && node?.state !== 'leaving') return `node ${env.node} was lost`;
+    if (!node || !LIVE_NODE.includes(node.state)) return `node ${env.node} was lost`;
     const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
     if (now?.state !== state) return `the environment is ${now?.state ?? 'gone'}`;
     return null;

@@ -58,7 +58,7 @@ export interface CreateNodeInput {
  * the claim, which takes only `online` nodes, places nothing on it), `offline` (left cleanly) or
  * `lost`. Removal is its own column, `draining`.
  */
-const LIVE_NODE = ['online', 'leaving'];
+export const LIVE_NODE = ['online', 'leaving'];
 
 function stateOf(node: RemoteNode): NodeState {
   if (node.draining || node.state === 'leaving') return 'draining';
