@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { type IncomingMessage, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -265,6 +266,38 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       });
       expect(recorded.exitCode).toBe(137);
       expect(await ps()).not.toMatch(/sleep 30[12]/);
+    });
+
+    it('ends the command when the handshake is refused after the checks', async () => {
+      // Every check passes, then the WebSocket handshake itself is malformed: nothing may run on.
+      const query = new URLSearchParams([
+        ['command', 'sh'],
+        ['command', '-c'],
+        ['command', 'sleep 303'],
+      ]);
+      const res = await new Promise<IncomingMessage>((resolve, reject) => {
+        const req = request(`${s.url}/v1/environments/${envId}/exec?${query}`, {
+          headers: {
+            authorization: `Bearer ${BOOTSTRAP}`,
+            connection: 'Upgrade',
+            upgrade: 'websocket',
+            'sec-websocket-version': '13',
+            'sec-websocket-key': 'not a key',
+            'sec-websocket-protocol': 'berth.exec.v1',
+          },
+        });
+        req.once('response', resolve);
+        req.once('upgrade', () => reject(new Error('upgraded')));
+        req.once('error', reject);
+        req.end();
+      });
+      expect(res.statusCode).toBe(400);
+      res.resume();
+      const recorded = await eventually(async () => {
+        const execs = (await admin.get(`/v1/environments/${envId}/execs`)).body.execs as { command: string; exitCode: number }[];
+        return execs.find((e) => e.command.includes('sleep 303'));
+      });
+      expect(recorded.exitCode).toBe(137);
     });
 
     it('takes a browser credential as a subprotocol and never echoes it', async () => {

@@ -115,12 +115,24 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       release(principal);
       throw error;
     }
-    if (socket.destroyed) {
+    // The caller gone before the upgrade, or a handshake the upgrade refuses: the command ends here.
+    let upgraded = false;
+    const abandon = () => {
+      if (upgraded) return;
       release(principal);
       gone.abort();
-      return void started.events[Symbol.asyncIterator]().return?.();
-    }
-    wss.handleUpgrade(req, socket, head, (ws) => serve(ws, actor, env.id, env.idleMs, started, gone, principal));
+      // Read to its end: the killed command is recorded like any other.
+      void (async () => {
+        for await (const _ of started.events);
+      })().catch((error) => log('an abandoned session failed', error));
+    };
+    if (socket.destroyed) return abandon();
+    socket.once('close', abandon);
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      upgraded = true;
+      socket.off('close', abandon);
+      serve(ws, actor, env.id, env.idleMs, started, gone, principal);
+    });
   };
 
   const release = (principal: string) => {

@@ -173,6 +173,13 @@ export async function startCommand(
     if (inFlight < SESSION_INPUT_WINDOW) for (const wake of room.splice(0)) wake();
   };
   signal?.addEventListener('abort', stop, { once: true });
+  let unsubscribed = false;
+  const unsubscribe = async () => {
+    if (unsubscribed) return;
+    unsubscribed = true;
+    signal?.removeEventListener('abort', stop);
+    await events.return?.();
+  };
   const output = (async function* (): AsyncGenerator<ExecEvent, void> {
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -218,8 +225,7 @@ export async function startCommand(
       if (local) local.kill();
       else toNode({ type: 'exec-kill' });
       for (const wake of room.splice(0)) wake();
-      signal?.removeEventListener('abort', stop);
-      await events.return?.();
+      await unsubscribe();
     }
   })();
   return {
@@ -227,9 +233,12 @@ export async function startCommand(
     events: {
       [Symbol.asyncIterator]: () => ({
         next: () => output.next(),
-        return: (value?: unknown) => {
+        return: async (value?: unknown) => {
           stop();
-          return output.return(value as undefined);
+          const ended = await output.return(value as undefined);
+          // An iteration never begun ran no finally: its subscription ends here.
+          await unsubscribe();
+          return ended;
         },
       }),
     },
