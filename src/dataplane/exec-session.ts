@@ -177,15 +177,20 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       checked = now;
       recordRelayActivity(deps, environmentId).catch((error) => log('session activity not recorded', error));
     };
-    const tcp = (ws as unknown as { _socket: Duplex })._socket;
-    // Input waits for room on its way to the container: meanwhile this socket is not read.
+    // Input waits for room on its way to the container: meanwhile this socket is not read (what it
+    // had already parsed waits in line), and reading resumes once the line is empty.
     let inputs = Promise.resolve();
+    let waiting = 0;
     ws.on('message', (data: RawData, binary: boolean) => {
       const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
       if (binary) {
         active();
-        tcp.pause();
-        inputs = inputs.then(() => started.input(bytes)).then(() => void tcp.resume());
+        if (waiting++ === 0) ws.pause();
+        inputs = inputs
+          .then(() => started.input(bytes))
+          .then(() => {
+            if (--waiting === 0) ws.resume();
+          });
         return;
       }
       let message: { type?: unknown; rows?: unknown; cols?: unknown };

@@ -285,11 +285,12 @@ static int session_main(const char *mode, char **argv) {
         }
       }
       kill(-pid, SIGKILL);
-      // Input still on its way is taken before leaving: an engine that finds unread input in its
-      // attach socket as the process ends may report a reset instead of the output (Podman).
-      for (int quiet = 0, turns = 0; caller && quiet < 2 && turns < 50; turns++) {
+      // Input still on its way is taken before leaving (until 150 ms pass without any, 2 s at
+      // most): an engine that finds unread input in its attach socket as the process ends may
+      // report a reset instead of the output (Podman).
+      for (int quiet = 0, turns = 0; caller && quiet < 3 && turns < 40; turns++) {
         struct pollfd in_fd = {.fd = 0, .events = POLLIN};
-        if (poll(&in_fd, 1, 20) <= 0) {
+        if (poll(&in_fd, 1, 50) <= 0) {
           quiet++;
           continue;
         }
