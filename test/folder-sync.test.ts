@@ -1,5 +1,6 @@
 // The share sync's sender against a receiver that does not speak the protocol
 // (src/dataplane/folder-sync.ts): on the built-in pool the sender is the server itself.
+import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,13 +19,14 @@ it('ends the stream when the receiver sends more than an acknowledgement without
   const [near, far] = duplexPair();
   far.resume();
   const sent = sendFolder(near, { root: dir, rules: { include: [], noIgnore: true }, watch: false, final: true });
-  // 4 MiB of one endless "line", a piece at a time: the sender must not keep it.
+  // 4 MiB of one endless "line", a piece at a time as the sender reads them (a piece waits until
+  // the one before was taken): the sender must not keep it.
   const piece = Buffer.alloc(64 * 1024, 'x');
+  const closed = once(near, 'close');
   let written = 0;
   for (let i = 0; i < 64 && !near.destroyed; i++) {
-    far.write(piece);
     written += piece.length;
-    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.race([new Promise((resolve) => far.write(piece, resolve)), closed]);
   }
   await sent.catch(() => undefined);
   expect(near.destroyed).toBe(true);
