@@ -223,9 +223,14 @@ export class NodeAgent {
         this.hello();
         return;
       case 'drained':
-        // The server recorded the end of every environment that was on this node (only ever an
-        // answer to `leaving`: an agent that did not drain goes on).
-        if (!this.leaving) return;
+        // The server recorded the end of every environment that was on this node and counts it
+        // offline. An agent that did not drain (a heartbeat of an earlier run's channel crossed
+        // it) says it is here.
+        if (this.stopped) return;
+        if (!this.leaving) {
+          this.hello();
+          return;
+        }
         this.log('drained: every environment ended; stopping');
         this.stop();
         return;

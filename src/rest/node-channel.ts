@@ -96,6 +96,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               const state = await nodeHeartbeat(deps, nodeId);
               if (state === 'revoked') ws.close(4401, 'this node was removed');
               else if (state === 'lost') send({ type: 'hello-again' });
+              else if (state === 'offline') send({ type: 'drained' });
               return;
             }
             case 'reply':

@@ -256,17 +256,19 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
 
 /**
  * A heartbeat: the node was heard from. Answers 'online', 'lost' (the node was declared lost
- * meanwhile: the agent must say hello again) or 'revoked' (the channel closes).
+ * meanwhile: the agent must say hello again), 'offline' (it left: the agent is told `drained`
+ * again, as a heartbeat may cross the first one) or 'revoked' (the channel closes).
  */
-export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'revoked'> {
+export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'offline' | 'revoked'> {
   const now = deps.clock.now();
   const { count } = await deps.prisma.remoteNode.updateMany({
     where: { id: nodeId, revoked: null, state: { in: LIVE_NODE } },
     data: { lastSeen: now },
   });
   if (count === 1) return 'online';
-  const node = await deps.prisma.remoteNode.findUnique({ where: { id: nodeId }, select: { revoked: true } });
-  return !node || node.revoked ? 'revoked' : 'lost';
+  const node = await deps.prisma.remoteNode.findUnique({ where: { id: nodeId }, select: { revoked: true, state: true } });
+  if (!node || node.revoked) return 'revoked';
+  return node.state === 'offline' ? 'offline' : 'lost';
 }
 
 /**
