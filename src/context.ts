@@ -3,6 +3,7 @@ import type { Config } from './config';
 import type { Database, Prisma } from './db';
 import type { Events } from './events';
 import type { NodeRuntime } from './node/runtime';
+import type { Metrics } from './observability/metrics';
 import type { Background } from './scheduler/background';
 import type { CredentialCache } from './services/credential-cache';
 import type { Catalog } from './services/templates-file';
@@ -25,6 +26,8 @@ export interface Deps {
   catalog: Catalog;
   /** The built-in pool's node (src/scheduler/builtin-node.ts). */
   node: NodeRuntime;
+  /** This instance's Prometheus registry and metrics (src/observability/metrics.ts). */
+  metrics: Metrics;
 }
 
 /** Who is calling: resolved from the bearer credential before any resolver runs. */

@@ -6,6 +6,7 @@ import type { Deps } from './context';
 import { loadMasterKey } from './crypto/master-key';
 import { openDatabase } from './db';
 import { createEvents } from './events';
+import { createMetrics } from './observability/metrics';
 import { callOperatorSocket } from './operator';
 import { createBackground } from './scheduler/background';
 import { failEnded, openBuiltinEngine, openBuiltinNode } from './scheduler/builtin-node';
@@ -51,7 +52,20 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       const credentials = new CredentialCache(events, clock);
       await loadAddressLocks(db.prisma, credentials, clock.now());
       const node = openBuiltinNode(config, masterKey, engine, log);
-      const deps: Deps = { config, db, prisma: db.prisma, clock, events, credentials, store, masterKey, catalog, background, node };
+      const deps: Deps = {
+        config,
+        db,
+        prisma: db.prisma,
+        clock,
+        events,
+        credentials,
+        store,
+        masterKey,
+        catalog,
+        background,
+        node,
+        metrics: createMetrics(db.prisma),
+      };
       node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
       return deps;
     } catch (err) {

@@ -1,0 +1,169 @@
+// Every Prometheus metric Berth and `berth node` expose (docs/operations.md, "Metrics"). Each
+// instance gets its own registry: tests run several servers in one process, and prom-client's
+// global registry would refuse the second definition and mix their counts. Labels are bounded:
+// route templates, states, catalog names; never ids, emails or secrets.
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { Prisma } from '../db';
+
+/** Lease to ready: a hot start is seconds, a pulled image minutes. */
+const START_BUCKETS = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
+/** Container operations: a start in tens of milliseconds, an image pull in minutes. */
+const OPERATION_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+export interface Metrics {
+  registry: Registry;
+  httpRequests: Counter<'route' | 'method' | 'status'>;
+  httpDuration: Histogram<'route' | 'method'>;
+  environmentStart: Histogram<'template' | 'pool'>;
+  /** Subscriptions open on this instance, by `websocket` (graphql-ws) or `sse`. */
+  subscriptions: Gauge<'transport'>;
+  /** Artifact bytes through this instance: `upload` or `download`. */
+  artifactBytes: Counter<'direction'>;
+  webhookDeliveries: Counter<'outcome'>;
+}
+
+/**
+ * The server's metrics. `prisma`, when given, backs the gauges every instance answers alike
+ * (environments, nodes): one grouped query each at scrape time, so they never drift.
+ */
+export function createMetrics(prisma?: Prisma): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+  if (prisma) {
+    new Gauge({
+      name: 'berth_environments',
+      help: 'Environments not yet ended, by state, template and pool (from the database).',
+      labelNames: ['state', 'template', 'pool'],
+      registers,
+      async collect() {
+        // Ended environments (stopped, failed) are kept for history and would make every scrape
+        // scan them all; a rate of them is better read from the audit log.
+        const rows = await prisma.environment.groupBy({
+          by: ['state', 'template', 'pool'],
+          where: { state: { in: ['pending', 'starting', 'ready', 'stopping'] } },
+          _count: { _all: true },
+        });
+        this.reset();
+        for (const r of rows) this.set({ state: r.state, template: r.template, pool: r.pool }, r._count._all);
+      },
+    });
+    new Gauge({
+      name: 'berth_nodes',
+      help: 'Remote build machines (berth node) not revoked, by pool and state: online, draining, offline or lost (from the database).',
+      labelNames: ['pool', 'state'],
+      registers,
+      async collect() {
+        const rows = await prisma.remoteNode.groupBy({
+          by: ['pool', 'state', 'draining'],
+          where: { revoked: null },
+          _count: { _all: true },
+        });
+        this.reset();
+        const counts = new Map<string, { pool: string; state: string; n: number }>();
+        for (const r of rows) {
+          // The same states GET /v1/nodes shows (src/services/nodes.ts stateOf).
+          const state = r.draining || r.state === 'leaving' ? 'draining' : r.state === 'online' || r.state === 'offline' ? r.state : 'lost';
+          const key = `${r.pool}\0${state}`;
+          const seen = counts.get(key) ?? { pool: r.pool, state, n: 0 };
+          seen.n += r._count._all;
+          counts.set(key, seen);
+        }
+        for (const c of counts.values()) this.set({ pool: c.pool, state: c.state }, c.n);
+      },
+    });
+    new Gauge({
+      name: 'berth_node_slots',
+      help: 'Slots (the built-in pool’s hot nodes and remote nodes’ slots), by pool and state: busy or idle (from the database).',
+      labelNames: ['pool', 'state'],
+      registers,
+      async collect() {
+        const rows = await prisma.node.groupBy({ by: ['pool', 'environmentId'], _count: { _all: true } });
+        this.reset();
+        const counts = new Map<string, number>();
+        for (const r of rows) {
+          const key = `${r.pool}\0${r.environmentId ? 'busy' : 'idle'}`;
+          counts.set(key, (counts.get(key) ?? 0) + r._count._all);
+        }
+        for (const [key, n] of counts) {
+          const [pool, state] = key.split('\0');
+          this.set({ pool, state }, n);
+        }
+      },
+    });
+  }
+  return {
+    registry,
+    httpRequests: new Counter({
+      name: 'berth_http_requests_total',
+      help: 'HTTP requests answered, by route template, method and status.',
+      labelNames: ['route', 'method', 'status'],
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: 'berth_http_request_duration_seconds',
+      help: 'Time from a request’s arrival to the end of its answer, by route template and method.',
+      labelNames: ['route', 'method'],
+      registers,
+    }),
+    environmentStart: new Histogram({
+      name: 'berth_environment_start_duration_seconds',
+      help: 'Time from an environment’s lease (creation) to ready, by template and pool.',
+      labelNames: ['template', 'pool'],
+      buckets: START_BUCKETS,
+      registers,
+    }),
+    subscriptions: new Gauge({
+      name: 'berth_subscriptions',
+      help: 'GraphQL subscriptions open on this instance, by transport: websocket or sse.',
+      labelNames: ['transport'],
+      registers,
+    }),
+    artifactBytes: new Counter({
+      name: 'berth_artifact_bytes_total',
+      help: 'Artifact bytes through this instance, by direction: upload or download.',
+      labelNames: ['direction'],
+      registers,
+    }),
+    webhookDeliveries: new Counter({
+      name: 'berth_webhook_deliveries_total',
+      help: 'Webhook delivery attempts, by outcome.',
+      labelNames: ['outcome'],
+      registers,
+    }),
+  };
+}
+
+export interface NodeMetrics {
+  registry: Registry;
+  /** Container engine operations (create, start, remove, …) by outcome: ok or error. */
+  containerOperations: Counter<'operation' | 'outcome'>;
+  containerDuration: Histogram<'operation'>;
+  slotsInUse: Gauge;
+  slots: Gauge;
+}
+
+/** `berth node`'s metrics (--metrics-port). */
+export function createNodeMetrics(): NodeMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+  return {
+    registry,
+    containerOperations: new Counter({
+      name: 'berth_node_container_operations_total',
+      help: 'Container engine operations, by operation and outcome: ok or error.',
+      labelNames: ['operation', 'outcome'],
+      registers,
+    }),
+    containerDuration: new Histogram({
+      name: 'berth_node_container_operation_duration_seconds',
+      help: 'Container engine operation durations, by operation.',
+      labelNames: ['operation'],
+      buckets: OPERATION_BUCKETS,
+      registers,
+    }),
+    slotsInUse: new Gauge({ name: 'berth_node_slots_in_use', help: 'Slots holding an environment.', registers }),
+    slots: new Gauge({ name: 'berth_node_slots', help: 'Slots this node holds (--slots).', registers }),
+  };
+}
