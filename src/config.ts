@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { packagePath } from './paths';
+import { DAY_MS, parseDuration } from './services/durations';
 import { parseSize } from './services/sizes';
 
 /** Everything Berth reads from its environment, parsed once. See README.md, "Configuration". */
@@ -39,6 +40,8 @@ export interface Config {
   dockerHost?: string;
   /** A request body that stops arriving for this long is answered 408 (BODY_IDLE_MS, default 30 s; uploads allow longer). */
   bodyIdleMs: number;
+  /** How long audit events are kept (AUDIT_RETENTION, default 365d; docs/operations.md#audit-log). */
+  auditRetentionMs: number;
 }
 
 /** A storage limit: a size such as `100GiB` or a number of bytes. */
@@ -95,6 +98,15 @@ function linkSecret(value: string | undefined): string | undefined {
   return value;
 }
 
+/** A duration setting such as `365d`, by the API's duration rule. */
+function durationFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const ms = parseDuration(raw, name);
+  if (ms <= 0) throw new Error(`${name} must be a positive duration such as 365d, got "${raw}"`);
+  return ms;
+}
+
 /** BOOTSTRAP_TOKEN is an admin credential: as long as the tokens Berth makes itself, at least. */
 function bootstrapToken(value: string | undefined): string | undefined {
   if (value !== undefined && value.length < 32) throw new Error('BOOTSTRAP_TOKEN must be at least 32 characters');
@@ -130,5 +142,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     nodeLostMs,
     nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
     bodyIdleMs: positive(intFrom(env, 'BODY_IDLE_MS', 30_000), 'BODY_IDLE_MS'),
+    auditRetentionMs: durationFrom(env, 'AUDIT_RETENTION', 365 * DAY_MS),
   };
 }
