@@ -44,6 +44,11 @@ export interface Actor {
   name: string;
   /** When the credential expires (ms since the epoch); absent: never. Open streams end then. */
   expires?: number;
+  /**
+   * The address of the request that presented the credential, as the 429 lock counts it: what
+   * audit events record (src/services/audit.ts). Set by `authenticate`, for every edge at once.
+   */
+  address: string;
 }
 
 /** What a resolver or REST handler gets: the same from every edge (REST, GraphQL over HTTP and WebSocket). */

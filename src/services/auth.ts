@@ -52,7 +52,7 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     const until = cache.blockedUntil(address, now);
     if (until !== undefined) throw retryAfter(new Date(until), now);
     touch(deps, cached, now);
-    return cached.actor;
+    return withAddress(cached.actor, address);
   }
   const version = cache.snapshot();
   // One round trip on the happy path: the credential, its person and the address's lock together.
@@ -97,11 +97,17 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     admin: kind === 'person' ? row.admin === true : kind === 'apiKey' && row.keyAdmin,
     name: kind === 'person' ? (row.email ?? row.name) : row.name,
     ...(row.expires ? { expires: row.expires.getTime() } : {}),
+    address,
   });
   const entry: CachedCredential = { actor, expires: row.expires?.getTime() ?? null, lastUsed: row.lastUsed?.getTime() ?? null };
   touch(deps, entry, now);
   cache.set(hash, entry, version);
   return actor;
+}
+
+/** The remembered actor for this request: the same credential may come from several addresses. */
+function withAddress(actor: Actor, address: string): Actor {
+  return actor.address === address ? actor : Object.freeze({ ...actor, address });
 }
 
 /** `lastUsed` is informational: at most one write a minute per credential, off the request's path. */
