@@ -42,6 +42,10 @@ export interface Config {
   bodyIdleMs: number;
   /** How long audit events are kept (AUDIT_RETENTION, default 365d; docs/operations.md#audit-log). */
   auditRetentionMs: number;
+  /** Webhook URLs may resolve to loopback, private or link-local addresses (WEBHOOK_ALLOW_PRIVATE=1; tests, private networks). */
+  webhookAllowPrivate: boolean;
+  /** How long one webhook delivery attempt may take (WEBHOOK_TIMEOUT_MS, default 10 s, 100 ms-60 s). */
+  webhookTimeoutMs: number;
 }
 
 /** A storage limit: a size such as `100GiB` or a number of bytes. */
@@ -115,6 +119,10 @@ function bootstrapToken(value: string | undefined): string | undefined {
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const opt = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
+  const webhookTimeoutMs = intFrom(env, 'WEBHOOK_TIMEOUT_MS', 10_000);
+  if (webhookTimeoutMs < 100 || webhookTimeoutMs > 60_000) {
+    throw new Error(`WEBHOOK_TIMEOUT_MS must be between 100 and 60000, got "${webhookTimeoutMs}"`);
+  }
   const nodeLostMs = intFrom(env, 'NODE_LOST_MS', 30_000);
   if (nodeLostMs < 300 || nodeLostMs > 60_000) throw new Error(`NODE_LOST_MS must be between 300 and 60000, got "${nodeLostMs}"`);
   return {
@@ -143,5 +151,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
     bodyIdleMs: positive(intFrom(env, 'BODY_IDLE_MS', 30_000), 'BODY_IDLE_MS'),
     auditRetentionMs: durationFrom(env, 'AUDIT_RETENTION', 365 * DAY_MS),
+    webhookAllowPrivate: opt('WEBHOOK_ALLOW_PRIVATE') === '1',
+    webhookTimeoutMs,
   };
 }
