@@ -113,7 +113,7 @@ static int init_main(int argc, char **argv) {
   }
 }
 
-// ---- run
+// ---- run and session: a command in a session of its own
 
 static int child_pipe[2];
 
@@ -126,9 +126,13 @@ static void on_run_child(int sig) {
   errno = saved;
 }
 
-static int run_main(char **argv) {
+// Forks argv into a session of its own, its standard input `input` or, with `tty_name`, that
+// terminal as its controlling tty and all of its standard streams. A command that cannot be run is
+// reported as a shell would (on the terminal, or on stderr here) and exits 127 or 126. SIGCHLD
+// wakes `child_pipe`, for a poll loop that also watches the caller.
+static pid_t spawn_session(char **argv, int input, const char *tty_name) {
   int failed[2];
-  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(failed, O_CLOEXEC) < 0) return 126;
+  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(failed, O_CLOEXEC) < 0) return -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_run_child;
@@ -136,25 +140,43 @@ static int run_main(char **argv) {
   sigaction(SIGCHLD, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   pid_t pid = fork();
-  if (pid < 0) return 126;
+  if (pid < 0) return -1;
   if (pid == 0) {
     signal(SIGPIPE, SIG_DFL);
     setsid();
-    int null = open("/dev/null", O_RDONLY);
-    if (null >= 0) {
-      dup2(null, 0);
-      close(null);
+    if (tty_name) {
+      int slave = open(tty_name, O_RDWR);
+      if (slave < 0) _exit(126);
+      ioctl(slave, TIOCSCTTY, 0);
+      dup2(slave, 0);
+      dup2(slave, 1);
+      dup2(slave, 2);
+      if (slave > 2) close(slave);
+      // A terminal's programs (shells, editors) read what it is from TERM.
+      setenv("TERM", getenv("TERM") && *getenv("TERM") ? getenv("TERM") : "xterm-256color", 1);
+    } else {
+      dup2(input, 0);
     }
     execvp(argv[0], argv);
     int error = errno;
+    if (tty_name) dprintf(2, "berth: %s: %s\r\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
     if (write(failed[1], &error, sizeof error) < 0) _exit(126);
     _exit(error == ENOENT ? 127 : 126);
   }
   close(failed[1]);
   int error;
-  if (read(failed[0], &error, sizeof error) == (ssize_t)sizeof error)
+  if (read(failed[0], &error, sizeof error) == (ssize_t)sizeof error && !tty_name)
     fprintf(stderr, "berth: %s: %s\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
   close(failed[0]);
+  return pid;
+}
+
+static int run_main(char **argv) {
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0) return 126;
+  pid_t pid = spawn_session(argv, null, NULL);
+  close(null);
+  if (pid < 0) return 126;
   struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = child_pipe[0], .events = POLLIN}};
   char buffer[4096];
   for (;;) {
@@ -213,9 +235,8 @@ static int session_main(const char *mode, char **argv) {
     fprintf(stderr, "berth-envd: not a session mode: %s\n", mode);
     return 2;
   }
-  int failed[2], input[2] = {-1, -1}, master = -1;
+  int input[2] = {-1, -1}, master = -1;
   char *slave_name = NULL;
-  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(failed, O_CLOEXEC) < 0) return 126;
   if (tty) {
     master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || !(slave_name = ptsname(master))) {
@@ -226,41 +247,8 @@ static int session_main(const char *mode, char **argv) {
   } else if (pipe2(input, O_CLOEXEC) < 0) {
     return 126;
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_run_child;
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  sigaction(SIGCHLD, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  pid_t pid = fork();
+  pid_t pid = spawn_session(argv, input[0], slave_name);
   if (pid < 0) return 126;
-  if (pid == 0) {
-    signal(SIGPIPE, SIG_DFL);
-    setsid();
-    if (tty) {
-      int slave = open(slave_name, O_RDWR);
-      if (slave < 0) _exit(126);
-      ioctl(slave, TIOCSCTTY, 0);
-      dup2(slave, 0);
-      dup2(slave, 1);
-      dup2(slave, 2);
-      if (slave > 2) close(slave);
-      // A terminal's programs (shells, editors) read what it is from TERM.
-      setenv("TERM", getenv("TERM") && *getenv("TERM") ? getenv("TERM") : "xterm-256color", 1);
-    } else {
-      dup2(input[0], 0);
-    }
-    execvp(argv[0], argv);
-    int error = errno;
-    if (tty) dprintf(2, "berth: %s: %s\r\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
-    if (write(failed[1], &error, sizeof error) < 0) _exit(126);
-    _exit(error == ENOENT ? 127 : 126);
-  }
-  close(failed[1]);
-  int error;
-  if (read(failed[0], &error, sizeof error) == (ssize_t)sizeof error && !tty)
-    fprintf(stderr, "berth: %s: %s\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
-  close(failed[0]);
   // Where the command's input goes, written without blocking: a command that does not read must
   // not keep this loop from seeing the caller go away.
   int sink = tty ? master : input[1];
