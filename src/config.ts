@@ -46,7 +46,17 @@ export interface Config {
   webhookAllowPrivate: boolean;
   /** How long one webhook delivery attempt may take (WEBHOOK_TIMEOUT_MS, default 10 s, 100 ms-60 s). */
   webhookTimeoutMs: number;
+  /** The bearer token GET /metrics asks for; unset, /metrics is off (404). */
+  metricsToken?: string;
+  /** LOG_FORMAT: JSON lines, or readable lines (the default on a terminal). */
+  logFormat: LogFormat;
+  /** LOG_LEVEL (default info). */
+  logLevel: LogLevel;
 }
+
+export type LogFormat = 'json' | 'pretty';
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** A storage limit: a size such as `100GiB` or a number of bytes. */
 export function storageLimitFrom(text: string, name: string): number {
@@ -117,6 +127,25 @@ function bootstrapToken(value: string | undefined): string | undefined {
   return value;
 }
 
+/** METRICS_TOKEN guards what the metrics tell about the fleet: as long as a token Berth makes, at least. */
+function metricsToken(value: string | undefined): string | undefined {
+  if (value !== undefined && value.length < 32) throw new Error('METRICS_TOKEN must be at least 32 characters');
+  return value;
+}
+
+function logFormat(value: string | undefined): LogFormat {
+  if (value === undefined) return process.stdout.isTTY ? 'pretty' : 'json';
+  if (value !== 'json' && value !== 'pretty') throw new Error(`LOG_FORMAT must be json or pretty, got "${value}"`);
+  return value;
+}
+
+function logLevel(value: string | undefined): LogLevel {
+  if (value === undefined) return 'info';
+  const level = LOG_LEVELS.find((l) => l === value.toLowerCase());
+  if (!level) throw new Error(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${value}"`);
+  return level;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const opt = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
   const webhookTimeoutMs = intFrom(env, 'WEBHOOK_TIMEOUT_MS', 10_000);
@@ -150,6 +179,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     nodeLostMs,
     nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
     bodyIdleMs: positive(intFrom(env, 'BODY_IDLE_MS', 30_000), 'BODY_IDLE_MS'),
+    metricsToken: metricsToken(opt('METRICS_TOKEN')),
+    logFormat: logFormat(opt('LOG_FORMAT')),
+    logLevel: logLevel(opt('LOG_LEVEL')),
     auditRetentionMs: durationFrom(env, 'AUDIT_RETENTION', 365 * DAY_MS),
     webhookAllowPrivate: opt('WEBHOOK_ALLOW_PRIVATE') === '1',
     webhookTimeoutMs,

@@ -1,0 +1,64 @@
+// The server's log (docs/operations.md, "Logs"): pino, JSON lines for collectors, or readable
+// lines on a terminal. Nothing here is given headers, and paths pass through `loggedPath`, so no
+// credential reaches a line.
+import pino, { type DestinationStream, type Logger } from 'pino';
+import type { LogFormat, LogLevel } from '../config';
+import type { Log } from '../deps';
+import { currentRequest } from './requests';
+
+export type { Logger };
+
+export interface LoggerOptions {
+  format: LogFormat;
+  level: LogLevel;
+  /** Where lines go (default stdout); tests pass a stream to read them. */
+  destination?: DestinationStream;
+}
+
+export function createLogger({ format, level, destination }: LoggerOptions): Logger {
+  const out = destination ?? pino.destination(1);
+  return pino(
+    {
+      level,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      // `"level":"info"` reads better in a collector than pino's numbers.
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    format === 'pretty' ? readable(out) : out,
+  );
+}
+
+/**
+ * The `Log` services are given: a message with an error is an `error` (with its stack), one
+ * without a `warn`; either names the request it happened in.
+ */
+export function logFunction(logger: Logger): Log {
+  return (message, err) => {
+    const reqId = currentRequest()?.id;
+    if (err === undefined) logger.warn({ reqId }, message);
+    else logger.error({ err, reqId }, message);
+  };
+}
+
+const HIDDEN = new Set(['level', 'time', 'msg', 'pid', 'hostname', 'err']);
+
+/** A terminal's line: `22:41:03.120 INFO  request method=GET path=/v1/me status=200 …`, then an error's stack. */
+function readable(out: DestinationStream): DestinationStream {
+  return {
+    write(line: string) {
+      let entry: Record<string, unknown>;
+      try {
+        entry = JSON.parse(line);
+      } catch {
+        return out.write(line);
+      }
+      const time = typeof entry.time === 'string' ? entry.time.slice(11, 23) : '';
+      const fields = Object.entries(entry)
+        .filter(([key, value]) => !HIDDEN.has(key) && value !== undefined)
+        .map(([key, value]) => `${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`);
+      const err = entry.err as { stack?: string; message?: string } | undefined;
+      const stack = err ? `\n    ${(err.stack ?? err.message ?? String(err)).replace(/\n/g, '\n    ')}` : '';
+      out.write(`${time} ${String(entry.level).toUpperCase().padEnd(5)} ${String(entry.msg ?? '')} ${fields.join(' ')}${stack}\n`);
+    },
+  };
+}
