@@ -1,4 +1,5 @@
 import { artifactSweeper } from '../services/artifacts';
+import { AUDIT_PRUNE_JOB, pruneAuditEvents } from '../services/audit';
 import { pruneAuthFailures } from '../services/auth';
 import { shredJob } from '../services/shredding';
 import type { BackgroundJob } from './background';
@@ -15,4 +16,5 @@ export const backgroundJobs: BackgroundJob[] = [
   artifactSweeper,
   shredJob,
   { name: 'auth-failures', intervalMs: 5 * 60_000, run: pruneAuthFailures },
+  { name: AUDIT_PRUNE_JOB, intervalMs: 60 * 60_000, run: pruneAuditEvents },
 ];

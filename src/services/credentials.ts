@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { parseDuration } from './durations';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
 import { displayNameProblem, validateDisplayName } from './labels';
@@ -95,7 +96,13 @@ export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenIn
     } else if (input.admin !== undefined && input.admin !== null && input.admin !== person.admin) {
       throw new ConflictError(`${email} is already a member with admin=${person.admin}; a token does not change that`);
     }
-    return issueCliToken(tx as Prisma, person, { name, createdBy: actor.name, expires });
+    const issued = await issueCliToken(tx as Prisma, person, { name, createdBy: actor.name, expires });
+    await recordAudit(deps, tx, actor, {
+      action: 'token.create',
+      target: { kind: 'token', id: issued.credential.id },
+      detail: { email, name, admin: person.admin },
+    });
+    return issued;
   });
   await announce(deps, actor.orgId, 'token', 'created', created.credential.id);
   return created;
@@ -121,7 +128,7 @@ export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput)
     if (taken > 0) {
       throw new ConflictError(`an API key named ${JSON.stringify(name)} already exists; revoke it or choose another name`, 'name_taken');
     }
-    return tx.credential.create({
+    const created = await tx.credential.create({
       data: {
         id: newId('key'),
         kind: 'api',
@@ -134,6 +141,12 @@ export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput)
         expires,
       },
     });
+    await recordAudit(deps, tx, actor, {
+      action: 'key.create',
+      target: { kind: 'key', id: created.id },
+      detail: { name, admin: created.admin },
+    });
+    return created;
   });
   await announce(deps, actor.orgId, 'key', 'created', credential.id);
   return { secret, credential };
@@ -168,11 +181,22 @@ export function keyFilter(actor: Actor) {
 
 /** Revokes a token or key; revoking again is a no-op that returns the same record. */
 export async function revokeCredential(deps: Deps, actor: Actor, kind: 'cli' | 'api', id: string) {
-  const where = kind === 'cli' ? tokenFilter(actor) : keyFilter(actor);
+  const action = kind === 'cli' ? 'token.revoke' : 'key.revoke';
+  const target = { kind: kind === 'cli' ? 'token' : 'key', id };
+  const where = await checkAudited(deps, actor, { action, target }, () => (kind === 'cli' ? tokenFilter(actor) : keyFilter(actor)));
   const found = await deps.prisma.credential.findFirst({ where: { ...where, id } });
-  if (!found) throw new NotFoundError(kind === 'cli' ? `token ${id}` : `key ${id}`);
+  if (!found) {
+    // Another member's token answers 404 like a missing one, but the attempt is on record.
+    const theirs = await deps.prisma.credential.count({ where: { orgId: actor.orgId, kind, id } });
+    if (theirs > 0) await recordAudit(deps, deps.prisma, actor, { action, target, outcome: 'denied' });
+    throw new NotFoundError(kind === 'cli' ? `token ${id}` : `key ${id}`);
+  }
   if (found.revoked) return found;
-  const revoked = await deps.prisma.credential.update({ where: { id }, data: { revoked: deps.clock.now() } });
+  const revoked = await deps.prisma.$transaction(async (tx) => {
+    const row = await tx.credential.update({ where: { id }, data: { revoked: deps.clock.now() } });
+    await recordAudit(deps, tx, actor, { action, target, detail: { name: row.name } });
+    return row;
+  });
   // No instance may serve it from memory once this answers (src/services/credential-cache.ts).
   await deps.credentials.publish({ credentials: [id] });
   await announce(deps, actor.orgId, kind === 'cli' ? 'token' : 'key', 'revoked', id);

@@ -3,6 +3,7 @@ import { lockFor, type Tx } from '../db';
 import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
 import { waitingOfNew } from '../scheduler/waiting';
 import { principalOf, requireMember, requireOwner } from './access';
+import { type AuditAction, checkAudited, recordAudit } from './audit';
 import { parseDuration } from './durations';
 import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
@@ -115,6 +116,11 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
       },
     });
     await recordEvent(tx, created);
+    await recordAudit(deps, tx, actor, {
+      action: 'environment.create',
+      target: { kind: 'environment', id: created.id },
+      detail: { name: created.name, template: created.template, project, state: created.state },
+    });
     return created;
   });
   await announceEnvironment(deps, env.orgId);
@@ -183,7 +189,8 @@ async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Pro
 
 /**
  * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
- * guard: a transition that no longer applies changes nothing) and logs the new version.
+ * guard: a transition that no longer applies changes nothing) and logs the new version, and
+ * `audit`'s event when a caller asked for it.
  */
 export async function transition(
   deps: Deps,
@@ -191,6 +198,7 @@ export async function transition(
   from: readonly string[],
   to: string,
   data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
+  audit?: { actor: Actor; action: AuditAction },
 ): Promise<Environment | null> {
   const env = await deps.prisma.$transaction(async (tx) => {
     // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
@@ -208,6 +216,13 @@ export async function transition(
       await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
     await recordEvent(tx, updated);
+    if (audit) {
+      await recordAudit(deps, tx, audit.actor, {
+        action: audit.action,
+        target: { kind: 'environment', id },
+        detail: { name: updated.name },
+      });
+    }
     return updated;
   });
   if (env) {
@@ -221,9 +236,14 @@ export async function transition(
 /** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
 export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
   const env = await findEnvironment(deps, actor, idOrName);
-  requireOwner(actor, env, `environment ${env.name}`);
+  await checkAudited(deps, actor, { action: 'environment.delete', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
   if (env.state === 'stopping' || (ENDED_STATES as readonly string[]).includes(env.state)) return env;
-  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({ stoppedBy: actor.name }));
+  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({ stoppedBy: actor.name }), {
+    actor,
+    action: 'environment.delete',
+  });
   deps.background.nudge(ENVIRONMENT_JOB);
   return stopping ?? findEnvironment(deps, actor, env.id);
 }
@@ -244,7 +264,11 @@ export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Pro
   const env = await findEnvironment(deps, actor, idOrName);
   requireOwner(actor, env, `environment ${env.name}`);
   assertLive(env);
-  return deps.prisma.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
+  return deps.prisma.$transaction(async (tx) => {
+    const kept = await tx.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
+    await recordAudit(deps, tx, actor, { action: 'environment.keepalive', target: { kind: 'environment', id: env.id } });
+    return kept;
+  });
 }
 
 export interface ExecInput {
@@ -266,7 +290,9 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
   if (!Number.isInteger(input.durationMs) || input.durationMs < 0)
     throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
   const env = await findEnvironment(deps, actor, idOrName);
-  requireOwner(actor, env, `environment ${env.name}`);
+  await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
   assertLive(env);
   return recordExecRow(deps, actor, env.id, input);
 }
@@ -287,6 +313,11 @@ export async function recordExecRow(deps: Deps, actor: Actor, envId: string, inp
       },
     });
     await tx.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } });
+    await recordAudit(deps, tx, actor, {
+      action: 'exec.run',
+      target: { kind: 'environment', id: env.id },
+      detail: { exec: row.id, command: input.command, exitCode: input.exitCode },
+    });
     return row;
   });
   await deps.events.publish(execsTopic(envId), { id: exec.id });

@@ -15,6 +15,7 @@ import type { EventPayload } from '../events';
 import type { Environment, Exec } from '../generated/prisma/client';
 import { type Command, type SessionOptions, type TermSize, whenStarted } from '../node/command';
 import { requireMember, requireOwner } from './access';
+import { checkAudited } from './audit';
 import { findEnvironment, recordExecRow } from './environments';
 import { ConflictError, DomainError, ValidationError } from './errors';
 import { sendToNode } from './node-messages';
@@ -111,7 +112,9 @@ export async function runCommand(
 export async function commandEnvironment(deps: Deps, actor: Actor, envRef: string): Promise<Environment> {
   requireMember(actor);
   const env = await findEnvironment(deps, actor, envRef);
-  requireOwner(actor, env, `environment ${env.name}`);
+  await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
   requireRuntime(env, 'command');

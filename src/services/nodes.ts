@@ -13,6 +13,7 @@ import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
 import { requireAdmin, requireMember, requireNodeAgent } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { formatDuration } from './durations';
 import { LIVE_STATES } from './environment-events';
 import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors';
@@ -153,6 +154,7 @@ export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInpu
         created: deps.clock.now(),
       },
     });
+    await recordAudit(deps, tx, actor, { action: 'node.create', target: { kind: 'node', id }, detail: { name, pool: input.pool } });
     return created;
   });
   const [record] = await records(deps, [node]);
@@ -175,11 +177,17 @@ export async function listNodes(deps: Deps, actor: Actor): Promise<NodeRecord[]>
  * run to their end), then the node job revokes it when none is left (its secret then answers 401).
  */
 export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<NodeRecord> {
-  requireAdmin(actor, 'only admins can remove nodes');
+  await checkAudited(deps, actor, { action: 'node.remove', target: { kind: 'node', id } }, () =>
+    requireAdmin(actor, 'only admins can remove nodes'),
+  );
   const node = await findNode(deps, actor.orgId, id);
   const drained = node.draining
     ? node
-    : await deps.prisma.remoteNode.update({ where: { id: node.id }, data: { draining: deps.clock.now() } });
+    : await deps.prisma.$transaction(async (tx) => {
+        const row = await tx.remoteNode.update({ where: { id: node.id }, data: { draining: deps.clock.now() } });
+        await recordAudit(deps, tx, actor, { action: 'node.remove', target: { kind: 'node', id: node.id }, detail: { name: node.name } });
+        return row;
+      });
   if (!node.draining) await announce(deps, drained, 'draining');
   const [record] = await records(deps, [drained]);
   await revokeDrained(deps);

@@ -2,6 +2,7 @@ import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma, type Tx } from '../db';
 import type { Quota } from '../generated/prisma/client';
 import { requireAdmin, requireMember } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { formatDuration, parseDuration } from './durations';
 import { LIVE_STATES } from './environment-events';
 import { QuotaExceededError, ValidationError } from './errors';
@@ -133,7 +134,9 @@ async function quotaWarnings(
 
 /** PUT /v1/quotas/{template} (admins). Omitted durations default to the template's (24h for `*`). */
 export async function setQuota(deps: Deps, actor: Actor, template: string, input: QuotaInput): Promise<QuotaView> {
-  requireAdmin(actor, 'only admins can set quotas');
+  await checkAudited(deps, actor, { action: 'quota.set', target: { kind: 'quota', id: template } }, () =>
+    requireAdmin(actor, 'only admins can set quotas'),
+  );
   const spec = template === ALL_TEMPLATES ? undefined : await findTemplate(deps.prisma, actor.orgId, template);
   if (!Number.isInteger(input.maxLeases) || input.maxLeases < 0) {
     throw new ValidationError('maxLeases must be an integer >= 0', 'maxLeases');
@@ -142,10 +145,18 @@ export async function setQuota(deps: Deps, actor: Actor, template: string, input
   const idleMs = input.idle ? parseDuration(input.idle, 'idle') : Math.min(spec?.idleMs ?? MAX_HARD_MS, hardMs);
   if (hardMs <= 0 || hardMs > MAX_HARD_MS) throw new ValidationError(`hard: "${input.hard}" must be more than 0 and at most 24h`, 'hard');
   if (idleMs <= 0 || idleMs > hardMs) throw new ValidationError('idle must be more than 0 and at most hard', 'idle');
-  const quota = await deps.prisma.quota.upsert({
-    where: { orgId_template: { orgId: actor.orgId, template } },
-    create: { orgId: actor.orgId, template, maxLeases: input.maxLeases, idleMs, hardMs },
-    update: { maxLeases: input.maxLeases, idleMs, hardMs, updated: deps.clock.now() },
+  const quota = await deps.prisma.$transaction(async (tx) => {
+    const row = await tx.quota.upsert({
+      where: { orgId_template: { orgId: actor.orgId, template } },
+      create: { orgId: actor.orgId, template, maxLeases: input.maxLeases, idleMs, hardMs },
+      update: { maxLeases: input.maxLeases, idleMs, hardMs, updated: deps.clock.now() },
+    });
+    await recordAudit(deps, tx, actor, {
+      action: 'quota.set',
+      target: { kind: 'quota', id: template },
+      detail: { maxLeases: row.maxLeases, idleMs, hardMs },
+    });
+    return row;
   });
   const warnings = await quotaWarnings(deps, actor.orgId, template, quota.maxLeases, capacities(deps, actor.orgId));
   return view(quota, await running(deps.prisma, actor.orgId, template), warnings);

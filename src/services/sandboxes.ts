@@ -9,6 +9,7 @@ import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
 import { principalOf, requireMember, requireOwner, requireSandboxAgent, SANDBOX_ONLY_OWN } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { assertNotBlocked, recordFailure } from './auth';
 import { HOUR_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
@@ -141,6 +142,7 @@ export async function registerSandbox(deps: Deps, actor: Actor, input: RegisterS
     for (let n = 2; taken.has(name); n++) name = `${base.slice(0, 62 - String(n).length).replace(/-+$/, '')}-${n}`;
     await tx.sandbox.create({ data: { id, orgId: actor.orgId, name, createdBy: actor.name, owner: principalOf(actor), created: now } });
     await tx.joinKey.create({ data: { hash: hashSecret(key), sandboxId: id, expires: new Date(now.getTime() + JOIN_KEY_TTL_MS) } });
+    await recordAudit(deps, tx, actor, { action: 'sandbox.register', target: { kind: 'sandbox', id }, detail: { name } });
   });
   const { sandbox } = await entry(deps, actor.orgId, id);
   return { sandbox, config: await sandboxConfig(deps, actor.orgId, id, { keyring: false }), key };
@@ -192,6 +194,9 @@ export async function joinSandbox(deps: Deps, input: { key?: unknown }, opts: { 
       },
     });
     await tx.sandbox.update({ where: { id: spent.id }, data: { lastSeen: now } });
+    // The machine joining has no credential of its own yet: it is recorded as the sandbox it becomes.
+    const who = { orgId: spent.orgId, kind: 'sandbox' as const, id: spent.id, name: spent.name, address: opts.address };
+    await recordAudit(deps, tx, who, { action: 'sandbox.join', target: { kind: 'sandbox', id: spent.id } });
     return spent;
   });
   if (!joined) {
@@ -283,15 +288,19 @@ export async function watchSandboxConfig(deps: Deps, actor: Actor, ref: string):
 export async function removeSandbox(deps: Deps, actor: Actor, ref: string): Promise<SandboxRecord> {
   requireMember(actor);
   const now = deps.clock.now();
-  const { id, changed } = await deps.prisma.$transaction(async (tx) => {
-    const row = await findSandboxRow(tx, actor.orgId, ref, { lock: true });
-    if (!row) throw new NotFoundError(`sandbox ${ref}`);
-    requireOwner(actor, row, `sandbox ${row.name}`);
-    if (row.removed) return { id: row.id, changed: false };
-    await tx.sandbox.update({ where: { id: row.id }, data: { removed: now, removedBy: actor.name } });
-    await tx.credential.updateMany({ where: { sandboxId: row.id, kind: 'sandbox', revoked: null }, data: { revoked: now } });
-    return { id: row.id, changed: true };
-  });
+  const removal = () =>
+    deps.prisma.$transaction(async (tx) => {
+      const row = await findSandboxRow(tx, actor.orgId, ref, { lock: true });
+      if (!row) throw new NotFoundError(`sandbox ${ref}`);
+      requireOwner(actor, row, `sandbox ${row.name}`);
+      if (row.removed) return { id: row.id, changed: false };
+      await tx.sandbox.update({ where: { id: row.id }, data: { removed: now, removedBy: actor.name } });
+      await tx.credential.updateMany({ where: { sandboxId: row.id, kind: 'sandbox', revoked: null }, data: { revoked: now } });
+      await recordAudit(deps, tx, actor, { action: 'sandbox.remove', target: { kind: 'sandbox', id: row.id }, detail: { name: row.name } });
+      return { id: row.id, changed: true };
+    });
+  // A refusal (someone else's sandbox) rolls the transaction back and is recorded on its own.
+  const { id, changed } = await checkAudited(deps, actor, { action: 'sandbox.remove', target: { kind: 'sandbox', id: ref } }, removal);
   if (changed) {
     // Its credentials were revoked: no instance may serve them from memory once this answers.
     await deps.credentials.publish({ sandbox: id });

@@ -1,6 +1,7 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { DomainError } from './errors';
 import { newId } from './names';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
@@ -77,16 +78,21 @@ export async function listTemplates(deps: Deps, actor: Actor): Promise<TemplateS
 
 /** PUT /v1/templates/{name} (admins): the organization's own version of a template. */
 export async function upsertTemplate(deps: Deps, actor: Actor, name: string, input: unknown): Promise<TemplateSpec> {
-  requireAdmin(actor, 'only admins can change templates');
+  await checkAudited(deps, actor, { action: 'template.set', target: { kind: 'template', id: name } }, () =>
+    requireAdmin(actor, 'only admins can change templates'),
+  );
   const spec = validateTemplateSpec(
     input,
     name,
     deps.catalog.pools.map((p) => p.name),
   );
-  await deps.prisma.template.upsert({
-    where: { orgId_name: { orgId: actor.orgId, name } },
-    create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec },
-    update: { pool: spec.pool, spec, updated: deps.clock.now() },
+  await deps.prisma.$transaction(async (tx) => {
+    await tx.template.upsert({
+      where: { orgId_name: { orgId: actor.orgId, name } },
+      create: { id: newId('tpl'), orgId: actor.orgId, name, pool: spec.pool, spec },
+      update: { pool: spec.pool, spec, updated: deps.clock.now() },
+    });
+    await recordAudit(deps, tx, actor, { action: 'template.set', target: { kind: 'template', id: name }, detail: { pool: spec.pool } });
   });
   return spec;
 }
