@@ -20,6 +20,7 @@ export const STATUS_BY_CODE: Record<string, number> = {
   shredded: 409,
   no_free_port: 409,
   no_runtime: 409,
+  too_many_webhooks: 409,
   gone: 410,
   link_expired: 410,
   key_expired: 410,

@@ -11,6 +11,8 @@ import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
+import { emitEnvironmentState } from '../services/webhook-events';
+import { nudgeWebhooks } from '../services/webhooks';
 import type { BackgroundJob } from './background';
 import { environmentSpec } from './node-specs';
 import type { NodeProvider } from './provider';
@@ -82,6 +84,7 @@ async function isDir(path: string): Promise<boolean> {
  */
 async function claimQueued(deps: Deps): Promise<Environment[]> {
   const claimed: Environment[] = [];
+  let hooked = false;
   for (const pool of deps.catalog.pools) {
     for (;;) {
       const env = await deps.prisma.$transaction(async (tx) => {
@@ -132,6 +135,7 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
             data: { state: 'starting', node: slot.name, nodeId: slot.remoteId, starting: now, waiting: null, version: { increment: 1 } },
           });
           await recordEvent(tx, updated);
+          hooked = (await emitEnvironmentState(tx, updated, now)) || hooked;
           return updated;
         }
         return null;
@@ -142,6 +146,7 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
       await notifySandboxConfig(deps, env.orgId, env.sandboxId);
     }
   }
+  nudgeWebhooks(deps, hooked);
   return claimed;
 }
 

@@ -28,6 +28,8 @@ import { isId, newId } from './names';
 import { admitStorage, StorageQuotaError, storageRoom } from './org-limits';
 import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion } from './project-keys';
+import { artifactData, emitWebhookEvent } from './webhook-events';
+import { nudgeWebhooks } from './webhooks';
 
 export const MAX_RETENTION_MS = 30 * DAY_MS;
 export const DEFAULT_RETENTION_MS = 7 * DAY_MS;
@@ -288,10 +290,11 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
   const now = deps.clock.now();
   const segments: PackSegment[] = packed.segments;
   let count: number;
+  let hooked = false;
   try {
     ({ count } = await deps.prisma.$transaction(async (tx) => {
       await admitStorage(deps, tx, actor.orgId, packed.sealedBytes, 'this artifact');
-      return tx.artifact.updateMany({
+      const stored = await tx.artifact.updateMany({
         where: { id, status: 'uploading' },
         data: {
           status: 'stored',
@@ -305,6 +308,11 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
           expires: new Date(now.getTime() + checked.retentionMs),
         },
       });
+      if (stored.count > 0) {
+        const row = await tx.artifact.findUniqueOrThrow({ where: { id } });
+        hooked = await emitWebhookEvent(tx, actor.orgId, 'artifact.created', artifactData(row), now);
+      }
+      return stored;
     }));
   } catch (err) {
     await deletePacked(deps.store, prefix).catch(() => undefined);
@@ -316,6 +324,7 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
     await deletePacked(deps.store, prefix);
     throw new UnavailableError('the upload took too long to complete and was discarded; try again');
   }
+  nudgeWebhooks(deps, hooked);
   const artifact = await deps.prisma.artifact.findUniqueOrThrow({ where: { id } });
   const link = checked.linkMs === undefined ? undefined : await signLink(deps, artifact, checked.linkMs);
   return { artifact, link };
@@ -424,11 +433,13 @@ async function purge(deps: Deps, a: Pick<Artifact, 'orgId' | 'project' | 'id'>):
 export async function deleteArtifact(deps: Deps, actor: Actor, id: string): Promise<string> {
   const artifact = await getArtifact(deps, actor, id);
   requireOwner(actor, artifact, `artifact ${id}`);
-  const { count } = await deps.prisma.artifact.updateMany({
-    where: { id, status: 'stored' },
-    data: { status: 'deleting', expires: deps.clock.now() },
+  const now = deps.clock.now();
+  const { count, hooked } = await deps.prisma.$transaction(async (tx) => {
+    const { count } = await tx.artifact.updateMany({ where: { id, status: 'stored' }, data: { status: 'deleting', expires: now } });
+    return { count, hooked: count > 0 && (await emitWebhookEvent(tx, artifact.orgId, 'artifact.deleted', artifactData(artifact), now)) };
   });
   if (count === 0) throw new NotFoundError(`artifact ${id}`);
+  nudgeWebhooks(deps, hooked);
   try {
     await purge(deps, artifact);
   } catch {

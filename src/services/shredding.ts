@@ -20,6 +20,8 @@ import { validateProjectName } from './labels';
 import { lockProject } from './project-keys';
 import { notifySandboxConfig } from './sandbox-wiring';
 import { purgeSnapshot, snapshotVersionPrefix } from './snapshots';
+import { emitWebhookEvent } from './webhook-events';
+import { nudgeWebhooks } from './webhooks';
 
 export const SHRED_JOB = 'project-shredder';
 
@@ -54,10 +56,12 @@ export async function shredProject(deps: Deps, actor: Actor, projectName: string
     await tx.projectKey.updateMany({ where: { orgId, project }, data: { wrapped: new Uint8Array(0) } });
     await tx.snapshot.deleteMany({ where: { orgId, project } });
     await tx.artifact.updateMany({ where: { orgId, project }, data: { status: 'deleting', expires: at } });
-    return { at, fresh: true };
+    const hooked = await emitWebhookEvent(tx, orgId, 'project.shredded', { project, at: at.toISOString() }, at);
+    return { at, fresh: true, hooked };
   });
   if (!outcome) throw new NotFoundError(`project ${project}`);
   if (outcome.fresh) {
+    nudgeWebhooks(deps, outcome.hooked === true);
     // Keyrings of sandboxes running this project's environments just lost a key.
     const wired = await deps.prisma.environment.findMany({
       where: { orgId, project, state: { in: [...LIVE_STATES] }, sandboxId: { not: null } },

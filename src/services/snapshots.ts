@@ -22,6 +22,8 @@ import { admitStorage, StorageQuotaError, storageRoom } from './org-limits';
 import { type PageArgs, pageOf, pageQuery } from './paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion, lockProject, ProjectKeyGoneError } from './project-keys';
 import { ArchiveCounter } from './snapshot-archive';
+import { emitWebhookEvent, snapshotData } from './webhook-events';
+import { nudgeWebhooks } from './webhooks';
 
 export function snapshotVersionPrefix(orgId: string, project: string, keyVersion: number): string {
   return `snapshots/${orgId}/${project}/v${keyVersion}`;
@@ -89,12 +91,13 @@ export async function saveSnapshotShare(deps: Deps, env: Environment, share: str
   }
   const stats = counter.stats;
   const segments: Segment[] = packed.segments.map(({ name, size, objects }) => ({ name, size, objects }));
+  let hooked = false;
   try {
     const saved = await deps.prisma.$transaction(async (tx) => {
       await lockProject(tx, env.orgId, env.project);
       if (await shreddedSince(tx, env)) return null;
       await admitStorage(deps, tx, env.orgId, packed.sealedBytes, what);
-      return tx.snapshot.create({
+      const created = await tx.snapshot.create({
         data: {
           ...base,
           key: snapshotKey,
@@ -111,8 +114,11 @@ export async function saveSnapshotShare(deps: Deps, env: Environment, share: str
           created: earlier[0]?.created ?? deps.clock.now(),
         },
       });
+      hooked = await emitWebhookEvent(tx, env.orgId, 'snapshot.created', snapshotData(created), deps.clock.now());
+      return created;
     });
     if (!saved) await deletePacked(deps.store, prefix);
+    nudgeWebhooks(deps, hooked);
     return saved;
   } catch (err) {
     await deletePacked(deps.store, prefix).catch(() => undefined);
