@@ -10,5 +10,6 @@ import './quotas';
 import './sandboxes';
 import './snapshots';
 import './nodes';
+import './audit';
 
 export const schema = withNullableRoots(builder.toSchema());

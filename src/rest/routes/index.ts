@@ -3,6 +3,7 @@ import { sendJson } from '../../http/respond';
 import { buildOpenApi } from '../openapi';
 import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';
+import { auditRoutes } from './audit';
 import { credentialRoutes } from './credentials';
 import { environmentRoutes } from './environments';
 import { execRoute, nodeRoutes } from './nodes';
@@ -22,6 +23,7 @@ export function buildRoutes(schema: GraphQLSchema): Route[] {
     ...snapshotRoutes,
     ...nodeRoutes,
     execRoute,
+    ...auditRoutes,
   ];
   const openapi = {
     method: 'GET' as const,
