@@ -16,6 +16,8 @@ import { admitUnderQuota, quotasFor } from './quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
 import { findTemplate, poolOf } from './templates';
 import { MAX_HARD_MS } from './templates-file';
+import { emitEnvironmentState, emitWebhookEvent, environmentData } from './webhook-events';
+import { nudgeWebhooks } from './webhooks';
 
 export const DEFAULT_PROJECT = 'default';
 export const ENVIRONMENT_JOB = 'environments';
@@ -67,6 +69,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   const { idleMs, hardMs } = timeouts(input, template, quotas);
   const pool = poolOf(deps, template.pool);
 
+  let hooked = false;
   const env = await deps.prisma.$transaction(async (tx) => {
     const wiring = await planWiring(tx, actor, template, input);
     await admitUnderQuota(tx, actor.orgId, template.name, quotas);
@@ -116,6 +119,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
       },
     });
     await recordEvent(tx, created);
+    hooked = await emitWebhookEvent(tx, created.orgId, 'environment.created', environmentData(created), now, created.id);
     await recordAudit(deps, tx, actor, {
       action: 'environment.create',
       target: { kind: 'environment', id: created.id },
@@ -124,6 +128,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     return created;
   });
   await announceEnvironment(deps, env.orgId);
+  nudgeWebhooks(deps, hooked);
   if (env.state === 'failed') {
     throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
   }
@@ -200,6 +205,7 @@ export async function transition(
   data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
   audit?: { actor: Actor; action: AuditAction },
 ): Promise<Environment | null> {
+  let hooked = false;
   const env = await deps.prisma.$transaction(async (tx) => {
     // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
     // then sees the state it left instead of silently missing it.
@@ -216,6 +222,7 @@ export async function transition(
       await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
     await recordEvent(tx, updated);
+    hooked = await emitEnvironmentState(tx, updated, now);
     if (audit) {
       await recordAudit(deps, tx, audit.actor, {
         action: audit.action,
@@ -226,6 +233,7 @@ export async function transition(
     return updated;
   });
   if (env) {
+    nudgeWebhooks(deps, hooked);
     await announceEnvironment(deps, env.orgId);
     // The sandbox's config shows each wired environment's state and node.
     await notifySandboxConfig(deps, env.orgId, env.sandboxId);
