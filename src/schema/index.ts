@@ -10,6 +10,7 @@ import './quotas';
 import './sandboxes';
 import './snapshots';
 import './nodes';
+import './webhooks';
 import './audit';
 
 export const schema = withNullableRoots(builder.toSchema());

@@ -9,6 +9,7 @@ import { environmentRoutes } from './environments';
 import { execRoute, nodeRoutes } from './nodes';
 import { sandboxRoutes } from './sandboxes';
 import { snapshotRoutes } from './snapshots';
+import { webhookRoutes } from './webhooks';
 
 /**
  * The /v1 route table: the one place to check against the interface specification, row by row
@@ -23,6 +24,7 @@ export function buildRoutes(schema: GraphQLSchema): Route[] {
     ...snapshotRoutes,
     ...nodeRoutes,
     execRoute,
+    ...webhookRoutes,
     ...auditRoutes,
   ];
   const openapi = {
