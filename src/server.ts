@@ -10,7 +10,7 @@ import { createConsoleHandler } from './console';
 import type { Deps } from './context';
 import { createSessionServer, SESSION_PATH } from './dataplane/exec-session';
 import { createRelayServer, RELAY_NODE_PATH, RELAY_PATH } from './dataplane/relay-server';
-import { buildDeps, closeDeps, type Log } from './deps';
+import { buildDeps, closeDeps } from './deps';
 import { createGraphQLPostPath } from './graphql/post';
 import { serveGraphQLWebSocket } from './graphql/ws';
 import { createGraphQLHandler } from './graphql/yoga';
@@ -20,6 +20,9 @@ import { sendLiveness, sendReadiness } from './http/health';
 import { answerProtocolErrors, trackRequest } from './http/protocol-errors';
 import { sendError } from './http/respond';
 import { queryEncodingProblem } from './http/text';
+import { METRICS_PATH, sendMetrics } from './observability/endpoint';
+import { createLogger, type Logger, logFunction } from './observability/log';
+import { beginRequest, loggedPath, methodLabel, type RequestInfo, withinRequest } from './observability/requests';
 import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
@@ -42,17 +45,16 @@ export interface App {
 export interface AppOptions {
   config: Config;
   clock?: Clock;
-  log?: Log;
+  /** Where the server's log lines go; default: LOG_FORMAT and LOG_LEVEL on stdout. */
+  logger?: Logger;
 }
-
-const defaultLog: Log = (message, err) => console.error(message, err ?? '');
 
 /** Builds one Berth instance's dependencies and serves them. */
 export async function startApp(opts: AppOptions): Promise<App> {
-  const log = opts.log ?? defaultLog;
-  const deps = await buildDeps({ config: opts.config, clock: opts.clock, log });
+  const logger = opts.logger ?? createLogger({ format: opts.config.logFormat, level: opts.config.logLevel });
+  const deps = await buildDeps({ config: opts.config, clock: opts.clock, log: logFunction(logger) });
   try {
-    return await serve(deps, log);
+    return await serve(deps, logger);
   } catch (err) {
     await closeDeps(deps);
     throw err;
@@ -74,25 +76,63 @@ function listenError(err: NodeJS.ErrnoException, config: Config): Error {
   }
 }
 
+/** The exec WebSocket's route label (SESSION_PATH). */
+const SESSION_ROUTE = '/v1/environments/{id}/exec';
+
+/** A session's or request's one log line, and its count and duration in the metrics. */
+function finished(deps: Deps, logger: Logger, req: IncomingMessage, info: RequestInfo, status: number, started: bigint, extra: object) {
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const method = methodLabel(req.method);
+  deps.metrics.httpRequests.inc({ route: info.route, method, status: String(status) });
+  deps.metrics.httpDuration.observe({ route: info.route, method }, seconds);
+  const { id, route, orgId, actorKind, actorId } = info;
+  logger.info(
+    {
+      reqId: id,
+      method: req.method,
+      path: loggedPath(req.url ?? '/'),
+      route,
+      status,
+      durationMs: Math.round(seconds * 1e4) / 10,
+      orgId,
+      actorKind,
+      actorId,
+      ...extra,
+    },
+    'request',
+  );
+}
+
 /** Serves `deps` on HTTP (REST and GraphQL) and WebSocket, then starts the background jobs. */
-export async function serve(deps: Deps, log: Log): Promise<App> {
+export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const { config } = deps;
+  const log = logFunction(logger);
   const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
   const graphql = createGraphQLHandler(deps, log);
   const graphqlPost = createGraphQLPostPath(deps, graphql);
-  const rest = createRestHandler(deps, schema, buildRoutes(schema));
+  const rest = createRestHandler(deps, schema, buildRoutes(schema), log);
   const web = createConsoleHandler();
   let stopping = false;
 
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const started = process.hrtime.bigint();
+    const info = beginRequest(req, 'other');
+    res.setHeader('x-request-id', info.id);
+    // `close` also comes for an answer cut short: its line says so.
+    res.once('close', () => finished(deps, logger, req, info, res.statusCode, started, res.writableFinished ? {} : { aborted: true }));
+    return withinRequest(info, () => answer(req, res, info));
+  });
+  const answer = async (req: IncomingMessage, res: ServerResponse, info: RequestInfo) => {
     trackRequest(req, res);
     watchBodyIdle(req, res, config.bodyIdleMs);
     try {
       if (cors.preflight(req, res)) return;
       for (const [name, value] of Object.entries(cors.headers(req))) res.setHeader(name, value);
-      const path = (req.url ?? '/').split('?')[0];
+      const path = (req.url ?? '/').split('?')[0]!;
+      if (path === '/healthz' || path === '/readyz' || path === '/graphql' || path === METRICS_PATH) info.route = path;
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping, log);
+      if (path === METRICS_PATH) return await sendMetrics(req, res, deps.metrics.registry, config.metricsToken);
       if (path === '/graphql') {
         const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
         if (encoding) return sendError(res, 400, encoding, 'bad_request');
@@ -105,14 +145,16 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
         return void (await graphql.handle(req, res, { req, res, ...context, authError }));
       }
       if (await rest.handle(req, res)) return;
+      info.route = 'console';
       if (await web.handle(req, res)) return;
+      info.route = 'other';
       sendError(res, 404, `no route for ${path}`, 'not_found');
     } catch (error) {
       log('request failed', error);
       if (!res.headersSent) sendError(res, 500, 'internal error', 'internal');
       else res.destroy();
     }
-  });
+  };
   // No limit on a whole request's duration: a 2 GiB artifact upload takes minutes on a slow link.
   // Headers still have headersTimeout; bodies an idle timeout (watchBodyIdle, longer for uploads).
   server.requestTimeout = 0;
@@ -130,8 +172,22 @@ export async function serve(deps: Deps, log: Log): Promise<App> {
     [RELAY_PATH]: relay.handleUpgrade,
     [RELAY_NODE_PATH]: relay.handleNodeUpgrade,
   };
-  const ws = serveGraphQLWebSocket(server, graphql, deps, cors, log, (path) =>
-    SESSION_PATH.test(path) ? sessions.handleUpgrade : endpoints[path],
+  const upgradeRoute = (path: string) =>
+    path === '/graphql' || endpoints[path] ? path : SESSION_PATH.test(path) ? SESSION_ROUTE : 'other';
+  const ws = serveGraphQLWebSocket(
+    server,
+    graphql,
+    deps,
+    cors,
+    log,
+    (path) => (SESSION_PATH.test(path) ? sessions.handleUpgrade : endpoints[path]),
+    // One line per WebSocket session, when it ends: a refused upgrade's status, or 101 and how long it lasted.
+    (req, socket, path) => {
+      const started = process.hrtime.bigint();
+      const info = beginRequest(req, upgradeRoute(path), socket);
+      socket.once('close', () => finished(deps, logger, req, info, info.status ?? 0, started, { websocket: true }));
+      return info;
+    },
   );
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;

@@ -74,6 +74,7 @@ serve({
     process.env.NODE_ENV ??= 'production';
     const { loadConfig } = await import('../../src/config');
     const { startApp } = await import('../../src/server');
+    const { createLogger } = await import('../../src/observability/log');
     app = await startApp({
       config: loadConfig({
         ...process.env,
@@ -85,7 +86,8 @@ serve({
         DATABASE_SCHEMA: p.schema,
         TEMPLATES_FILE: p.templatesFile,
       }),
-      log: (message, err) => console.error(`[berth] ${message}`, err ?? ''),
+      // Only the server's warnings and errors, on stderr: a line per request would drown the measurements.
+      logger: createLogger({ format: 'pretty', level: 'warn', destination: { write: (line) => void process.stderr.write(line) } }),
     });
     ownPool =
       p.backend === 'postgres'

@@ -24,6 +24,7 @@ import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
 import { MAX_TERM, type SessionOptions, termSize } from '../node/command';
+import { tagUpgrades } from '../observability/requests';
 import { statusOf } from '../rest/status';
 import { principalOf } from '../services/access';
 import { authenticate } from '../services/auth';
@@ -88,6 +89,7 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     // The token a browser offered is never echoed back: only the API's own subprotocol is.
     handleProtocols: (protocols) => (protocols.has(SESSION_PROTOCOL) ? SESSION_PROTOCOL : false),
   });
+  tagUpgrades(wss);
   const live = new Set<WebSocket>();
   const perPrincipal = new Map<string, number>();
 

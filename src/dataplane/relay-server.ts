@@ -24,6 +24,7 @@ import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
+import { tagUpgrades } from '../observability/requests';
 import { statusOf } from '../rest/status';
 import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
@@ -53,6 +54,7 @@ export interface RelayServer {
 
 export function createRelayServer(deps: Deps, log: Log): RelayServer {
   const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 * 1024 * 1024 });
+  tagUpgrades(wss);
   const live = new Set<WebSocket>();
   const pending = new Map<string, Pending>();
 

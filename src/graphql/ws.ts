@@ -9,6 +9,7 @@ import { clientAddress } from '../http/client-address';
 import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
 import { MAX_JSON_BODY_BYTES } from '../http/text';
+import { noteActor, type RequestInfo, requestInfoOf, tagUpgrades, withinRequest } from '../observability/requests';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError } from '../services/errors';
@@ -99,14 +100,20 @@ export function serveGraphQLWebSocket(
   cors: CorsPolicy,
   log: Log,
   /** Other WebSocket endpoints by path (the node control channel…), served before the origin check here: each applies its own. */
-  others: (path: string) => ((req: IncomingMessage, socket: Duplex, head: Buffer) => void) | undefined = () => undefined,
+  others: (path: string) => ((req: IncomingMessage, socket: Duplex, head: Buffer) => void) | undefined,
+  /** Starts tracking an upgrade (its id, its log line when the socket closes). */
+  track: (req: IncomingMessage, socket: Duplex, path: string) => RequestInfo,
 ) {
   // A frame larger than an HTTP body may be is refused (1009) from its header, before it is buffered.
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_JSON_BODY_BYTES });
   // Refused upgrades answer `{error, code}` like every other request.
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const path = (req.url ?? '/').split('?')[0];
-    const other = path === undefined ? undefined : others(path);
+    const path = (req.url ?? '/').split('?')[0]!;
+    withinRequest(track(req, socket, path), () => upgrade(req, socket, head, path));
+  });
+  tagUpgrades(wss);
+  const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer, path: string) => {
+    const other = others(path);
     if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
@@ -119,7 +126,7 @@ export function serveGraphQLWebSocket(
       );
     }
     wss.handleUpgrade(req, socket, head, (client) => wss.emit('connection', client, req));
-  });
+  };
   wss.on('wsClientError', (err: Error, socket: Duplex) => {
     const method = /method/i.test(err.message);
     endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
@@ -135,6 +142,7 @@ export function serveGraphQLWebSocket(
         try {
           ctx.extra.actor = await authenticate(deps, header, address);
           ctx.extra.clientAddress = address;
+          noteActor(ctx.extra.actor, requestInfoOf(ctx.extra.request));
           // A socket lives as long as its credential: revoked (on any instance), expired, or its
           // sandbox removed, the socket closes.
           const socket = ctx.extra.socket;
@@ -146,6 +154,8 @@ export function serveGraphQLWebSocket(
             setTimeout(() => socket.close(4401, reason), CLOSING_MS).unref();
           });
           socket.once('close', release);
+          connections.add(ctx);
+          socket.once('close', () => connections.delete(ctx));
           return true;
         } catch (error) {
           if (!(error instanceof DomainError)) {
@@ -202,6 +212,13 @@ export function serveGraphQLWebSocket(
     0, // keep-alive below, one timer for all sockets
   );
   const stopKeepAlive = keepAlive(wss);
+  // Every authenticated connection, for berth_subscriptions (what each holds is graphql-ws's own count).
+  const connections = new Set<{ subscriptions: Record<string, unknown> }>();
+  deps.metrics.subscriptions.set('websocket', () => {
+    let open = 0;
+    for (const ctx of connections) open += Object.keys(ctx.subscriptions).length;
+    return open;
+  });
   return {
     async close() {
       stopKeepAlive();

@@ -38,6 +38,8 @@ export type GraphQLHandler = YogaServerInstance<GraphQLServerContext, Context>;
  * browser's request without a preflight is still refused 403 first.
  */
 function useCredentialsFirst(deps: Deps): Plugin<Record<string, never>, GraphQLServerContext> {
+  let streams = 0;
+  deps.metrics.subscriptions.set('sse', () => streams);
   return {
     async onRequestParse({ request, serverContext }) {
       // The POST path (src/graphql/post.ts) authenticated already: not twice, nor a failure counted twice.
@@ -52,6 +54,8 @@ function useCredentialsFirst(deps: Deps): Plugin<Record<string, never>, GraphQLS
       // the stream's connection is closed.
       const { res } = serverContext;
       if (req && res && request.headers.get('accept')?.includes('text/event-stream')) {
+        streams++;
+        res.once('close', () => streams--);
         res.once(
           'close',
           deps.credentials.hold(actor, () => req.socket.destroy()),

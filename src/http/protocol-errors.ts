@@ -1,6 +1,7 @@
 import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { socketInfoOf } from '../observability/requests';
 import { boundMessage } from './respond';
 
 // Requests Node's HTTP parser refuses (headers over 16 KiB, a bad or duplicated Content-Length,
@@ -14,9 +15,12 @@ const LINGER_MS = 5_000;
 /** Answers on the raw socket (no ServerResponse exists: a refused request, a WebSocket upgrade) and closes it. */
 export function endWithError(socket: Duplex, status: number, code: string, error: string): void {
   const body = JSON.stringify({ error: boundMessage(error), code });
+  // A refused upgrade is a request too: its id, and its status on its log line.
+  const info = socketInfoOf(socket);
+  if (info) info.status = status;
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `${info ? `X-Request-Id: ${info.id}\r\n` : ''}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
   if (socket instanceof Socket) socket.setTimeout(LINGER_MS, () => socket.destroy());
 }

@@ -15,8 +15,11 @@ export interface Metrics {
   httpRequests: Counter<'route' | 'method' | 'status'>;
   httpDuration: Histogram<'route' | 'method'>;
   environmentStart: Histogram<'template' | 'pool'>;
-  /** Subscriptions open on this instance, by `websocket` (graphql-ws) or `sse`. */
-  subscriptions: Gauge<'transport'>;
+  /**
+   * Subscriptions open on this instance, counted at scrape time by the transport that holds them
+   * (`websocket`: graphql-ws, src/graphql/ws.ts; `sse`: src/graphql/yoga.ts).
+   */
+  subscriptions: Map<'websocket' | 'sse', () => number>;
   /** Artifact bytes through this instance: `upload` or `download`. */
   artifactBytes: Counter<'direction'>;
   webhookDeliveries: Counter<'outcome'>;
@@ -92,8 +95,19 @@ export function createMetrics(prisma?: Prisma): Metrics {
       },
     });
   }
+  const subscriptions = new Map<'websocket' | 'sse', () => number>();
+  new Gauge({
+    name: 'berth_subscriptions',
+    help: 'GraphQL subscriptions open on this instance, by transport: websocket or sse.',
+    labelNames: ['transport'],
+    registers,
+    collect() {
+      for (const [transport, count] of subscriptions) this.set({ transport }, count());
+    },
+  });
   return {
     registry,
+    subscriptions,
     httpRequests: new Counter({
       name: 'berth_http_requests_total',
       help: 'HTTP requests answered, by route template, method and status.',
@@ -111,12 +125,6 @@ export function createMetrics(prisma?: Prisma): Metrics {
       help: 'Time from an environment’s lease (creation) to ready, by template and pool.',
       labelNames: ['template', 'pool'],
       buckets: START_BUCKETS,
-      registers,
-    }),
-    subscriptions: new Gauge({
-      name: 'berth_subscriptions',
-      help: 'GraphQL subscriptions open on this instance, by transport: websocket or sse.',
-      labelNames: ['transport'],
       registers,
     }),
     artifactBytes: new Counter({

@@ -12,9 +12,11 @@ import {
   validate,
 } from 'graphql';
 import type { Context, Deps } from '../context';
+import type { Log } from '../deps';
 import { clientAddress } from '../http/client-address';
 import { sendError, sendJson } from '../http/respond';
 import { queryEncodingProblem, textProblem } from '../http/text';
+import { noteRoute } from '../observability/requests';
 import { type CompiledOperation, compileOperations } from '../schema/compiled';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
@@ -148,8 +150,8 @@ function inRestWords(error: GraphQLError, route: Route): GraphQLError {
 }
 
 /** The REST answer to an error: `{error, code}`, with the status of its code (src/rest/status.ts). */
-function sendClientError(res: ServerResponse, error: unknown, route?: Route): void {
-  const converted = toClientError(error);
+function sendClientError(res: ServerResponse, error: unknown, log: Log, route?: Route): void {
+  const converted = toClientError(error, log);
   const err = route ? inRestWords(converted, route) : converted;
   const code = String(err.extensions.code ?? 'internal');
   const retryAfter = err.extensions.retryAfter;
@@ -163,7 +165,7 @@ function sendClientError(res: ServerResponse, error: unknown, route?: Route): vo
  * parameters only, storable strings in the path, the query and the body, and a body of the
  * route's input type (src/rest/body.ts).
  */
-export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Route[]): RestHandler {
+export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Route[], log: Log): RestHandler {
   const compiled: CompiledRoute[] = routes.map((route) => {
     let bodyType: GraphQLInputType | undefined;
     if (!isStreamRoute(route)) {
@@ -198,6 +200,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
       return sendError(res, 405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, 'method_not_allowed', { allow });
     }
     const { route, bodyType } = hit.c;
+    noteRoute(route.path);
     const params = pathParams(hit.c.pathParams, hit.m);
     const encoding = queryEncodingProblem(url.search);
     if (encoding) throw new BadRequestError(encoding);
@@ -231,7 +234,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     if (!result || result.errors?.length) {
       result = await execute({ schema, document: route.document, variableValues: variables, contextValue: ctx });
     }
-    if (result.errors?.length) return sendClientError(res, result.errors[0], route);
+    if (result.errors?.length) return sendClientError(res, result.errors[0], log, route);
     sendJson(res, route.status, stripNulls(shapeResult(route, result.data as Record<string, unknown>)));
   }
 
@@ -248,7 +251,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
         else {
           // Answered before the whole body was read: close rather than read the rest.
           if (!req.complete) res.setHeader('connection', 'close');
-          sendClientError(res, error);
+          sendClientError(res, error, log);
         }
       }
       return true;

@@ -22,6 +22,7 @@ import type { EventPayload } from '../events';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { findTextIssue } from '../http/text';
+import { tagUpgrades } from '../observability/requests';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
@@ -44,6 +45,7 @@ const MAX_FRAME = 1024 * 1024;
 
 export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, NodeMessageHandler> = {}): NodeChannel {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME });
+  tagUpgrades(wss);
 
   function serve(ws: WebSocket, actor: Actor): void {
     const nodeId = actor.nodeId!;

@@ -1,5 +1,6 @@
 import type { Actor, Deps } from '../context';
 import type { Prisma } from '../db';
+import { noteActor } from '../observability/requests';
 import type { CachedCredential, CredentialCache } from './credential-cache';
 import { RateLimitedError, UnauthorizedError } from './errors';
 import { hashSecret } from './secrets';
@@ -52,6 +53,7 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     const until = cache.blockedUntil(address, now);
     if (until !== undefined) throw retryAfter(new Date(until), now);
     touch(deps, cached, now);
+    noteActor(cached.actor);
     return withAddress(cached.actor, address);
   }
   const version = cache.snapshot();
@@ -102,6 +104,7 @@ export async function authenticate(deps: Deps, header: string | null | undefined
   const entry: CachedCredential = { actor, expires: row.expires?.getTime() ?? null, lastUsed: row.lastUsed?.getTime() ?? null };
   touch(deps, entry, now);
   cache.set(hash, entry, version);
+  noteActor(actor);
   return actor;
 }
 

@@ -7,6 +7,7 @@ import { print } from 'graphql';
 import pg from 'pg';
 import { describe } from 'vitest';
 import { loadConfig } from '../../src/config';
+import { createLogger } from '../../src/observability/log';
 import { type App, startApp } from '../../src/server';
 import { ManualClock } from './clock';
 
@@ -34,8 +35,17 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
+export interface ServerOptions {
+  /** Receives every log line (JSON) of this server and its peers, at LOG_LEVEL (default info). */
+  logLines?: (line: string) => void;
+}
+
 /** Starts a whole Berth on a free port with its own data directory (and schema on PostgreSQL). */
-export async function startServer(backend: Backend = 'pglite', env: Record<string, string> = {}): Promise<TestServer> {
+export async function startServer(
+  backend: Backend = 'pglite',
+  env: Record<string, string> = {},
+  options: ServerOptions = {},
+): Promise<TestServer> {
   const dataDir = await mkdtemp(join(tmpdir(), 'berth-test-'));
   const schema = backend === 'postgres' ? `berth_t_${randomBytes(6).toString('hex')}` : undefined;
   const fullEnv: Record<string, string> = {
@@ -49,9 +59,16 @@ export async function startServer(backend: Backend = 'pglite', env: Record<strin
     ...env,
   };
   const clock = new ManualClock();
-  // BERTH_TEST_LOG=1 shows the server's unexpected errors.
-  const quiet = process.env.BERTH_TEST_LOG ? (msg: string, err?: unknown) => console.error(msg, err) : () => undefined;
-  const launch = () => startApp({ config: loadConfig(fullEnv), clock, log: quiet });
+  // BERTH_TEST_LOG=1 shows the server's warnings and errors.
+  const { logLines } = options;
+  const logger = logLines
+    ? createLogger({ format: 'json', level: loadConfig(fullEnv).logLevel, destination: { write: logLines } })
+    : createLogger({
+        format: 'pretty',
+        level: process.env.BERTH_TEST_LOG ? 'warn' : 'silent',
+        destination: { write: (line) => void process.stderr.write(line) },
+      });
+  const launch = () => startApp({ config: loadConfig(fullEnv), clock, logger });
   const peers: App[] = [];
   const server: TestServer = {
     app: await launch(),
