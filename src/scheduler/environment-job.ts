@@ -201,6 +201,7 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     readyMs: at.getTime() - current.created.getTime(),
     idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
   }));
+  if (ready?.readyMs != null) deps.metrics.environmentStart.observe({ template: ready.template, pool: ready.pool }, ready.readyMs / 1000);
   // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
   if (!ready) await discardIfEnded(deps, provider, id);
 }

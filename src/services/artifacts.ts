@@ -324,6 +324,7 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
     await deletePacked(deps.store, prefix);
     throw new UnavailableError('the upload took too long to complete and was discarded; try again');
   }
+  deps.metrics.artifactBytes.inc({ direction: 'upload' }, packed.size);
   nudgeWebhooks(deps, hooked);
   const artifact = await deps.prisma.artifact.findUniqueOrThrow({ where: { id } });
   const link = checked.linkMs === undefined ? undefined : await signLink(deps, artifact, checked.linkMs);

@@ -121,7 +121,10 @@ async function sendContent(req: IncomingMessage, res: ServerResponse, deps: Deps
   try {
     // Each piece is a pooled buffer, given back when the next is asked for: ask only once the
     // socket has taken it.
-    for (; !next.done; next = await pieces.next()) await writeOut(res, next.value);
+    for (; !next.done; next = await pieces.next()) {
+      await writeOut(res, next.value);
+      deps.metrics.artifactBytes.inc({ direction: 'download' }, next.value.length);
+    }
     res.end();
   } catch {
     // The client went away, or a chunk failed authentication: either way the response is cut short.
