@@ -156,6 +156,42 @@ describeBackends('audit log', (backend) => {
     expect((await eventOf('key.revoke', key.body.key.id)).actor.id).toBe(adminId);
   });
 
+  it('records artifacts, their links and shredding', async () => {
+    const upload = (who: string, name: string) =>
+      fetch(`${s.url}/v1/artifacts?name=${name}&project=audited`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${who}`, 'content-type': 'application/octet-stream', ...FROM },
+        body: 'hello audit',
+      }).then(async (res) => ({ status: res.status, body: await res.json() }));
+    const stored = await upload(BOOTSTRAP, 'report.txt');
+    expect(stored.status).toBe(201);
+    const id = stored.body.artifact.id;
+    expect(await eventOf('artifact.create', id)).toMatchObject({
+      actor: { id: adminId },
+      address: '203.0.113.7',
+      detail: { name: 'report.txt', project: 'audited', size: 11 },
+    });
+    expect((await admin.post(`/v1/artifacts/${id}/links`, { lifetime: '10m' })).status).toBe(201);
+    expect((await eventOf('artifact.link', id)).outcome).toBe('success');
+    expect((await bob.del(`/v1/artifacts/${id}/links`)).status).toBe(403);
+    expect((await admin.del(`/v1/artifacts/${id}/links`)).status).toBe(200);
+    expect((await audit(`action=artifact.links.revoke&target=${id}`)).map((e) => e.outcome)).toEqual(['success', 'denied']);
+    expect((await bob.del(`/v1/artifacts/${id}`)).status).toBe(403);
+    expect((await admin.del(`/v1/artifacts/${id}`)).status).toBe(200);
+    expect((await audit(`action=artifact.delete&target=${id}`)).map((e) => [e.actor.id, e.outcome])).toEqual([
+      [adminId, 'success'],
+      [bobId, 'denied'],
+    ]);
+
+    expect((await upload(BOOTSTRAP, 'other.txt')).status).toBe(201);
+    expect((await bob.del('/v1/project-keys/audited')).status).toBe(403);
+    expect((await admin.del('/v1/project-keys/audited')).status).toBe(200);
+    expect((await audit('action=project.shred&target=audited')).map((e) => [e.actor.id, e.outcome])).toEqual([
+      [adminId, 'success'],
+      [bobId, 'denied'],
+    ]);
+  });
+
   it('records refusals that matter as denied, and a refused change as nothing else', async () => {
     // Another member's token is answered 404, like a missing one, but the attempt is on record.
     expect((await bob.del(`/v1/tokens/${aliceToken}`)).status).toBe(404);

@@ -21,6 +21,7 @@ import type { BackgroundJob } from '../scheduler/background';
 import { BlobNotFoundError } from '../store';
 import { deletePacked, type PackSegment, packStream, TooLargeError, type UnpackResult, unpackStream } from '../store/pack';
 import { principalOf, requireMember, requireOwner } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { DAY_MS, HOUR_MS, MINUTE_MS, parseDurationMax, SECOND_MS } from './durations';
 import { DomainError, GoneError, NotFoundError, PayloadTooLargeError, UnavailableError, ValidationError } from './errors';
 import { parseLabelPairs, validateDisplayName, validateProjectName } from './labels';
@@ -311,6 +312,11 @@ export async function storeArtifact(deps: Deps, actor: Actor, input: UploadInput
       if (stored.count > 0) {
         const row = await tx.artifact.findUniqueOrThrow({ where: { id } });
         hooked = await emitWebhookEvent(tx, actor.orgId, 'artifact.created', artifactData(row), now);
+        await recordAudit(deps, tx, actor, {
+          action: 'artifact.create',
+          target: { kind: 'artifact', id },
+          detail: { name: row.name, project: row.project, size: packed.size },
+        });
       }
       return stored;
     }));
@@ -386,14 +392,28 @@ async function signLink(deps: Deps, artifact: Artifact, lifetimeMs: number): Pro
 export async function createArtifactLink(deps: Deps, actor: Actor, id: string, lifetime?: string | null): Promise<ArtifactLink> {
   requireMember(actor);
   const ms = lifetime === undefined || lifetime === null ? DEFAULT_LINK_LIFETIME_MS : lifetimeMs(lifetime, 'lifetime');
-  return signLink(deps, await getArtifact(deps, actor, id), ms);
+  const artifact = await getArtifact(deps, actor, id);
+  const link = await signLink(deps, artifact, ms);
+  // A link stores nothing, but it hands the artifact to whoever holds it: on record.
+  await recordAudit(deps, deps.prisma, actor, {
+    action: 'artifact.link',
+    target: { kind: 'artifact', id: artifact.id },
+    detail: { expires: link.expires.toISOString() },
+  });
+  return link;
 }
 
 /** Every link made so far stops working; new ones can be made. */
 export async function revokeArtifactLinks(deps: Deps, actor: Actor, id: string): Promise<Artifact> {
   const artifact = await getArtifact(deps, actor, id);
-  requireOwner(actor, artifact, `artifact ${id}`);
-  const { count } = await deps.prisma.artifact.updateMany({ where: { id, status: 'stored' }, data: { linkEpoch: { increment: 1 } } });
+  await checkAudited(deps, actor, { action: 'artifact.links.revoke', target: { kind: 'artifact', id: artifact.id } }, () =>
+    requireOwner(actor, artifact, `artifact ${id}`),
+  );
+  const count = await deps.prisma.$transaction(async (tx) => {
+    const { count } = await tx.artifact.updateMany({ where: { id, status: 'stored' }, data: { linkEpoch: { increment: 1 } } });
+    if (count > 0) await recordAudit(deps, tx, actor, { action: 'artifact.links.revoke', target: { kind: 'artifact', id } });
+    return count;
+  });
   if (count === 0) throw new NotFoundError(`artifact ${id}`);
   return { ...artifact, linkEpoch: artifact.linkEpoch + 1 };
 }
@@ -433,11 +453,19 @@ async function purge(deps: Deps, a: Pick<Artifact, 'orgId' | 'project' | 'id'>):
 /** DELETE: the artifact disappears at once; its objects and row go now, or via the sweeper. */
 export async function deleteArtifact(deps: Deps, actor: Actor, id: string): Promise<string> {
   const artifact = await getArtifact(deps, actor, id);
-  requireOwner(actor, artifact, `artifact ${id}`);
+  await checkAudited(deps, actor, { action: 'artifact.delete', target: { kind: 'artifact', id: artifact.id } }, () =>
+    requireOwner(actor, artifact, `artifact ${id}`),
+  );
   const now = deps.clock.now();
   const { count, hooked } = await deps.prisma.$transaction(async (tx) => {
     const { count } = await tx.artifact.updateMany({ where: { id, status: 'stored' }, data: { status: 'deleting', expires: now } });
-    return { count, hooked: count > 0 && (await emitWebhookEvent(tx, artifact.orgId, 'artifact.deleted', artifactData(artifact), now)) };
+    if (count === 0) return { count, hooked: false };
+    await recordAudit(deps, tx, actor, {
+      action: 'artifact.delete',
+      target: { kind: 'artifact', id },
+      detail: { name: artifact.name, project: artifact.project },
+    });
+    return { count, hooked: await emitWebhookEvent(tx, artifact.orgId, 'artifact.deleted', artifactData(artifact), now) };
   });
   if (count === 0) throw new NotFoundError(`artifact ${id}`);
   nudgeWebhooks(deps, hooked);

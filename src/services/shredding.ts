@@ -13,6 +13,7 @@ import type { BackgroundJob } from '../scheduler/background';
 import { MANIFEST_NAME } from '../store/pack';
 import { requireAdmin } from './access';
 import { sweepArtifacts } from './artifacts';
+import { checkAudited, recordAudit } from './audit';
 import { MINUTE_MS } from './durations';
 import { LIVE_STATES } from './environment-events';
 import { NotFoundError } from './errors';
@@ -37,7 +38,9 @@ export interface ShredResult {
  * never had a key, snapshot or artifact is 404 not_found.
  */
 export async function shredProject(deps: Deps, actor: Actor, projectName: string): Promise<ShredResult> {
-  requireAdmin(actor, 'shredding a project needs an admin');
+  await checkAudited(deps, actor, { action: 'project.shred', target: { kind: 'project', id: projectName.slice(0, 200) } }, () =>
+    requireAdmin(actor, 'shredding a project needs an admin'),
+  );
   const project = validateProjectName(projectName);
   const orgId = actor.orgId;
   const outcome = await deps.prisma.$transaction(async (tx) => {
@@ -57,6 +60,11 @@ export async function shredProject(deps: Deps, actor: Actor, projectName: string
     await tx.snapshot.deleteMany({ where: { orgId, project } });
     await tx.artifact.updateMany({ where: { orgId, project }, data: { status: 'deleting', expires: at } });
     const hooked = await emitWebhookEvent(tx, orgId, 'project.shredded', { project, at: at.toISOString() }, at);
+    await recordAudit(deps, tx, actor, {
+      action: 'project.shred',
+      target: { kind: 'project', id: project },
+      detail: { snapshots, artifacts },
+    });
     return { at, fresh: true, hooked };
   });
   if (!outcome) throw new NotFoundError(`project ${project}`);
