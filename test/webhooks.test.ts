@@ -324,6 +324,14 @@ describeBackends('webhooks', (backend) => {
     expect(over.status).toBe(409);
     expect(over.body.code).toBe('too_many_webhooks');
     await admin.del(`/v1/webhooks/${id}`);
+    const audit = async (action: string) => (await admin.get(`/v1/audit?action=${action}&target=${id}`)).body.events;
+    expect(await audit('webhook.create')).toMatchObject([{ outcome: 'success', target: { kind: 'webhook', id } }]);
+    expect(await audit('webhook.delete')).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ outcome: 'success' }),
+        expect.objectContaining({ outcome: 'denied', actor: expect.objectContaining({ name: 'member@example.com' }) }),
+      ]),
+    );
     await r.close();
   });
 });

@@ -13,6 +13,7 @@ import { unwrapKey, wrapKey } from '../crypto/data-keys';
 import { lockFor } from '../db';
 import type { BackgroundJob } from '../scheduler/background';
 import { requireAdmin } from './access';
+import { checkAudited, recordAudit } from './audit';
 import { ConflictError, NotFoundError, ValidationError } from './errors';
 import { newId } from './names';
 import { type PageArgs, pageOf, pageQuery } from './paging';
@@ -100,11 +101,13 @@ function checkEvents(events: string[]): WebhookEvent[] {
 
 /** POST /v1/webhooks: the secret (`whsec_` + base64 of 32 random bytes) is answered once and kept sealed. */
 export async function createWebhook(deps: Deps, actor: Actor, input: CreateWebhookInput) {
-  requireAdmin(actor, 'only admins can manage webhooks');
+  const id = newId('whk');
+  await checkAudited(deps, actor, { action: 'webhook.create', target: { kind: 'webhook', id } }, () =>
+    requireAdmin(actor, 'only admins can manage webhooks'),
+  );
   const url = parseUrl(input.url);
   const events = checkEvents(input.events);
   await resolveTarget(deps.config, url);
-  const id = newId('whk');
   const key = randomBytes(32);
   const webhook = await deps.prisma.$transaction(async (tx) => {
     // Creations of one organization take turns, so two racing ones cannot pass the cap together.
@@ -116,7 +119,7 @@ export async function createWebhook(deps: Deps, actor: Actor, input: CreateWebho
         'too_many_webhooks',
       );
     }
-    return tx.webhook.create({
+    const created = await tx.webhook.create({
       data: {
         id,
         orgId: actor.orgId,
@@ -127,6 +130,12 @@ export async function createWebhook(deps: Deps, actor: Actor, input: CreateWebho
         created: deps.clock.now(),
       },
     });
+    await recordAudit(deps, tx, actor, {
+      action: 'webhook.create',
+      target: { kind: 'webhook', id },
+      detail: { url: created.url, events: events.join(',') },
+    });
+    return created;
   });
   return { webhook, secret: `whsec_${key.toString('base64')}` };
 }
@@ -145,9 +154,15 @@ async function findWebhook(deps: Deps, actor: Actor, id: string) {
 
 /** DELETE /v1/webhooks/{id}: its pending deliveries go with it. */
 export async function deleteWebhook(deps: Deps, actor: Actor, id: string): Promise<string> {
-  await findWebhook(deps, actor, id);
-  const { count } = await deps.prisma.webhook.deleteMany({ where: { id, orgId: actor.orgId } });
-  if (count === 0) throw new NotFoundError(`webhook ${id}`);
+  await checkAudited(deps, actor, { action: 'webhook.delete', target: { kind: 'webhook', id } }, () =>
+    requireAdmin(actor, 'only admins can manage webhooks'),
+  );
+  const webhook = await findWebhook(deps, actor, id);
+  await deps.prisma.$transaction(async (tx) => {
+    const { count } = await tx.webhook.deleteMany({ where: { id, orgId: actor.orgId } });
+    if (count === 0) throw new NotFoundError(`webhook ${id}`);
+    await recordAudit(deps, tx, actor, { action: 'webhook.delete', target: { kind: 'webhook', id }, detail: { url: webhook.url } });
+  });
   return id;
 }
 
