@@ -6,7 +6,7 @@ import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } fro
 describeBackends('paging and query parameters', (backend) => {
   let s: TestServer;
   const admin = client(() => s.url, BOOTSTRAP);
-  const LISTS = ['/v1/environments', '/v1/artifacts', '/v1/snapshots'];
+  const LISTS = ['/v1/environments', '/v1/artifacts', '/v1/snapshots', '/v1/audit'];
 
   beforeAll(async () => {
     s = await startServer(backend);
@@ -57,11 +57,12 @@ describeBackends('paging and query parameters', (backend) => {
     // A cursor of one list is not a cursor of another.
     const foreign = await admin.get(`/v1/environments?cursor=${artifacts.body.next}`);
     expect(foreign).toMatchObject({ status: 422, body: { code: 'invalid' } });
+    expect(await admin.get(`/v1/audit?cursor=${artifacts.body.next}`)).toMatchObject({ status: 422, body: { code: 'invalid' } });
   });
 
   it('refuses the same in GraphQL, as field errors beside the other fields', async () => {
     for (const args of ['first: -1', 'first: 0', 'first: 501', 'after: "bad"', 'last: 2']) {
-      for (const field of ['environments', 'artifacts']) {
+      for (const field of ['environments', 'artifacts', 'auditEvents']) {
         const res = await admin.post('/graphql', { query: `{ viewer { name } ${field}(${args}) { nodes { id } } }` });
         expect(res.status, `${field}(${args})`).toBe(200);
         expect(res.body.data).toMatchObject({ viewer: { name: 'admin@berth.local' } });
