@@ -58,7 +58,8 @@ function readable(out: DestinationStream): DestinationStream {
         .map(([key, value]) => `${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`);
       const err = entry.err as { stack?: string; message?: string } | undefined;
       const stack = err ? `\n    ${(err.stack ?? err.message ?? String(err)).replace(/\n/g, '\n    ')}` : '';
-      out.write(`${time} ${String(entry.level).toUpperCase().padEnd(5)} ${String(entry.msg ?? '')} ${fields.join(' ')}${stack}\n`);
+      const text = [time, String(entry.level).toUpperCase().padEnd(5), String(entry.msg ?? ''), ...fields].join(' ');
+      out.write(`${text}${stack}\n`);
     },
   };
 }

@@ -196,6 +196,7 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
     }
     if (matches.length === 0) return sendError(res, 404, `no route for ${url.pathname}`, 'not_found');
     if (!hit) {
+      noteRoute(matches[0]!.c.route.path);
       const allow = [...new Set(matches.map((x) => x.c.route.method))].join(', ');
       return sendError(res, 405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, 'method_not_allowed', { allow });
     }
