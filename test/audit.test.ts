@@ -2,6 +2,7 @@
 // written in the change's own transaction, read by admins through GET /v1/audit and auditEvents.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createOrganization } from '../src/services/organizations';
+import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const FROM = { 'x-forwarded-for': '203.0.113.7' };
@@ -29,11 +30,14 @@ describeBackends('audit log', (backend) => {
   let bob: ReturnType<typeof client>;
   let bobId: string;
   let stranger: ReturnType<typeof client>;
+  let check: ReturnType<typeof openApiValidator>;
 
   /** The events GET /v1/audit answers for `query` (one page of up to 500). */
   async function audit(query = ''): Promise<Event[]> {
-    const res = await admin.get(`/v1/audit?limit=500${query ? `&${query}` : ''}`);
+    const path = `/v1/audit?limit=500${query ? `&${query}` : ''}`;
+    const res = await admin.get(path);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+    check('GET', path, res);
     return res.body.events as Event[];
   }
 
@@ -46,6 +50,7 @@ describeBackends('audit log', (backend) => {
 
   beforeAll(async () => {
     s = await startServer(backend, { TRUST_PROXY: '1', AUDIT_RETENTION: '30d' });
+    check = openApiValidator((await admin.get('/v1/openapi.json')).body);
     adminId = (await s.app.deps.prisma.person.findFirstOrThrow({ where: { admin: true } })).id;
     const token = await admin.post('/v1/tokens', { email: 'alice@example.com', name: 'laptop' }, FROM);
     expect(token.status).toBe(201);
@@ -279,6 +284,7 @@ describeBackends('audit log', (backend) => {
     ]) {
       const res = await admin.get(`/v1/audit?${param}=${value}`);
       expect(res.status, `${param}=${value}`).toBe(422);
+      check('GET', '/v1/audit', res);
       expect(res.body).toMatchObject({ code: 'invalid', error: expect.stringMatching(new RegExp(`^${param}: `)) });
     }
     expect((await admin.get('/v1/audit?since=2026-11-22T00:00:00Z&until=2026-11-21T00:00:00Z')).status).toBe(422);
@@ -286,7 +292,9 @@ describeBackends('audit log', (backend) => {
   });
 
   it('shows the log to admins of the organization only', async () => {
-    expect(await alice.get('/v1/audit')).toMatchObject({ status: 403, body: { code: 'forbidden' } });
+    const refused = await alice.get('/v1/audit');
+    expect(refused).toMatchObject({ status: 403, body: { code: 'forbidden' } });
+    check('GET', '/v1/audit', refused);
     expect(await client(url).get('/v1/audit')).toMatchObject({ status: 401, body: { code: 'unauthorized' } });
     const gql = await alice.post('/graphql', { query: '{ auditEvents { nodes { id } } }' });
     expect(gql.body.data.auditEvents).toBeNull();
