@@ -3,6 +3,7 @@ import { Link, Redirect, Route, Switch, useLocation } from 'wouter';
 import { Loading, Page } from './components/ui';
 import { ArtifactPage } from './pages/Artifact';
 import { ArtifactsPage } from './pages/Artifacts';
+import { AuditPage } from './pages/Audit';
 import { EnvironmentPage } from './pages/Environment';
 import { EnvironmentsPage } from './pages/Environments';
 import { NewEnvironmentPage } from './pages/NewEnvironment';
@@ -40,6 +41,7 @@ const NAV: { href: string; label: string; admin?: boolean }[] = [
   { href: '/snapshots', label: 'Snapshots' },
   { href: '/settings', label: 'Settings' },
   { href: '/quotas', label: 'Quotas', admin: true },
+  { href: '/audit', label: 'Audit', admin: true },
 ];
 
 function Shell() {
@@ -95,10 +97,11 @@ function Shell() {
             {(params) => <SnapshotPage project={decode(params.project)} snapshotKey={decode(params['*'])} />}
           </Route>
           <Route path="/settings" component={SettingsPage} />
-          <Route path="/quotas">{viewer.admin ? <QuotasPage /> : <AdminsOnly />}</Route>
+          <Route path="/quotas">{viewer.admin ? <QuotasPage /> : <AdminsOnly what="manage quotas" />}</Route>
           <Route path="/quotas/:template">
-            {(params) => (viewer.admin ? <QuotasPage template={decode(params.template)} /> : <AdminsOnly />)}
+            {(params) => (viewer.admin ? <QuotasPage template={decode(params.template)} /> : <AdminsOnly what="manage quotas" />)}
           </Route>
+          <Route path="/audit">{viewer.admin ? <AuditPage /> : <AdminsOnly what="read the audit log" />}</Route>
           <Route>
             <Page title="Not found">
               <p>
@@ -112,10 +115,10 @@ function Shell() {
   );
 }
 
-function AdminsOnly() {
+function AdminsOnly({ what }: { what: string }) {
   return (
     <Page title="Admins only">
-      <p>Only admins of the organization manage quotas.</p>
+      <p>Only admins of the organization {what}.</p>
     </Page>
   );
 }
