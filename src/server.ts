@@ -132,7 +132,10 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
       if (path === '/healthz' || path === '/readyz' || path === '/graphql' || path === METRICS_PATH) info.route = path;
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping, log);
-      if (path === METRICS_PATH) return await sendMetrics(req, res, deps.metrics.registry, config.metricsToken);
+      if (path === METRICS_PATH) {
+        if (!config.metricsToken) return sendError(res, 404, `no route for ${path}`, 'not_found');
+        return await sendMetrics(req, res, deps.metrics.registry, config.metricsToken);
+      }
       if (path === '/graphql') {
         const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
         if (encoding) return sendError(res, 400, encoding, 'bad_request');

@@ -9,6 +9,14 @@ import { MAX_SLOTS } from '../dataplane/protocol';
 import type { Engine } from '../node/engine';
 import { CommandError } from './errors';
 
+function port(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n > 65535) throw new InvalidArgumentError('must be a port from 0 (any free one) to 65535');
+  return n;
+}
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
+
 function slots(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1 || n > MAX_SLOTS) throw new InvalidArgumentError(`must be an integer from 1 to ${MAX_SLOTS}`);
@@ -24,16 +32,29 @@ export function registerNodeCommands(program: Command): void {
     .option('--dir <dir>', 'where environment roots live (DIR/<environment id>/) (required)')
     .option('--slots <n>', 'how many environments at once', slots, 1)
     .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
-    .action(async (opts: { server?: string; token?: string; dir?: string; slots: number; engine?: string }, command: Command) => {
+    .option('--metrics-port <port>', 'serve Prometheus metrics at /metrics on this port (0: any free one); off without it', port)
+    .option('--metrics-host <address>', 'the address --metrics-port listens on; another than loopback needs METRICS_TOKEN', '127.0.0.1')
+    .action(async (opts: NodeOptions, command: Command) => {
       const missing = opts.server === undefined ? '--server <url>' : opts.dir === undefined ? '--dir <dir>' : undefined;
       if (missing) command.error(`error: required option '${missing}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
       const token = opts.token ?? process.env.BERTH_NODE_TOKEN;
       if (!token) throw new CommandError('the node credential is missing: set BERTH_NODE_TOKEN (or pass --token)');
+      const metricsToken = process.env.METRICS_TOKEN || undefined;
+      if (metricsToken !== undefined && metricsToken.length < 32) throw new CommandError('METRICS_TOKEN must be at least 32 characters');
+      if (opts.metricsPort !== undefined && !metricsToken && !LOOPBACK.test(opts.metricsHost)) {
+        throw new CommandError(
+          `--metrics-host ${opts.metricsHost} is reachable from other machines: set METRICS_TOKEN, which scrapes must send`,
+        );
+      }
       // Loaded when the command runs: `berth --version` and the user's commands do without them.
       const { NodeAgent } = await import('../agent/node-agent');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
       const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
+      if (opts.metricsPort !== undefined) {
+        const url = await serveNodeMetrics(agent, engine, opts, metricsToken);
+        console.log(`berth node: metrics at ${url}${metricsToken ? ' (Authorization: Bearer <METRICS_TOKEN>)' : ''}`);
+      }
       // The first SIGTERM or SIGINT drains (the node's environments end cleanly, then exit 0); a
       // second one stops at once, leaving them to the server's liveness bound.
       let signals = 0;
@@ -56,6 +77,40 @@ export function registerNodeCommands(program: Command): void {
         setImmediate(() => process.exit());
       }
     });
+}
+
+interface NodeOptions {
+  server?: string;
+  token?: string;
+  dir?: string;
+  slots: number;
+  engine?: string;
+  metricsPort?: number;
+  metricsHost: string;
+}
+
+/** Serves the node's metrics: its engine's calls and durations, and its slots. */
+async function serveNodeMetrics(
+  agent: { held: Set<string> },
+  engine: Engine | null,
+  opts: NodeOptions,
+  token: string | undefined,
+): Promise<string> {
+  const { createNodeMetrics } = await import('../observability/metrics');
+  const { serveMetrics } = await import('../observability/endpoint');
+  const metrics = createNodeMetrics(() => agent.held.size);
+  metrics.slots.set(opts.slots);
+  if (engine) {
+    engine.observe = (operation, seconds, outcome) => {
+      metrics.containerOperations.inc({ operation, outcome });
+      metrics.containerDuration.observe({ operation }, seconds);
+    };
+  }
+  try {
+    return (await serveMetrics(metrics.registry, opts.metricsHost, opts.metricsPort!, token)).url;
+  } catch (error) {
+    throw new CommandError(`--metrics-port: cannot listen on ${opts.metricsHost}:${opts.metricsPort}: ${(error as Error).message}`);
+  }
 }
 
 /** The node's engine: one named must answer; without one named, a socket found may be used. */

@@ -80,11 +80,30 @@ export function engineMessage(error: unknown): string {
   return (e?.json?.message ?? e?.message ?? String(error)).replace(/^\(HTTP code \d+\) [^-]*- /, '').trim();
 }
 
+/** Told of every engine call (but `wait`, which lasts as long as the container): `berth node`'s metrics. */
+export type EngineObserver = (operation: string, seconds: number, outcome: 'ok' | 'error') => void;
+
 export class Engine {
+  observe: EngineObserver | undefined;
+
   private constructor(
     readonly url: string,
     private readonly docker: Dockerode,
   ) {}
+
+  private async timed<T>(operation: string, work: () => Promise<T>): Promise<T> {
+    if (!this.observe) return work();
+    const started = process.hrtime.bigint();
+    const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
+    try {
+      const result = await work();
+      this.observe(operation, seconds(), 'ok');
+      return result;
+    } catch (error) {
+      this.observe(operation, seconds(), 'error');
+      throw error;
+    }
+  }
 
   /** Connects to the engine at `url` and checks that it answers. */
   static async open(url: string): Promise<Engine> {
@@ -100,16 +119,18 @@ export class Engine {
 
   /** The image's command and user, pulling it first when the engine lacks it. */
   async image(ref: string): Promise<ImageConfig> {
-    let info: Dockerode.ImageInspectInfo;
-    try {
-      info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
-    } catch (error) {
-      if (!isMissing(error)) throw error;
-      await this.pull(ref);
-      info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
-    }
-    const config = info.Config;
-    return { entrypoint: toList(config.Entrypoint), cmd: toList(config.Cmd), user: config.User ?? '' };
+    return this.timed('image', async () => {
+      let info: Dockerode.ImageInspectInfo;
+      try {
+        info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+      } catch (error) {
+        if (!isMissing(error)) throw error;
+        await this.pull(ref);
+        info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+      }
+      const config = info.Config;
+      return { entrypoint: toList(config.Entrypoint), cmd: toList(config.Cmd), user: config.User ?? '' };
+    });
   }
 
   private async pull(ref: string): Promise<void> {
@@ -124,63 +145,75 @@ export class Engine {
   }
 
   async create(spec: Dockerode.ContainerCreateOptions): Promise<string> {
-    const container = await within('a create', this.docker.createContainer(spec));
-    return container.id;
+    return this.timed('create', async () => {
+      const container = await within('a create', this.docker.createContainer(spec));
+      return container.id;
+    });
   }
 
   async start(id: string): Promise<void> {
-    await within('a start', this.docker.getContainer(id).start());
+    return this.timed('start', async () => {
+      await within('a start', this.docker.getContainer(id).start());
+    });
   }
 
   /** Sends a signal; tried three times, as Podman sometimes refuses one to a container just started. */
   async signal(id: string, signal: string): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await within('a kill', this.docker.getContainer(id).kill({ signal }));
-      } catch (error) {
-        if (attempt === 3 || isMissing(error)) throw error;
+    return this.timed('signal', async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await within('a kill', this.docker.getContainer(id).kill({ signal }));
+        } catch (error) {
+          if (attempt === 3 || isMissing(error)) throw error;
+        }
       }
-    }
+    });
   }
 
   /** Removes the container, running or not; one that is already gone is no error. */
   async remove(id: string): Promise<void> {
-    try {
-      await within('a remove', this.docker.getContainer(id).remove({ force: true, v: true }));
-    } catch (error) {
-      if (!isMissing(error)) throw error;
-    }
+    return this.timed('remove', async () => {
+      try {
+        await within('a remove', this.docker.getContainer(id).remove({ force: true, v: true }));
+      } catch (error) {
+        if (!isMissing(error)) throw error;
+      }
+    });
   }
 
   /** The container's state, or null when there is no such container. */
   async inspect(id: string): Promise<ContainerState | null> {
-    let info: Dockerode.ContainerInspectInfo;
-    try {
-      info = await within('an inspect', this.docker.getContainer(id).inspect());
-    } catch (error) {
-      if (isMissing(error)) return null;
-      throw error;
-    }
-    const networks = Object.values(info.NetworkSettings?.Networks ?? {});
-    return {
-      running: info.State.Running,
-      exitCode: info.State.ExitCode,
-      oomKilled: info.State.OOMKilled,
-      subnets: networks.filter((n) => n.IPAddress).map((n) => `${n.IPAddress}/${n.IPPrefixLen}`),
-      gateways: networks.map((n) => n.Gateway).filter((g): g is string => Boolean(g)),
-    };
+    return this.timed('inspect', async () => {
+      let info: Dockerode.ContainerInspectInfo;
+      try {
+        info = await within('an inspect', this.docker.getContainer(id).inspect());
+      } catch (error) {
+        if (isMissing(error)) return null;
+        throw error;
+      }
+      const networks = Object.values(info.NetworkSettings?.Networks ?? {});
+      return {
+        running: info.State.Running,
+        exitCode: info.State.ExitCode,
+        oomKilled: info.State.OOMKilled,
+        subnets: networks.filter((n) => n.IPAddress).map((n) => `${n.IPAddress}/${n.IPPrefixLen}`),
+        gateways: networks.map((n) => n.Gateway).filter((g): g is string => Boolean(g)),
+      };
+    });
   }
 
   /** Containers carrying every one of `labels`. */
   async list(labels: Record<string, string>): Promise<ListedContainer[]> {
-    const filters = { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) };
-    const found = await within('a list', this.docker.listContainers({ all: true, filters }));
-    return found.map((c) => ({
-      id: c.Id,
-      labels: c.Labels ?? {},
-      running: c.State === 'running',
-      ended: ['exited', 'stopped', 'dead'].includes(c.State),
-    }));
+    return this.timed('list', async () => {
+      const filters = { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) };
+      const found = await within('a list', this.docker.listContainers({ all: true, filters }));
+      return found.map((c) => ({
+        id: c.Id,
+        labels: c.Labels ?? {},
+        running: c.State === 'running',
+        ended: ['exited', 'stopped', 'dead'].includes(c.State),
+      }));
+    });
   }
 
   /** Resolves with the exit code when the container ends (after a restart too: call it again). */
@@ -191,49 +224,51 @@ export class Engine {
 
   /** Starts a command in the container with its streams attached (stdin kept open). */
   async exec(id: string, options: ExecOptions): Promise<RunningExec> {
-    const exec = await within(
-      'an exec',
-      this.docker.getContainer(id).exec({
-        Cmd: options.cmd,
-        AttachStdin: true,
-        AttachStdout: true,
-        AttachStderr: true,
-        Tty: false,
-        WorkingDir: options.workdir,
-        Privileged: options.privileged ?? false,
-      }),
-    );
-    const stream = (await within('an exec start', exec.start({ hijack: true, stdin: true }))) as unknown as Duplex;
-    const stdout = new PassThrough();
-    const stderr = new PassThrough();
-    this.docker.modem.demuxStream(stream, stdout, stderr);
-    // Podman now and then leaves an exec's stream open after the command ended: looked at every
-    // WATCH_MS, such a stream is closed, so no caller waits for an end that never comes.
-    const watchdog = setInterval(() => {
-      exec.inspect().then(
-        (info) => {
-          if (!info.Running) stream.destroy();
-        },
-        () => undefined,
+    return this.timed('exec', async () => {
+      const exec = await within(
+        'an exec',
+        this.docker.getContainer(id).exec({
+          Cmd: options.cmd,
+          AttachStdin: true,
+          AttachStdout: true,
+          AttachStderr: true,
+          Tty: false,
+          WorkingDir: options.workdir,
+          Privileged: options.privileged ?? false,
+        }),
       );
-    }, WATCH_MS);
-    watchdog.unref();
-    const exited = new Promise<number>((resolve, reject) => {
-      let settled = false;
-      const done = () => {
-        if (settled) return;
-        settled = true;
-        clearInterval(watchdog);
-        stdout.end();
-        stderr.end();
-        within('an exec inspect', exec.inspect()).then((info) => resolve(info.ExitCode ?? 255), reject);
-      };
-      stream.on('end', done);
-      stream.on('close', done);
-      // Every error, not only the first: a write after the engine closed the stream must not end the process.
-      stream.on('error', done);
+      const stream = (await within('an exec start', exec.start({ hijack: true, stdin: true }))) as unknown as Duplex;
+      const stdout = new PassThrough();
+      const stderr = new PassThrough();
+      this.docker.modem.demuxStream(stream, stdout, stderr);
+      // Podman now and then leaves an exec's stream open after the command ended: looked at every
+      // WATCH_MS, such a stream is closed, so no caller waits for an end that never comes.
+      const watchdog = setInterval(() => {
+        exec.inspect().then(
+          (info) => {
+            if (!info.Running) stream.destroy();
+          },
+          () => undefined,
+        );
+      }, WATCH_MS);
+      watchdog.unref();
+      const exited = new Promise<number>((resolve, reject) => {
+        let settled = false;
+        const done = () => {
+          if (settled) return;
+          settled = true;
+          clearInterval(watchdog);
+          stdout.end();
+          stderr.end();
+          within('an exec inspect', exec.inspect()).then((info) => resolve(info.ExitCode ?? 255), reject);
+        };
+        stream.on('end', done);
+        stream.on('close', done);
+        // Every error, not only the first: a write after the engine closed the stream must not end the process.
+        stream.on('error', done);
+      });
+      return { stdin: stream, stdout, stderr, exited, pause: () => stream.pause(), resume: () => stream.resume() };
     });
-    return { stdin: stream, stdout, stderr, exited, pause: () => stream.pause(), resume: () => stream.resume() };
   }
 }
 

@@ -1,7 +1,8 @@
-// GET /metrics: Prometheus' text format, only to `Authorization: Bearer <METRICS_TOKEN>`; without a
-// token configured there is no such route (404). Shared by the server and `berth node`.
+// GET /metrics: Prometheus' text format, only to `Authorization: Bearer <METRICS_TOKEN>`. Shared by
+// the server (no token: no such route) and `berth node --metrics-port` (no token: open, on loopback).
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { sendError } from '../http/respond';
 
@@ -15,13 +16,13 @@ function authorized(header: string | undefined, token: string): boolean {
   return given !== undefined && timingSafeEqual(digest(given), digest(token));
 }
 
+/** Answers a scrape; `token` undefined: asks no credential. */
 export async function sendMetrics(req: IncomingMessage, res: ServerResponse, registry: Registry, token: string | undefined): Promise<void> {
   req.resume();
-  if (!token) return sendError(res, 404, `no route for ${METRICS_PATH}`, 'not_found');
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     return sendError(res, 405, `${req.method} is not allowed on ${METRICS_PATH}; allowed: GET`, 'method_not_allowed', { allow: 'GET' });
   }
-  if (!authorized(req.headers.authorization, token)) {
+  if (token !== undefined && !authorized(req.headers.authorization, token)) {
     return sendError(res, 401, `${METRICS_PATH} needs Authorization: Bearer <METRICS_TOKEN>`, 'unauthorized', {
       'www-authenticate': 'Bearer',
     });
@@ -29,4 +30,30 @@ export async function sendMetrics(req: IncomingMessage, res: ServerResponse, reg
   const text = await registry.metrics();
   res.writeHead(200, { 'content-type': registry.contentType, 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
   res.end(req.method === 'HEAD' ? undefined : text);
+}
+
+/** A server of /metrics alone (`berth node --metrics-port`); resolves with its URL once listening. */
+export async function serveMetrics(
+  registry: Registry,
+  host: string,
+  port: number,
+  token: string | undefined,
+): Promise<{ server: Server; url: string }> {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === METRICS_PATH) {
+      sendMetrics(req, res, registry, token).catch(() => res.destroy());
+      return;
+    }
+    req.resume();
+    sendError(res, 404, `no route for ${path}; metrics are at ${METRICS_PATH}`, 'not_found');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  server.unref();
+  const address = server.address() as AddressInfo;
+  const where = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return { server, url: `http://${where}:${address.port}${METRICS_PATH}` };
 }

@@ -147,15 +147,22 @@ export interface NodeMetrics {
   /** Container engine operations (create, start, remove, …) by outcome: ok or error. */
   containerOperations: Counter<'operation' | 'outcome'>;
   containerDuration: Histogram<'operation'>;
-  slotsInUse: Gauge;
   slots: Gauge;
 }
 
-/** `berth node`'s metrics (--metrics-port). */
-export function createNodeMetrics(): NodeMetrics {
+/** `berth node`'s metrics (--metrics-port); `slotsInUse` is read at scrape time. */
+export function createNodeMetrics(slotsInUse: () => number): NodeMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const registers = [registry];
+  new Gauge({
+    name: 'berth_node_slots_in_use',
+    help: 'Slots holding an environment (prepared or being prepared, not yet released).',
+    registers,
+    collect() {
+      this.set(slotsInUse());
+    },
+  });
   return {
     registry,
     containerOperations: new Counter({
@@ -171,7 +178,6 @@ export function createNodeMetrics(): NodeMetrics {
       buckets: OPERATION_BUCKETS,
       registers,
     }),
-    slotsInUse: new Gauge({ name: 'berth_node_slots_in_use', help: 'Slots holding an environment.', registers }),
     slots: new Gauge({ name: 'berth_node_slots', help: 'Slots this node holds (--slots).', registers }),
   };
 }

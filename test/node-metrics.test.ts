@@ -1,0 +1,85 @@
+// `berth node --metrics-port` (docs/agents.md, "Metrics"): a real `berth node` (files only, no
+// engine needed) serves its slots and engine calls in Prometheus' text format, to METRICS_TOKEN.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { eventually, type Proc, spawnNode } from './helpers/processes';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+const TOKEN = 'node-metrics-token-0123456789abcdef';
+const CATALOG = {
+  pools: [{ name: 'remote', hotNodes: 0, maxQueued: 10 }],
+  templates: [{ name: 'remote', pool: 'remote', startMs: 0, idle: '30m', hard: '1h', shares: [], services: [] }],
+};
+
+describeBackends('berth node metrics', (backend) => {
+  let s: TestServer;
+  let dir: string;
+  let secret: string;
+  const agents: Proc[] = [];
+  const api = client(() => s.url, BOOTSTRAP);
+  const agent = (args: string[], env: Record<string, string> = {}) => {
+    const proc = spawnNode(
+      ['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, 'node'), '--slots', '2', '--engine', 'none', ...args],
+      {
+        BERTH_NODE_TOKEN: secret,
+        ...env,
+      },
+    );
+    agents.push(proc);
+    return proc;
+  };
+  const sample = (text: string, name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-node-metrics-'));
+    const templates = join(dir, 'templates.json');
+    await writeFile(templates, JSON.stringify(CATALOG));
+    s = await startServer(backend, { TEMPLATES_FILE: templates });
+    secret = (await api.post('/v1/nodes', { pool: 'remote', name: 'builder' })).body.secret;
+  });
+  afterAll(async () => {
+    for (const proc of agents) await proc.kill('SIGKILL');
+    await s?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('serves slots and engine metrics to METRICS_TOKEN', async () => {
+    const node = agent(['--metrics-port', '0'], { METRICS_TOKEN: TOKEN });
+    const url = (await node.waitFor(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/))[1]!;
+    await node.waitFor(/online as builder/);
+    expect((await fetch(url)).status).toBe(401);
+    expect((await fetch(url, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
+    expect((await fetch(url.replace('/metrics', '/other'))).status).toBe(404);
+    const scrape = async () => {
+      const res = await fetch(url, { headers: { authorization: `Bearer ${TOKEN}` } });
+      expect(res.status).toBe(200);
+      return res.text();
+    };
+    const text = await scrape();
+    expect(text).toContain('# TYPE berth_node_container_operations_total counter');
+    expect(text).toContain('# TYPE berth_node_container_operation_duration_seconds histogram');
+    expect(text).toContain('# TYPE process_resident_memory_bytes gauge');
+    expect(sample(text, 'berth_node_slots')).toBe(2);
+    expect(sample(text, 'berth_node_slots_in_use')).toBe(0);
+    expect(text).not.toContain(secret);
+
+    const lease = await api.post('/v1/environments', { template: 'remote' });
+    expect(lease.status).toBe(202);
+    await eventually(async () =>
+      (await api.get(`/v1/environments/${lease.body.environment.id}`)).body.state === 'ready' ? true : undefined,
+    );
+    expect(sample(await scrape(), 'berth_node_slots_in_use')).toBe(1);
+    await node.kill('SIGKILL');
+  });
+
+  it('listens beyond loopback only with METRICS_TOKEN', async () => {
+    const open = agent(['--metrics-port', '0', '--metrics-host', '0.0.0.0'], { METRICS_TOKEN: '' });
+    expect(await open.exited).not.toBe(0);
+    expect(open.output()).toMatch(/--metrics-host 0\.0\.0\.0 is reachable from other machines: set METRICS_TOKEN/);
+    const bad = agent(['--metrics-port', '70000']);
+    expect(await bad.exited).not.toBe(0);
+    expect(bad.output()).toMatch(/--metrics-port.*must be a port/);
+  });
+});
