@@ -6,6 +6,7 @@ import { when } from '../format';
 import { graphql } from '../generated/gql';
 import { useEvents } from '../live';
 import { useSession } from '../session';
+import { WebhooksSection } from './SettingsWebhooks';
 
 const Tokens = graphql(`
   query SettingsTokens {
@@ -127,6 +128,7 @@ export function SettingsPage() {
               )}
             </QueryState>
           </Section>
+          <WebhooksSection />
           <Shred />
         </>
       ) : null}

@@ -1,0 +1,108 @@
+// The Webhooks section of the console's Settings: an admin adds an endpoint and sees its secret
+// once, sees it failing with its recent deliveries, and removes it.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot, signIn } from './helpers/browser';
+import { eventually } from './helpers/processes';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+describeBackends('web console: webhooks in Settings', (backend) => {
+  let s: TestServer;
+  let browser: Browser;
+  let c: ConsolePage;
+  let page: Page;
+  let receiver: http.Server;
+  let hookUrl = '';
+  let received = 0;
+  let onRequest = () => {};
+  const admin = client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    // An endpoint that always fails, so the console shows retries and the failing mark.
+    receiver = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        received++;
+        onRequest();
+        res.writeHead(500).end('down for maintenance');
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', () => resolve()));
+    hookUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    s = await startServer(backend, { WEBHOOK_ALLOW_PRIVATE: '1' });
+    browser = await launchBrowser();
+    c = await openConsole(browser, s.url);
+    page = c.page;
+    page.setDefaultTimeout(15_000);
+    await signIn(page, BOOTSTRAP);
+    await page.getByRole('heading', { level: 1, name: 'Environments' }).waitFor();
+  });
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') await screenshot(page, `failed-webhooks-${backend}-${ctx.task.name.slice(0, 40)}`);
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await s?.stop();
+    receiver?.closeAllConnections();
+    await new Promise((resolve) => receiver?.close(resolve));
+  });
+
+  const until = (count: number) =>
+    new Promise<void>((resolve) => {
+      onRequest = () => {
+        if (received >= count) resolve();
+      };
+      onRequest();
+    });
+
+  it('adds an endpoint, shows the secret once, its failing state and deliveries, and removes it', async () => {
+    await navigate(page, 'Settings');
+    await page.getByRole('heading', { name: 'Webhooks' }).waitFor();
+    await page.getByText('No webhooks.').waitFor();
+    await page.getByRole('textbox', { name: 'Webhook URL' }).fill(hookUrl);
+    await page.getByRole('checkbox', { name: 'artifact.created' }).check();
+    await page.getByRole('button', { name: 'Add webhook' }).click();
+    const secret = await page.getByRole('textbox', { name: 'Signing secret' }).inputValue();
+    expect(secret).toMatch(/^whsec_/);
+    const table = page.getByRole('region', { name: 'Webhooks', exact: true }).getByRole('table');
+    await table.getByRole('rowheader', { name: hookUrl }).waitFor();
+    await screenshot(page, 'settings-webhook-added');
+
+    // An artifact, then five failed attempts (the test clock moves the retries along).
+    const res = await fetch(`${s.url}/v1/artifacts`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/octet-stream' },
+      body: 'bytes',
+    });
+    expect(res.status).toBe(201);
+    await until(1);
+    // The clock moves only once the attempt is on record, or its retry would be due later still.
+    const hookId = (await admin.get('/v1/webhooks')).body.webhooks[0].id;
+    await eventually(async () =>
+      (await admin.get(`/v1/webhooks/${hookId}/deliveries`)).body.deliveries[0]?.attempts === 1 ? true : undefined,
+    );
+    for (const [i, wait] of [5_000, 30_000, 120_000, 600_000].entries()) {
+      s.clock.advance(wait);
+      await s.app.deps.background.tick();
+      await until(i + 2);
+    }
+
+    // Back to Settings: the secret is not shown again, the endpoint shows as failing.
+    await navigate(page, 'Environments');
+    await navigate(page, 'Settings');
+    const row = table.getByRole('row').filter({ has: page.getByRole('rowheader', { name: hookUrl }) });
+    await row.getByText(/Failing since/).waitFor();
+    expect(await page.getByRole('textbox', { name: 'Signing secret' }).count()).toBe(0);
+    await page.getByRole('button', { name: `Deliveries of ${hookUrl}` }).click();
+    const deliveries = page.getByRole('region', { name: `Deliveries to ${hookUrl}` });
+    const delivery = deliveries.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'artifact.created' }) });
+    await delivery.getByText('HTTP 500: down for maintenance').waitFor();
+    expect(await delivery.getByRole('cell').allTextContents()).toContain('5');
+    await screenshot(page, 'settings-webhook-failing');
+
+    await page.getByRole('button', { name: `Remove webhook ${hookUrl}` }).click();
+    await page.getByText('No webhooks.').waitFor();
+  });
+});
