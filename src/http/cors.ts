@@ -6,8 +6,8 @@ import { sendError } from './respond';
 // credentials; an allowed origin may send the Authorization header.
 
 const METHODS = 'GET, HEAD, POST, PUT, DELETE';
-const REQUEST_HEADERS = 'authorization, content-type, accept, range, if-none-match, if-range, x-graphql-yoga-csrf';
-const EXPOSED_HEADERS = 'retry-after, allow, etag, content-range, content-disposition, accept-ranges';
+const REQUEST_HEADERS = 'authorization, content-type, accept, range, if-none-match, if-range, x-graphql-yoga-csrf, x-request-id';
+const EXPOSED_HEADERS = 'retry-after, allow, etag, content-range, content-disposition, accept-ranges, x-request-id';
 const MAX_AGE_SECONDS = '600';
 
 export interface CorsPolicy {
