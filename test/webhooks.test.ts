@@ -231,6 +231,10 @@ describeBackends('webhooks', (backend) => {
     const listed = (await admin.get('/v1/webhooks')).body.webhooks.find((w: { id: string }) => w.id === hook.id);
     expect(listed).toMatchObject({ failing: false, consecutiveFailures: 0 });
     expect(listed).not.toHaveProperty('failingSince');
+    // Finished deliveries are kept 30 days.
+    s.clock.advance(31 * 24 * 3600_000);
+    await s.app.deps.background.tick();
+    expect(await deliveries(hook.id)).toEqual([]);
     await admin.del(`/v1/webhooks/${hook.id}`);
     await r.close();
   });

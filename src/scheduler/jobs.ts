@@ -2,7 +2,7 @@ import { artifactSweeper } from '../services/artifacts';
 import { AUDIT_PRUNE_JOB, pruneAuditEvents } from '../services/audit';
 import { pruneAuthFailures } from '../services/auth';
 import { shredJob } from '../services/shredding';
-import { webhookJob } from '../services/webhooks';
+import { webhookJob, webhookPruneJob } from '../services/webhooks';
 import type { BackgroundJob } from './background';
 import { builtinNodeJob } from './builtin-node';
 import { environmentJob, eventPruneJob } from './environment-job';
@@ -17,6 +17,7 @@ export const backgroundJobs: BackgroundJob[] = [
   artifactSweeper,
   shredJob,
   webhookJob,
+  webhookPruneJob,
   { name: 'auth-failures', intervalMs: 5 * 60_000, run: pruneAuthFailures },
   { name: AUDIT_PRUNE_JOB, intervalMs: 60 * 60_000, run: pruneAuditEvents },
 ];

@@ -332,6 +332,17 @@ async function deliverDue(deps: Deps): Promise<void> {
 
 export const webhookJob: BackgroundJob = { name: WEBHOOK_JOB, intervalMs: 5_000, run: deliverDue };
 
+/** How long a delivered or given-up delivery stays listed. */
+export const DELIVERY_RETENTION_MS = 30 * 24 * 3600_000;
+
+/** Drops finished deliveries past DELIVERY_RETENTION_MS, so the outbox does not grow without end. */
+async function pruneDeliveries(deps: Deps): Promise<void> {
+  const cutoff = new Date(deps.clock.now().getTime() - DELIVERY_RETENTION_MS);
+  await deps.prisma.webhookDelivery.deleteMany({ where: { OR: [{ delivered: { lt: cutoff } }, { gaveUp: { lt: cutoff } }] } });
+}
+
+export const webhookPruneJob: BackgroundJob = { name: 'webhook-prune', intervalMs: 3600_000, run: pruneDeliveries };
+
 /** After a transaction that wrote deliveries committed: send them now rather than at the next interval. */
 export function nudgeWebhooks(deps: Deps, wrote: boolean): void {
   if (wrote) deps.background.nudge(WEBHOOK_JOB);
