@@ -1,9 +1,10 @@
-// `berth node --metrics-port` (docs/agents.md, "Metrics"): a real `berth node` (files only, no
-// engine needed) serves its slots and engine calls in Prometheus' text format, to METRICS_TOKEN.
+// `berth node --metrics-port` (docs/agents.md, "Metrics"): a real `berth node` serves its slots and
+// engine calls in Prometheus' text format, to METRICS_TOKEN (files only first, then with an engine).
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeContainerBackends, engine, TEST_IMAGE } from './helpers/containers';
 import { eventually, type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
@@ -81,5 +82,48 @@ describeBackends('berth node metrics', (backend) => {
     const bad = agent(['--metrics-port', '70000']);
     expect(await bad.exited).not.toBe(0);
     expect(bad.output()).toMatch(/--metrics-port.*must be a port/);
+  });
+});
+
+describeContainerBackends('berth node metrics with an engine', (backend) => {
+  let s: TestServer;
+  let dir: string;
+  let node: Proc | undefined;
+  const api = client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-node-metrics-'));
+    const templates = join(dir, 'templates.json');
+    await writeFile(templates, JSON.stringify({ ...CATALOG, templates: [{ ...CATALOG.templates[0], image: TEST_IMAGE }] }));
+    s = await startServer(backend, { TEMPLATES_FILE: templates });
+  }, 60_000);
+  afterAll(async () => {
+    await node?.kill('SIGKILL');
+    await s?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('counts and times the container operations of a prepare and a release', async () => {
+    const secret = (await api.post('/v1/nodes', { pool: 'remote', name: 'builder' })).body.secret;
+    node = spawnNode(['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, 'node'), '--engine', engine(), '--metrics-port', '0'], {
+      BERTH_NODE_TOKEN: secret,
+      METRICS_TOKEN: '',
+    });
+    const url = (await node.waitFor(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/))[1]!;
+    const lease = await api.post('/v1/environments', { template: 'remote' });
+    const id = lease.body.environment.id;
+    const state = async () => (await api.get(`/v1/environments/${id}`)).body.state;
+    await eventually(async () => ((await state()) === 'ready' ? true : undefined));
+    const text = await (await fetch(url)).text();
+    for (const operation of ['image', 'create', 'start']) {
+      expect(text).toMatch(new RegExp(`^berth_node_container_operations_total\\{operation="${operation}",outcome="ok"\\} [1-9]`, 'm'));
+      expect(text).toMatch(new RegExp(`^berth_node_container_operation_duration_seconds_count\\{operation="${operation}"\\} [1-9]`, 'm'));
+    }
+    expect(text).toMatch(/^berth_node_slots_in_use 1$/m);
+    await api.del(`/v1/environments/${id}`);
+    await eventually(async () => ((await state()) === 'stopped' ? true : undefined));
+    const after = await (await fetch(url)).text();
+    expect(after).toMatch(/^berth_node_container_operations_total\{operation="remove",outcome="ok"\} [1-9]/m);
+    expect(after).toMatch(/^berth_node_slots_in_use 0$/m);
   });
 });
