@@ -264,6 +264,14 @@ function post(url: URL, target: { address: string; family: number }, headers: Re
   });
 }
 
+function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no address within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
 /** One attempt of one delivery, and what it leaves: delivered, a retry later, or given up. */
 async function attempt(deps: Deps, d: Claimed): Promise<void> {
   const hook = await deps.prisma.webhook.findUnique({ where: { id: d.webhookId } });
@@ -272,8 +280,9 @@ async function attempt(deps: Deps, d: Claimed): Promise<void> {
   let outcome: Outcome;
   try {
     const url = new URL(hook.url);
-    // Checked again now: what the name resolves to may have changed since registration.
-    const target = await resolveTarget(deps.config, url);
+    // Checked again now: what the name resolves to may have changed since registration. A
+    // resolver that does not answer counts against the attempt's deadline too.
+    const target = await withDeadline(resolveTarget(deps.config, url), deps.config.webhookTimeoutMs);
     const key = unwrapKey(deps.masterKey, Buffer.from(hook.secretSealed), secretAad(hook.orgId, hook.id));
     const headers = {
       'content-type': 'application/json',
