@@ -262,6 +262,28 @@ describeBackends('webhooks', (backend) => {
     await r.close();
   });
 
+  it.skipIf(backend !== 'postgres')('shares the deliveries between instances, each sent once', async () => {
+    const peer = await s.startPeer();
+    const r = await receiver();
+    const hook = await register(r, ['artifact.created']);
+    // Half of the events through each instance; both instances' jobs claim.
+    for (let i = 0; i < 10; i++) {
+      const base = i % 2 ? peer.url : s.url;
+      const res = await fetch(`${base}/v1/artifacts?project=peers`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/octet-stream' },
+        body: `artifact ${i}`,
+      });
+      expect(res.status).toBe(201);
+    }
+    await r.until((got) => got.length >= 10);
+    await eventually(async () => ((await deliveries(hook.id)).every((d) => d.delivered) ? true : undefined));
+    expect(r.got).toHaveLength(10);
+    expect(new Set(r.got.map((g) => g.id)).size).toBe(10);
+    await admin.del(`/v1/webhooks/${hook.id}`);
+    await r.close();
+  });
+
   it('checks the address again at delivery time', async () => {
     const r = await receiver();
     const hook = await register(r, ['artifact.created']);
