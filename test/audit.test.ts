@@ -1,6 +1,8 @@
 // The audit log (docs/operations.md#audit-log): every change and command of the organization,
 // written in the change's own transaction, read by admins through GET /v1/audit and auditEvents.
+import { once } from 'node:events';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { createOrganization } from '../src/services/organizations';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
@@ -148,6 +150,30 @@ describeBackends('audit log', (backend) => {
     expect(await eventOf('node.create', node.body.node.id)).toMatchObject({ detail: { name: 'builder-1', pool: 'default' } });
     expect((await admin.del(`/v1/nodes/${node.body.node.id}`)).status).toBe(200);
     expect((await eventOf('node.remove', node.body.node.id)).target.kind).toBe('node');
+
+    // A node agent saying hello on its control channel is recorded as the node, from its address.
+    const agentNode = await admin.post('/v1/nodes', { pool: 'default', name: 'agent-1' });
+    const ws = new WebSocket(`${s.url.replace(/^http/, 'ws')}/v1/nodes/channel`, {
+      headers: { authorization: `Bearer ${agentNode.body.secret}`, ...FROM },
+    });
+    try {
+      const welcome = new Promise((resolve) => ws.once('message', resolve));
+      await once(ws, 'open');
+      ws.send(JSON.stringify({ type: 'hello', slots: 2, environments: [] }));
+      await welcome;
+      ws.send(JSON.stringify({ type: 'leaving' }));
+      const nodeId = agentNode.body.node.id;
+      await expect
+        .poll(() => audit(`target=${nodeId}`).then((e) => e.map((x) => x.action)))
+        .toEqual(['node.leave', 'node.connect', 'node.create']);
+      expect(await eventOf('node.connect', nodeId)).toMatchObject({
+        actor: { kind: 'node', id: nodeId, name: 'agent-1' },
+        address: '203.0.113.7',
+        detail: { slots: 2, leaving: false },
+      });
+    } finally {
+      ws.close();
+    }
 
     const own = await alice.post('/v1/tokens', { name: 'second' });
     expect((await alice.del(`/v1/tokens/${own.body.token.id}`)).status).toBe(200);

@@ -28,6 +28,8 @@ export const AUDIT_ACTIONS = [
   'sandbox.remove',
   'node.create',
   'node.remove',
+  'node.connect',
+  'node.leave',
   'artifact.create',
   'artifact.delete',
   'artifact.link',

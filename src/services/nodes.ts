@@ -242,6 +242,12 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
       where: { nodeId, state: { in: [...LIVE_STATES] }, id: { notIn: input.environments } },
       select: { id: true },
     });
+    // A node credential coming online, and from where: on record like a sign-in.
+    await recordAudit(deps, tx, actor, {
+      action: 'node.connect',
+      target: { kind: 'node', id: nodeId },
+      detail: { slots: input.slots, leaving: input.leaving === true },
+    });
     return { node, stale };
   });
   await announce(deps, node, stateOf(node));
@@ -291,7 +297,8 @@ export async function nodeLeaving(deps: Deps, actor: Actor): Promise<void> {
   // that came first is among the environments ended below; one that comes later finds it leaving.
   const node = await deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:node:${nodeId}`);
-    await tx.remoteNode.updateMany({ where: { id: nodeId, revoked: null, state: 'online' }, data: { state: 'leaving' } });
+    const { count } = await tx.remoteNode.updateMany({ where: { id: nodeId, revoked: null, state: 'online' }, data: { state: 'leaving' } });
+    if (count > 0) await recordAudit(deps, tx, actor, { action: 'node.leave', target: { kind: 'node', id: nodeId } });
     return tx.remoteNode.findUnique({ where: { id: nodeId } });
   });
   // Lost meanwhile: its heartbeat asks for a hello, which says it is leaving.

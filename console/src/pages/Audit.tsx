@@ -32,6 +32,8 @@ const ACTIONS = [
   'sandbox.remove',
   'node.create',
   'node.remove',
+  'node.connect',
+  'node.leave',
   'artifact.create',
   'artifact.delete',
   'artifact.link',
