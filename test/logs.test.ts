@@ -192,6 +192,13 @@ describe('log format', () => {
     expect(warning).toMatchObject({ level: 'warn', msg: 'a warning' });
   });
 
+  it('redacts credential-named fields should a line ever carry one', () => {
+    const out: string[] = [];
+    const logger = createLogger({ format: 'json', level: 'info', destination: { write: (l) => void out.push(l) } });
+    logger.info({ token: 'tk-1', err: { headers: { authorization: 'Bearer tk-2' } }, detail: { secret: 'tk-3' } }, 'x');
+    expect(out.join('')).not.toMatch(/tk-\d/);
+  });
+
   it('writes readable lines for a terminal', () => {
     const out: string[] = [];
     const logger = createLogger({ format: 'pretty', level: 'info', destination: { write: (l) => void out.push(l) } });

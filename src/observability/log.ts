@@ -23,6 +23,22 @@ export function createLogger({ format, level, destination }: LoggerOptions): Log
       timestamp: pino.stdTimeFunctions.isoTime,
       // `"level":"info"` reads better in a collector than pino's numbers.
       formatters: { level: (label) => ({ level: label }) },
+      // Nothing logs these; should a future line carry one, it shows as [redacted].
+      redact: {
+        paths: [
+          'headers',
+          'authorization',
+          'token',
+          'secret',
+          'password',
+          '*.headers',
+          '*.authorization',
+          '*.token',
+          '*.secret',
+          '*.password',
+        ],
+        censor: '[redacted]',
+      },
     },
     format === 'pretty' ? readable(out) : out,
   );
