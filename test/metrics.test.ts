@@ -1,4 +1,6 @@
+import { once } from 'node:events';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const TOKEN = 'metrics-test-token-0123456789abcdef';
@@ -178,5 +180,27 @@ describeBackends('metrics', (backend) => {
     expect(value((await scrape()).samples, 'berth_subscriptions', { transport: 'sse' })).toBe(1);
     abort.abort();
     await res.body?.cancel().catch(() => undefined);
+  });
+
+  it('counts open subscriptions over graphql-ws', async () => {
+    const ws = new WebSocket(`${s.url.replace('http', 'ws')}/graphql`, 'graphql-transport-ws');
+    const messages: { type: string }[] = [];
+    const next = (type: string) =>
+      new Promise<void>((resolve) => {
+        const look = () => (messages.some((m) => m.type === type) ? resolve() : ws.once('message', look));
+        look();
+      });
+    ws.on('message', (data) => messages.push(JSON.parse(String(data))));
+    await once(ws, 'open');
+    ws.send(JSON.stringify({ type: 'connection_init', payload: { authorization: `Bearer ${BOOTSTRAP}` } }));
+    await next('connection_ack');
+    ws.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: 'subscription { environments { id } }' } }));
+    // Handled in order: once the pong is back, the subscription is held.
+    ws.send(JSON.stringify({ type: 'ping' }));
+    await next('pong');
+    expect(value((await scrape()).samples, 'berth_subscriptions', { transport: 'websocket' })).toBe(1);
+    ws.send(JSON.stringify({ id: '1', type: 'complete' }));
+    ws.close();
+    await once(ws, 'close');
   });
 });
