@@ -188,6 +188,13 @@ describeBackends('webhooks', (backend) => {
     expect(page.body.deliveries).toHaveLength(2);
     const rest = await admin.get(`/v1/webhooks/${hook.id}/deliveries?limit=500&cursor=${page.body.next}`);
     expect(rest.body.deliveries).toHaveLength(listed.length - 2);
+    // The list rule: a cursor of another list, or a page size out of range, is 422.
+    const otherCursor: string = (await admin.get('/v1/audit?limit=1')).body.next;
+    expect(otherCursor).toBeTruthy();
+    for (const query of [`cursor=${otherCursor}`, 'cursor=nonsense', 'limit=0', 'limit=501']) {
+      const bad = await admin.get(`/v1/webhooks/${hook.id}/deliveries?${query}`);
+      expect(bad.status, query).toBe(422);
+    }
 
     expect((await admin.del(`/v1/webhooks/${hook.id}`)).body).toEqual({ deleted: hook.id });
     await r.close();
