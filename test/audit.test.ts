@@ -1,8 +1,9 @@
 // The audit log (docs/operations.md#audit-log): every change and command of the organization,
 // written in the change's own transaction, read by admins through GET /v1/audit and auditEvents.
 import { once } from 'node:events';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
+import { loadConfig } from '../src/config';
 import { createOrganization } from '../src/services/organizations';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
@@ -357,5 +358,14 @@ describeBackends('audit log', (backend) => {
     await s.app.deps.background.tick();
     const after = await audit();
     expect(after.map((e) => e.target.id)).toEqual([fresh.body.key.id]);
+  });
+});
+
+describe('AUDIT_RETENTION', () => {
+  it('is a positive duration, 365d by default; anything else stops the start', () => {
+    expect(loadConfig({}).auditRetentionMs).toBe(365 * DAY_MS);
+    expect(loadConfig({ AUDIT_RETENTION: '90d' }).auditRetentionMs).toBe(90 * DAY_MS);
+    expect(() => loadConfig({ AUDIT_RETENTION: 'a year' })).toThrow(/^AUDIT_RETENTION: "a year" is not a valid duration/);
+    expect(() => loadConfig({ AUDIT_RETENTION: '0s' })).toThrow(/AUDIT_RETENTION must be a positive duration/);
   });
 });
