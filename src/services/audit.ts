@@ -67,10 +67,10 @@ export interface AuditWho {
 }
 
 /** A detail string (a command, a name: user text) is kept to this many characters. */
-export const MAX_DETAIL_TEXT = 1000;
+const MAX_DETAIL_TEXT = 1000;
 const MAX_FILTER_TEXT = 200;
 
-export function whoOf(actor: Actor): AuditWho {
+function whoOf(actor: Actor): AuditWho {
   const id =
     actor.kind === 'person'
       ? (actor.personId ?? actor.credentialId)
