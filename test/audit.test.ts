@@ -346,6 +346,14 @@ describeBackends('audit log', (backend) => {
     });
     expect(res.body.errors).toBeUndefined();
     expect(res.body.data.auditEvents.nodes).toEqual(rest.map((e) => ({ ...e, detail: e.detail ?? null })));
+    // A change made through GraphQL is recorded the same way, with the address of its request.
+    const created = await admin.post(
+      '/graphql',
+      { query: 'mutation { createApiKey(input: { name: "from-graphql" }) { key { id } } }' },
+      { 'x-forwarded-for': '192.0.2.55' },
+    );
+    const keyId = created.body.data.createApiKey.key.id;
+    expect(await eventOf('key.create', keyId)).toMatchObject({ actor: { id: adminId }, address: '192.0.2.55', outcome: 'success' });
     const bad = await admin.post('/graphql', { query: '{ auditEvents(filter: { since: "soon" }) { nodes { id } } }' });
     expect(bad.body.errors[0].extensions).toMatchObject({ code: 'invalid', field: 'since' });
   });
