@@ -80,11 +80,20 @@ function listenError(err: NodeJS.ErrnoException, config: Config): Error {
 const SESSION_ROUTE = '/v1/environments/{id}/exec';
 
 /** A session's or request's one log line, and its count and duration in the metrics. */
-function finished(deps: Deps, logger: Logger, req: IncomingMessage, info: RequestInfo, status: number, started: bigint, extra: object) {
+function finished(
+  deps: Deps,
+  logger: Logger,
+  req: IncomingMessage,
+  info: RequestInfo,
+  status: number,
+  started: bigint,
+  extra: { websocket?: true; aborted?: true },
+) {
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const method = methodLabel(req.method);
   deps.metrics.httpRequests.inc({ route: info.route, method, status: String(status) });
-  deps.metrics.httpDuration.observe({ route: info.route, method }, seconds);
+  // A session lasts as long as its client wants: timed with the requests, it would hide their latency.
+  if (!extra.websocket) deps.metrics.httpDuration.observe({ route: info.route, method }, seconds);
   const { id, route, orgId, actorKind, actorId } = info;
   logger.info(
     {
