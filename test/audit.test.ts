@@ -231,6 +231,19 @@ describeBackends('audit log', (backend) => {
     const key = await admin.post('/v1/keys', { name: 'victim' });
     expect((await bob.del(`/v1/keys/${key.body.key.id}`)).status).toBe(403);
     expect(await eventOf('key.revoke', key.body.key.id)).toMatchObject({ actor: { id: bobId }, outcome: 'denied' });
+    // Reaching for more access: a token for someone else, admin rights, keys and nodes.
+    expect((await bob.post('/v1/tokens', { email: 'alice@example.com' })).status).toBe(403);
+    expect(await eventOf('token.create', 'alice@example.com')).toMatchObject({
+      actor: { id: bobId },
+      target: { kind: 'person', id: 'alice@example.com' },
+      outcome: 'denied',
+    });
+    expect((await bob.post('/v1/tokens', { admin: true })).status).toBe(403);
+    expect(await eventOf('token.create', 'bob@example.com')).toMatchObject({ actor: { id: bobId }, outcome: 'denied' });
+    expect((await bob.post('/v1/keys', { name: 'mine' })).status).toBe(403);
+    expect(await eventOf('key.create', 'mine')).toMatchObject({ actor: { id: bobId }, outcome: 'denied' });
+    expect((await bob.post('/v1/nodes', { pool: 'default', name: 'rogue' })).status).toBe(403);
+    expect(await eventOf('node.create', 'rogue')).toMatchObject({ actor: { id: bobId }, outcome: 'denied' });
     expect((await bob.put('/v1/quotas/large', { maxLeases: 1 })).status).toBe(403);
     expect(await eventOf('quota.set', 'large')).toMatchObject({ outcome: 'denied' });
 

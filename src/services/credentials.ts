@@ -87,8 +87,11 @@ export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenIn
   const self = actor.kind === 'person' ? await deps.prisma.person.findUniqueOrThrow({ where: { id: actor.personId } }) : null;
   const email = input.email ? normalizeEmail(input.email) : self?.email;
   if (!email) throw new ValidationError('email is required when an API key creates a token', 'email');
-  if (email !== self?.email && !actor.admin) throw new ForbiddenError('only admins can create tokens for other members');
-  if (input.admin && !actor.admin) throw new ForbiddenError('only admins can make admins');
+  // A member reaching for someone else's access or for admin rights: on record, as the member it was for.
+  await checkAudited(deps, actor, { action: 'token.create', target: { kind: 'person', id: email } }, () => {
+    if (email !== self?.email && !actor.admin) throw new ForbiddenError('only admins can create tokens for other members');
+    if (input.admin && !actor.admin) throw new ForbiddenError('only admins can make admins');
+  });
   const created = await deps.prisma.$transaction(async (tx) => {
     let person = await tx.person.findUnique({ where: { orgId_email: { orgId: actor.orgId, email } } });
     if (!person) {
@@ -114,7 +117,9 @@ export async function createCliToken(deps: Deps, actor: Actor, input: NewTokenIn
  * of one organization take turns on a lock, so two racing creates cannot both take a name.
  */
 export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput) {
-  requireAdmin(actor, 'only admins can create API keys');
+  await checkAudited(deps, actor, { action: 'key.create', target: { kind: 'key', id: String(input.name).slice(0, 100) } }, () =>
+    requireAdmin(actor, 'only admins can create API keys'),
+  );
   const name = credentialName(input.name, '');
   if (!name) throw new ValidationError('name is required', 'name');
   const expires = expiryFrom(deps, input.expiresIn);

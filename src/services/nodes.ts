@@ -125,7 +125,9 @@ function validateNodeName(value: unknown): string {
 
 /** POST /v1/nodes (admins): a node credential for one pool; the secret is shown once. */
 export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInput): Promise<{ node: NodeRecord; secret: string }> {
-  requireAdmin(actor, 'only admins can create node credentials');
+  await checkAudited(deps, actor, { action: 'node.create', target: { kind: 'node', id: String(input.name).slice(0, 100) } }, () =>
+    requireAdmin(actor, 'only admins can create node credentials'),
+  );
   const name = validateNodeName(input.name);
   if (typeof input.pool !== 'string' || !deps.catalog.pools.some((p) => p.name === input.pool)) {
     const pools = deps.catalog.pools.map((p) => p.name).join(', ');
