@@ -31,13 +31,34 @@ describeBackends('berth node metrics', (backend) => {
     agents.push(proc);
     return proc;
   };
+  // The server's log lines, for the node channel's session line.
+  const lines: Record<string, unknown>[] = [];
+  let onLine = () => {};
+  const sessionEnded = () =>
+    new Promise<Record<string, unknown>>((resolve) => {
+      const look = () => {
+        const line = lines.find((l) => l.route === '/v1/nodes/channel' && l.websocket);
+        if (line) resolve(line);
+        else onLine = look;
+      };
+      look();
+    });
   const sample = (text: string, name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-node-metrics-'));
     const templates = join(dir, 'templates.json');
     await writeFile(templates, JSON.stringify(CATALOG));
-    s = await startServer(backend, { TEMPLATES_FILE: templates });
+    s = await startServer(
+      backend,
+      { TEMPLATES_FILE: templates },
+      {
+        logLines: (text) => {
+          for (const line of text.split('\n').filter(Boolean)) lines.push(JSON.parse(line));
+          onLine();
+        },
+      },
+    );
     secret = (await api.post('/v1/nodes', { pool: 'remote', name: 'builder' })).body.secret;
   });
   afterAll(async () => {
@@ -73,6 +94,9 @@ describeBackends('berth node metrics', (backend) => {
     );
     expect(sample(await scrape(), 'berth_node_slots_in_use')).toBe(1);
     await node.kill('SIGKILL');
+    // The node's control channel was a WebSocket session: one line when it ended, naming the node.
+    expect(await sessionEnded()).toMatchObject({ status: 101, method: 'GET', actorKind: 'node', orgId: expect.any(String) });
+    expect(JSON.stringify(lines)).not.toContain(secret);
   });
 
   it('listens beyond loopback only with METRICS_TOKEN', async () => {
