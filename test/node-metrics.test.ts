@@ -51,7 +51,7 @@ describeBackends('berth node metrics', (backend) => {
     await writeFile(templates, JSON.stringify(CATALOG));
     s = await startServer(
       backend,
-      { TEMPLATES_FILE: templates },
+      { TEMPLATES_FILE: templates, METRICS_TOKEN: TOKEN },
       {
         logLines: (text) => {
           for (const line of text.split('\n').filter(Boolean)) lines.push(JSON.parse(line));
@@ -86,6 +86,10 @@ describeBackends('berth node metrics', (backend) => {
     expect(sample(text, 'berth_node_slots')).toBe(2);
     expect(sample(text, 'berth_node_slots_in_use')).toBe(0);
     expect(text).not.toContain(secret);
+    // The server's own /metrics shows the node and its slots, from the database.
+    const server = await (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
+    expect(server).toMatch(/^berth_nodes\{pool="remote",state="online"\} 1$/m);
+    expect(server).toMatch(/^berth_node_slots\{pool="remote",state="idle"\} 2$/m);
 
     const lease = await api.post('/v1/environments', { template: 'remote' });
     expect(lease.status).toBe(202);
