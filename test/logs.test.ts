@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createLogger, logFunction } from '../src/observability/log';
 import { loggedPath } from '../src/observability/requests';
+import { rawRequest } from './helpers/raw-http';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 type Line = Record<string, any>;
@@ -107,6 +108,12 @@ describeBackends('logs', (backend) => {
       ['other', 404],
       ['/v1/me', 405],
     ]);
+  });
+
+  it("puts an id on what Node's HTTP parser refuses, too", async () => {
+    const reply = await rawRequest(s.url, 'GARBAGE\r\n\r\n');
+    expect(reply?.status).toBe(400);
+    expect(reply?.headers['x-request-id']).toMatch(UUID);
   });
 
   it('writes one line per WebSocket session when it ends, and ids refused upgrades', async () => {

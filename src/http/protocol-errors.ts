@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -15,12 +16,14 @@ const LINGER_MS = 5_000;
 /** Answers on the raw socket (no ServerResponse exists: a refused request, a WebSocket upgrade) and closes it. */
 export function endWithError(socket: Duplex, status: number, code: string, error: string): void {
   const body = JSON.stringify({ error: boundMessage(error), code });
-  // A refused upgrade is a request too: its id, and its status on its log line.
+  // A refused upgrade is a request too: its id, and its status on its log line. What Node's parser
+  // refused has no request to log, but its answer carries an id all the same.
   const info = socketInfoOf(socket);
   if (info) info.status = status;
+  const id = info?.id ?? randomUUID();
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `${info ? `X-Request-Id: ${info.id}\r\n` : ''}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `X-Request-Id: ${id}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
   if (socket instanceof Socket) socket.setTimeout(LINGER_MS, () => socket.destroy());
 }
