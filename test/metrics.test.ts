@@ -1,6 +1,8 @@
 import { once } from 'node:events';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import type { Prisma } from '../src/db';
+import { createMetrics } from '../src/observability/metrics';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const TOKEN = 'metrics-test-token-0123456789abcdef';
@@ -202,5 +204,16 @@ describeBackends('metrics', (backend) => {
     ws.send(JSON.stringify({ id: '1', type: 'complete' }));
     ws.close();
     await once(ws, 'close');
+  });
+});
+
+describe('metrics without a database', () => {
+  it('still answers the process metrics, with the database families empty', async () => {
+    const down = () => Promise.reject(new Error('connection refused'));
+    const prisma = { environment: { groupBy: down }, remoteNode: { groupBy: down }, node: { groupBy: down } } as unknown as Prisma;
+    const { types, samples } = parse(await createMetrics(prisma).registry.metrics());
+    expect(types.get('berth_environments')).toBe('gauge');
+    expect(samples.filter((x) => x.name === 'berth_environments' || x.name === 'berth_nodes')).toEqual([]);
+    expect(samples.some((x) => x.name === 'process_resident_memory_bytes')).toBe(true);
   });
 });

@@ -25,76 +25,90 @@ export interface Metrics {
   webhookDeliveries: Counter<'outcome'>;
 }
 
+type Counts = { labels: Record<string, string>; n: number }[];
+
+/** Adds up rows by the labels each gets: several rows may fall on one sample. */
+function tally<T>(rows: T[], labels: (row: T) => Record<string, string>, n: (row: T) => number): Counts {
+  const counts = new Map<string, Counts[number]>();
+  for (const row of rows) {
+    const l = labels(row);
+    const key = JSON.stringify(l);
+    const seen = counts.get(key) ?? { labels: l, n: 0 };
+    seen.n += n(row);
+    counts.set(key, seen);
+  }
+  return [...counts.values()];
+}
+
 /**
- * The server's metrics. `prisma`, when given, backs the gauges every instance answers alike
- * (environments, nodes): one grouped query each at scrape time, so they never drift.
+ * The server's metrics. The gauges every instance answers alike (environments, nodes, slots) are
+ * one grouped query each at scrape time, so they never drift.
  */
-export function createMetrics(prisma?: Prisma): Metrics {
+export function createMetrics(prisma: Prisma): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const registers = [registry];
-  if (prisma) {
+  const fromDatabase = (name: string, help: string, labelNames: string[], read: () => Promise<Counts>) =>
     new Gauge({
-      name: 'berth_environments',
-      help: 'Environments not yet ended, by state, template and pool (from the database).',
-      labelNames: ['state', 'template', 'pool'],
+      name,
+      help,
+      labelNames,
       registers,
       async collect() {
-        // Ended environments (stopped, failed) are kept for history and would make every scrape
-        // scan them all; a rate of them is better read from the audit log.
-        const rows = await prisma.environment.groupBy({
-          by: ['state', 'template', 'pool'],
-          where: { state: { in: ['pending', 'starting', 'ready', 'stopping'] } },
-          _count: { _all: true },
-        });
+        // The database not answering leaves the family empty: the rest of the scrape still comes.
+        const counts = await read().catch(() => []);
         this.reset();
-        for (const r of rows) this.set({ state: r.state, template: r.template, pool: r.pool }, r._count._all);
+        for (const { labels, n } of counts) this.set(labels, n);
       },
     });
-    new Gauge({
-      name: 'berth_nodes',
-      help: 'Remote build machines (berth node) not revoked, by pool and state: online, draining, offline or lost (from the database).',
-      labelNames: ['pool', 'state'],
-      registers,
-      async collect() {
-        const rows = await prisma.remoteNode.groupBy({
-          by: ['pool', 'state', 'draining'],
-          where: { revoked: null },
-          _count: { _all: true },
-        });
-        this.reset();
-        const counts = new Map<string, { pool: string; state: string; n: number }>();
-        for (const r of rows) {
-          // The same states GET /v1/nodes shows (src/services/nodes.ts stateOf).
-          const state = r.draining || r.state === 'leaving' ? 'draining' : r.state === 'online' || r.state === 'offline' ? r.state : 'lost';
-          const key = `${r.pool}\0${state}`;
-          const seen = counts.get(key) ?? { pool: r.pool, state, n: 0 };
-          seen.n += r._count._all;
-          counts.set(key, seen);
-        }
-        for (const c of counts.values()) this.set({ pool: c.pool, state: c.state }, c.n);
-      },
-    });
-    new Gauge({
-      name: 'berth_node_slots',
-      help: 'Slots (the built-in pool’s hot nodes and remote nodes’ slots), by pool and state: busy or idle (from the database).',
-      labelNames: ['pool', 'state'],
-      registers,
-      async collect() {
-        const rows = await prisma.node.groupBy({ by: ['pool', 'environmentId'], _count: { _all: true } });
-        this.reset();
-        const counts = new Map<string, number>();
-        for (const r of rows) {
-          const key = `${r.pool}\0${r.environmentId ? 'busy' : 'idle'}`;
-          counts.set(key, (counts.get(key) ?? 0) + r._count._all);
-        }
-        for (const [key, n] of counts) {
-          const [pool, state] = key.split('\0');
-          this.set({ pool, state }, n);
-        }
-      },
-    });
-  }
+  fromDatabase(
+    'berth_environments',
+    'Environments not yet ended, by state, template and pool (from the database).',
+    ['state', 'template', 'pool'],
+    async () => {
+      // Ended environments (stopped, failed) are kept for history and would make every scrape
+      // scan them all.
+      const rows = await prisma.environment.groupBy({
+        by: ['state', 'template', 'pool'],
+        where: { state: { in: ['pending', 'starting', 'ready', 'stopping'] } },
+        _count: { _all: true },
+      });
+      return tally(
+        rows,
+        (r) => ({ state: r.state, template: r.template, pool: r.pool }),
+        (r) => r._count._all,
+      );
+    },
+  );
+  fromDatabase(
+    'berth_nodes',
+    'Remote build machines (berth node) not removed, by pool and state: online, draining, offline or lost (from the database).',
+    ['pool', 'state'],
+    async () => {
+      const rows = await prisma.remoteNode.groupBy({ by: ['pool', 'state', 'draining'], where: { revoked: null }, _count: { _all: true } });
+      // The same states GET /v1/nodes shows (src/services/nodes.ts stateOf).
+      const stateOf = (r: (typeof rows)[number]) =>
+        r.draining || r.state === 'leaving' ? 'draining' : r.state === 'online' || r.state === 'offline' ? r.state : 'lost';
+      return tally(
+        rows,
+        (r) => ({ pool: r.pool, state: stateOf(r) }),
+        (r) => r._count._all,
+      );
+    },
+  );
+  fromDatabase(
+    'berth_node_slots',
+    'Slots (the built-in pool’s hot nodes and remote nodes’ slots), by pool and state: busy or idle (from the database).',
+    ['pool', 'state'],
+    async () => {
+      const rows = await prisma.node.groupBy({ by: ['pool', 'environmentId'], _count: { _all: true } });
+      return tally(
+        rows,
+        (r) => ({ pool: r.pool, state: r.environmentId ? 'busy' : 'idle' }),
+        (r) => r._count._all,
+      );
+    },
+  );
   const subscriptions = new Map<'websocket' | 'sse', () => number>();
   new Gauge({
     name: 'berth_subscriptions',
