@@ -32,11 +32,10 @@ export const WebhookDelivery = builder.prismaObject('WebhookDelivery', {
     lastError: t.exposeString('lastError', { nullable: true, description: 'Why the last attempt failed (the start of the answer)' }),
     created: t.expose('created', { type: 'DateTime' }),
     lastAttempt: t.expose('lastAttempt', { type: 'DateTime', nullable: true }),
-    nextAttempt: t.field({
+    nextAttempt: t.expose('nextAttempt', {
       type: 'DateTime',
       nullable: true,
       description: 'When it is tried next; null once delivered or given up',
-      resolve: (d) => (d.delivered || d.gaveUp ? null : d.nextAttempt),
     }),
     delivered: t.expose('delivered', { type: 'DateTime', nullable: true }),
     gaveUp: t.expose('gaveUp', { type: 'DateTime', nullable: true, description: 'When retries ran out (about a day of them)' }),

@@ -190,7 +190,8 @@ interface Claimed {
 }
 
 /**
- * Takes due deliveries for one attempt: their nextAttempt moves past the attempt's deadline, so
+ * Takes due deliveries for one attempt (finished ones have no nextAttempt, so the index holds only
+ * what is pending): their nextAttempt moves past the attempt's deadline, so
  * another instance leaves them alone meanwhile and an instance killed mid-attempt leaves them due
  * again. A delivery waits while an older one of the same endpoint and environment is pending.
  */
@@ -302,14 +303,15 @@ async function attempt(deps: Deps, d: Claimed): Promise<void> {
   const result = { attempts, lastAttempt: now, lastStatus: outcome.status, lastError: outcome.error };
   if (delivered) {
     await deps.prisma.$transaction([
-      deps.prisma.webhookDelivery.updateMany({ where: { id: d.id }, data: { ...result, delivered: now } }),
+      deps.prisma.webhookDelivery.updateMany({ where: { id: d.id }, data: { ...result, delivered: now, nextAttempt: null } }),
       deps.prisma.webhook.updateMany({ where: { id: hook.id }, data: { consecutiveFailures: 0, failingSince: null } }),
     ]);
   } else {
     await deps.prisma.$transaction([
       deps.prisma.webhookDelivery.updateMany({
         where: { id: d.id },
-        data: wait === undefined ? { ...result, gaveUp: now } : { ...result, nextAttempt: new Date(now.getTime() + wait) },
+        data:
+          wait === undefined ? { ...result, gaveUp: now, nextAttempt: null } : { ...result, nextAttempt: new Date(now.getTime() + wait) },
       }),
       deps.prisma.$executeRaw`
         UPDATE "Webhook" SET "consecutiveFailures" = "consecutiveFailures" + 1,
@@ -335,7 +337,7 @@ async function deliverDue(deps: Deps): Promise<void> {
     orderBy: { nextAttempt: 'asc' },
     select: { nextAttempt: true },
   });
-  const wait = next ? next.nextAttempt.getTime() - now.getTime() : Number.POSITIVE_INFINITY;
+  const wait = next?.nextAttempt ? next.nextAttempt.getTime() - now.getTime() : Number.POSITIVE_INFINITY;
   if (wait < webhookJob.intervalMs) deps.background.nudge(WEBHOOK_JOB, wait);
 }
 

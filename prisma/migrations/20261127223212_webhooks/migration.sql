@@ -22,7 +22,7 @@ CREATE TABLE "WebhookDelivery" (
     "body" TEXT NOT NULL,
     "orderingKey" TEXT,
     "attempts" INTEGER NOT NULL DEFAULT 0,
-    "nextAttempt" TIMESTAMPTZ(3) NOT NULL,
+    "nextAttempt" TIMESTAMPTZ(3),
     "lastAttempt" TIMESTAMPTZ(3),
     "lastStatus" INTEGER,
     "lastError" TEXT,
