@@ -5,6 +5,7 @@ import './credentials';
 import './artifacts';
 import './templates';
 import './environments';
+import './usage';
 import './execs';
 import './quotas';
 import './sandboxes';
