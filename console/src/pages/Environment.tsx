@@ -11,6 +11,8 @@ import { useSession } from '../session';
 
 // xterm.js loads with the first terminal opened, not with the console.
 const Terminal = lazy(() => import('../components/Terminal'));
+// The usage charts load with the environment page's Usage section, not with the first page.
+const Usage = lazy(() => import('../components/Usage'));
 
 graphql(`
   fragment EnvironmentPageFields on Environment {
@@ -177,6 +179,11 @@ function EnvironmentView({ id }: { id: string }) {
                   ],
                 ]}
               />
+              <Section title="Usage">
+                <Suspense fallback={<p className="muted">Loading the usage…</p>}>
+                  <Usage environment={e.id} live={live} resources={e.resources} />
+                </Suspense>
+              </Section>
               <Section title="Exports">
                 {e.exports.length ? (
                   <Table label="Exports" head={['Service', 'On the sandbox', 'In the environment']}>
