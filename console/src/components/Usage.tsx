@@ -91,6 +91,7 @@ export default function Usage({ environment, live, resources }: { environment: s
           value={(s) => s.cpu}
           limit={cpuLimit}
           floor={1}
+          format={(v) => `${cores(v)} cores`}
           text={
             latest.cpu == null
               ? 'not measured'
@@ -103,6 +104,7 @@ export default function Usage({ environment, live, resources }: { environment: s
           value={(s) => s.memory}
           limit={memoryLimit?.bytes}
           floor={2 ** 20}
+          format={shown}
           text={latest.memory == null ? 'not measured' : of(shown(latest.memory), memoryLimit?.text)}
         />
         <Chart
@@ -111,12 +113,13 @@ export default function Usage({ environment, live, resources }: { environment: s
           value={(s) => s.disk}
           limit={diskLimit?.bytes}
           floor={2 ** 20}
+          format={shown}
           text={of(shown(latest.disk), diskLimit?.text)}
         />
       </div>
       <p className="muted small">
-        {points.length === 1 ? 'One sample' : `${points.length} samples over ${span(points)}`}; the dashed line is the limit the environment
-        was leased with.
+        {points.length === 1 ? 'One sample' : `${points.length} samples over ${span(points)}`}
+        {cpuLimit !== undefined || memoryLimit || diskLimit ? '; the dashed line is the limit the environment was leased with.' : '.'}
       </p>
     </>
   );
@@ -162,6 +165,7 @@ function Chart({
   value,
   limit,
   floor,
+  format,
   text,
 }: {
   title: string;
@@ -169,6 +173,7 @@ function Chart({
   value: (sample: UsageSampleFragment) => number | null;
   limit: number | undefined;
   floor: number;
+  format: (v: number) => string;
   text: string;
 }) {
   const titleId = useId();
@@ -177,15 +182,23 @@ function Chart({
     const v = value(p.sample);
     return v == null ? [] : [{ at: p.at, v }];
   });
-  const top = Math.max(limit ?? floor, ...measured.map((p) => p.v)) * 1.05;
+  const peak = Math.max(0, ...measured.map((p) => p.v));
+  const top = Math.max(limit ?? floor, peak) * 1.05;
   const y = (v: number) => (HEIGHT - (v / top) * HEIGHT).toFixed(1);
-  const first = measured[0]?.at ?? 0;
-  const width = (measured.at(-1)?.at ?? 0) - first;
+  // One time axis for the three charts (CPU may lack the first sample), oldest at the left.
+  const first = points[0]!.at;
+  const width = points.at(-1)!.at - first || 1;
+  const x = (at: number) => (((at - first) / width) * WIDTH).toFixed(1);
   // A single sample is drawn across the chart: one point makes no line.
-  const xs = width ? measured.map((p) => (((p.at - first) / width) * WIDTH).toFixed(1)) : measured.map(() => '0');
-  const line = measured.map((p, i) => `${xs[i]},${y(p.v)}`);
-  if (measured.length === 1) line.push(`${WIDTH},${y(measured[0]!.v)}`);
-  const area = line.length ? [...line, `${line.at(-1)!.split(',')[0]},${HEIGHT}`, `${xs[0]},${HEIGHT}`] : [];
+  const xy: [string, string][] =
+    measured.length === 1
+      ? [
+          ['0', y(measured[0]!.v)],
+          [String(WIDTH), y(measured[0]!.v)],
+        ]
+      : measured.map((p) => [x(p.at), y(p.v)]);
+  const line = xy.map((p) => p.join(','));
+  const area = xy.length ? [...line, `${xy.at(-1)![0]},${HEIGHT}`, `${xy[0]![0]},${HEIGHT}`] : [];
   return (
     <figure className="usage-chart" aria-labelledby={titleId}>
       <figcaption>
@@ -199,6 +212,7 @@ function Chart({
         {line.length ? <polyline className="usage-line" points={line.join(' ')} /> : null}
         {limit !== undefined ? <line className="usage-limit" x1={0} x2={WIDTH} y1={y(limit)} y2={y(limit)} /> : null}
       </svg>
+      {measured.length > 1 ? <p className="muted small usage-peak">Peak {format(peak)}</p> : null}
     </figure>
   );
 }
