@@ -210,6 +210,11 @@ function Chart({
       <svg role="img" aria-label={`${title} usage`} aria-describedby={textId} className="usage-plot" viewBox={`0 0 ${WIDTH} ${HEIGHT}`}>
         {area.length ? <polygon className="usage-area" points={area.join(' ')} /> : null}
         {line.length ? <polyline className="usage-line" points={line.join(' ')} /> : null}
+        {measured.length ? null : (
+          <text className="usage-none" x={WIDTH / 2} y={HEIGHT / 2} textAnchor="middle" dominantBaseline="middle">
+            not measured
+          </text>
+        )}
         {limit !== undefined ? <line className="usage-limit" x1={0} x2={WIDTH} y1={y(limit)} y2={y(limit)} /> : null}
       </svg>
       {measured.length > 1 ? <p className="muted small usage-peak">Peak {format(peak)}</p> : null}
