@@ -10,7 +10,7 @@ import { useEvents } from '../live';
 import { Empty, Failure } from './ui';
 
 graphql(`
-  fragment UsageSample on EnvironmentUsage { cpu memory pids disk sampled }
+  fragment UsageSample on EnvironmentUsage { cpu memory disk sampled }
 `);
 
 const UsageHistory = graphql(`
@@ -39,7 +39,7 @@ interface Point {
  * every sample of the last five minutes, the first of each minute before, none older than an
  * hour. So the page holds at most what `usageHistory` gives, however long it stays open.
  */
-export function mergeSamples(points: Point[], more: UsageSampleFragment[]): Point[] {
+function mergeSamples(points: Point[], more: UsageSampleFragment[]): Point[] {
   const all = [...points, ...more.map((sample) => ({ at: Date.parse(sample.sampled), sample }))].sort((a, b) => a.at - b.at);
   const newest = all.at(-1)?.at ?? 0;
   const kept: Point[] = [];
@@ -83,6 +83,7 @@ export default function Usage({ environment, live, resources }: { environment: s
   const diskLimit = size(resources.disk);
   return (
     <>
+      {history.error ? <Failure error={history.error} /> : null}
       {error ? <Failure error={error} what="new samples" /> : null}
       <div className="usage">
         <Chart
