@@ -36,6 +36,8 @@ export interface Config {
   nodeLostMs: number;
   /** How often node agents send heartbeats (NODE_HEARTBEAT_MS, default 5 s; at most a third of nodeLostMs). */
   nodeHeartbeatMs: number;
+  /** How often every node samples each environment's usage (USAGE_SAMPLE_MS, default 5 s; `berth node` hears it in its welcome). */
+  usageSampleMs: number;
   /** The built-in pool's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
   dockerHost?: string;
   /** A request body that stops arriving for this long is answered 408 (BODY_IDLE_MS, default 30 s; uploads allow longer). */
@@ -178,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     artifactSegmentSize: positive(intFrom(env, 'ARTIFACT_SEGMENT_SIZE', 64 * 1024 ** 2), 'ARTIFACT_SEGMENT_SIZE'),
     nodeLostMs,
     nodeHeartbeatMs: Math.min(positive(intFrom(env, 'NODE_HEARTBEAT_MS', 5_000), 'NODE_HEARTBEAT_MS'), Math.floor(nodeLostMs / 3)),
+    usageSampleMs: positive(intFrom(env, 'USAGE_SAMPLE_MS', 5_000), 'USAGE_SAMPLE_MS'),
     bodyIdleMs: positive(intFrom(env, 'BODY_IDLE_MS', 30_000), 'BODY_IDLE_MS'),
     metricsToken: metricsToken(opt('METRICS_TOKEN')),
     logFormat: logFormat(opt('LOG_FORMAT')),

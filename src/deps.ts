@@ -67,6 +67,11 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
         metrics: createMetrics(db.prisma),
       };
       node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
+      // Imported when a sample comes: services/usage → environments → scheduler would be a cycle at load.
+      node.onUsage = (id, usage) =>
+        void import('./services/usage')
+          .then(({ recordUsage }) => recordUsage(deps, null, id, usage))
+          .catch((err) => log(`could not record the usage of ${id}`, err));
       return deps;
     } catch (err) {
       await events.close();
@@ -80,6 +85,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
 
 /** Stops the background jobs, then closes events and the database. */
 export async function closeDeps(deps: Deps): Promise<void> {
+  deps.node.stopSampling();
   await deps.background.stop();
   deps.credentials.close();
   await deps.events.close();

@@ -231,6 +231,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     throw err;
   }
   deps.background.start(deps);
+  deps.node.startSampling(deps.config.usageSampleMs);
 
   let stopped = false;
   return {

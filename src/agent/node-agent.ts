@@ -84,6 +84,7 @@ export class NodeAgent {
     const owner = `node-${createHash('sha256').update(`${this.server}\n${opts.dir}`).digest('hex').slice(0, 16)}`;
     this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
     this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
+    this.runtime.onUsage = (id, sample) => this.send({ type: 'usage', environment: id, sample });
   }
 
   get dir(): string {
@@ -141,6 +142,7 @@ export class NodeAgent {
     this.wake?.();
     clearInterval(this.heartbeat);
     clearInterval(this.checks);
+    this.runtime.stopSampling();
     this.ws?.close(1000, 'node agent stopping');
   }
 
@@ -212,6 +214,7 @@ export class NodeAgent {
         this.log(`online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`);
         clearInterval(this.heartbeat);
         this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), Number(message.heartbeatMs) || 5000);
+        this.runtime.startSampling(Number(message.usageSampleMs) || 5000);
         // Roots of environments the server no longer counts as live on this node are wiped.
         const live = new Set(message.environments as string[]);
         for (const id of [...this.held]) if (!live.has(id)) await this.discard(id);

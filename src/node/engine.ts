@@ -13,6 +13,15 @@ export const CALL_MS = 20_000;
 /** How often a command's stream is checked against its exec's state (see exec()). */
 const WATCH_MS = 5_000;
 
+export interface ContainerUsage {
+  /** CPU time used since it started, nanoseconds (null when the engine does not say). */
+  cpuNs: number | null;
+  memory: number | null;
+  pids: number | null;
+  /** Bytes of its writable layer. */
+  writable: number;
+}
+
 export interface ContainerState {
   running: boolean;
   exitCode: number;
@@ -199,6 +208,33 @@ export class Engine {
         subnets: networks.filter((n) => n.IPAddress).map((n) => `${n.IPAddress}/${n.IPPrefixLen}`),
         gateways: networks.map((n) => n.Gateway).filter((g): g is string => Boolean(g)),
       };
+    });
+  }
+
+  /**
+   * One-shot usage of a running container: CPU time used so far (ns), memory and processes now,
+   * and the bytes of its writable layer (SizeRw). Null when there is no such container.
+   */
+  async usage(id: string): Promise<ContainerUsage | null> {
+    return this.timed('usage', async () => {
+      const container = this.docker.getContainer(id);
+      try {
+        const [stats, info] = await Promise.all([
+          within('a stats', container.stats({ stream: false })),
+          // `size` is passed on as ?size=1 (dockerode's types leave it out): Podman then fills SizeRw.
+          within('an inspect', container.inspect({ size: true } as Dockerode.ContainerInspectOptions) as Promise<{ SizeRw?: number }>),
+        ]);
+        const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : null);
+        return {
+          cpuNs: count(stats.cpu_stats?.cpu_usage?.total_usage),
+          memory: count(stats.memory_stats?.usage),
+          pids: count(stats.pids_stats?.current),
+          writable: count(info.SizeRw) ?? 0,
+        };
+      } catch (error) {
+        if (isMissing(error)) return null;
+        throw error;
+      }
     });
   }
 

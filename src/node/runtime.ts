@@ -14,7 +14,7 @@
 // Commands and service tunnels run through berth-envd inside the container (`run`, `dial`), never
 // on the node: the node cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
-import { lchown, mkdir, readdir, rm } from 'node:fs/promises';
+import { lchown, lstat, mkdir, readdir, rm } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { Duplex } from 'node:stream';
@@ -46,6 +46,20 @@ const ULIMITS = [
 const ALWAYS_BLOCKED = ['169.254.0.0/16', 'fe80::/10'];
 
 export type RuntimeKind = 'container' | 'files';
+
+/** One sample of an environment's usage (src/services/usage.ts); null: not measured. */
+export interface NodeUsage {
+  cpu: number | null;
+  memory: number | null;
+  pids: number | null;
+  disk: number;
+}
+
+/** Entries a disk count looks at before it stops (a share of millions of files must not stall sampling). */
+export const MAX_COUNTED_ENTRIES = 100_000;
+/** Environments sampled at once. */
+const SAMPLED_AT_ONCE = 8;
+const ENVIRONMENT_FOLDER = /^env_[A-Za-z0-9]{1,64}$/;
 
 export interface EnvironmentSpec {
   id: string;
@@ -82,6 +96,14 @@ export class NodeRuntime {
 
   /** A container ended on its own (its main process died, or was killed for memory). */
   onEnded: (id: string, reason: string) => void = () => undefined;
+  /** A sample of an environment's usage, for each environment whose folder this node holds. */
+  onUsage: (id: string, usage: NodeUsage) => void = () => undefined;
+  private sampler: NodeJS.Timeout | undefined;
+  private sampling = false;
+  /** The CPU time of each container at its last sample: cores are the difference over time. */
+  private readonly cpuSeen = new Map<string, { ns: number; at: number }>();
+  /** Environments whose last sample failed (logged once until one succeeds again). */
+  private readonly sampleFailed = new Set<string>();
 
   constructor(readonly options: RuntimeOptions) {}
 
@@ -206,6 +228,67 @@ export class NodeRuntime {
         // The reconciliation finds what a lost watch would have seen.
         if (!this.removing.has(name)) this.options.log(`lost the watch on ${name}: ${engineMessage(error)}`);
       });
+  }
+
+  /** Samples every environment this node holds each `intervalMs` (replacing an earlier schedule). */
+  startSampling(intervalMs: number): void {
+    clearInterval(this.sampler);
+    this.sampler = setInterval(() => void this.sampleAll(), intervalMs);
+    this.sampler.unref();
+  }
+
+  stopSampling(): void {
+    clearInterval(this.sampler);
+    this.sampler = undefined;
+  }
+
+  /** One round: the environments are the folders under `dir`; a round still running skips the next. */
+  private async sampleAll(): Promise<void> {
+    if (this.sampling) return;
+    this.sampling = true;
+    try {
+      const ids = (await readdir(this.options.dir).catch(() => [] as string[])).filter((name) => ENVIRONMENT_FOLDER.test(name));
+      const present = new Set(ids);
+      for (const id of this.cpuSeen.keys()) if (!present.has(id)) this.cpuSeen.delete(id);
+      for (const id of this.sampleFailed) if (!present.has(id)) this.sampleFailed.delete(id);
+      for (let i = 0; i < ids.length; i += SAMPLED_AT_ONCE) {
+        await Promise.all(ids.slice(i, i + SAMPLED_AT_ONCE).map((id) => this.sampleOne(id)));
+      }
+    } finally {
+      this.sampling = false;
+    }
+  }
+
+  private async sampleOne(id: string): Promise<void> {
+    try {
+      const usage = await this.sample(id);
+      this.sampleFailed.delete(id);
+      this.onUsage(id, usage);
+    } catch (error) {
+      if (this.sampleFailed.has(id)) return;
+      this.sampleFailed.add(id);
+      this.options.log(`cannot sample the usage of ${id}: ${engineMessage(error)}`);
+    }
+  }
+
+  /**
+   * The environment's usage now: its folder's bytes plus, when it runs as a container, the
+   * container's writable layer, CPU (cores since the previous sample; null on the first),
+   * memory and processes.
+   */
+  async sample(id: string): Promise<NodeUsage> {
+    const files = await countBytes(this.root(id));
+    const engine = this.options.engine;
+    const container = engine ? await engine.usage(containerName(id)) : null;
+    if (!container) return { cpu: null, memory: null, pids: null, disk: files };
+    const now = performance.now();
+    const before = this.cpuSeen.get(id);
+    let cpu: number | null = null;
+    if (container.cpuNs !== null) {
+      if (before && now > before.at && container.cpuNs >= before.ns) cpu = (container.cpuNs - before.ns) / 1e6 / (now - before.at);
+      this.cpuSeen.set(id, { ns: container.cpuNs, at: now });
+    }
+    return { cpu, memory: container.memory, pids: container.pids, disk: files + container.writable };
   }
 
   /** Removes the container (its processes end at once), keeping the share folders. */
@@ -400,4 +483,25 @@ function networkOf(cidr: string): string {
   const mask = Number(bits) === 0 ? 0 : (0xffffffff << (32 - Number(bits))) >>> 0;
   const net = (n & mask) >>> 0;
   return `${[24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.')}/${bits}`;
+}
+
+/**
+ * Bytes of the regular files under `dir`, never following links, looking at no more than
+ * MAX_COUNTED_ENTRIES entries (past that the count is a lower bound). A folder that vanishes
+ * meanwhile counts as empty.
+ */
+export async function countBytes(dir: string): Promise<number> {
+  let bytes = 0;
+  let entries = 0;
+  const folders = [dir];
+  for (let folder = folders.pop(); folder !== undefined && entries < MAX_COUNTED_ENTRIES; folder = folders.pop()) {
+    const found = await readdir(folder, { withFileTypes: true }).catch(() => []);
+    for (const entry of found) {
+      if (++entries > MAX_COUNTED_ENTRIES) break;
+      const path = join(folder, entry.name);
+      if (entry.isDirectory()) folders.push(path);
+      else if (entry.isFile()) bytes += (await lstat(path).catch(() => null))?.size ?? 0;
+    }
+  }
+  return bytes;
 }

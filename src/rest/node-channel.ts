@@ -7,7 +7,8 @@
 //                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
 //                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
 //                   {type: 'ended', environment, reason}   (its container ended on its own)
-//   server → agent  {type: 'welcome', node, heartbeatMs, environments}   {type: 'hello-again'}   {type: 'drained'}
+//                   {type: 'usage', environment, sample: {cpu, memory, pids, disk}}   (every USAGE_SAMPLE_MS)
+//   server → agent  {type: 'welcome', node, heartbeatMs, usageSampleMs, environments}   {type: 'hello-again'}   {type: 'drained'}
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
 //                   {type: 'error', error, code}
 //
@@ -29,6 +30,7 @@ import { DomainError, ForbiddenError, ValidationError } from '../services/errors
 import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
 import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../services/nodes';
+import { recordUsage } from '../services/usage';
 import { statusOf } from './status';
 
 export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
@@ -112,6 +114,9 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               return;
             case 'leaving':
               await nodeLeaving(deps, actor);
+              return;
+            case 'usage':
+              await recordUsage(deps, nodeId, message.environment, message.sample);
               return;
             case 'exec-output':
             case 'exec-input-credit':

@@ -267,7 +267,8 @@ async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment):
     await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
     return false;
   }
-  await transition(deps, env.id, ['stopping'], 'stopped', (at) => ({ stopped: at }));
+  // A system end for a fault of the environment's own (its disk limit) ends failed; `error` says why.
+  await transition(deps, env.id, ['stopping'], env.endsAs === 'failed' ? 'failed' : 'stopped', (at) => ({ stopped: at }));
   return false;
 }
 

@@ -124,6 +124,7 @@ const EnvironmentPayload = z.object({
   envVars: json.default({}),
   runtime: z.string().nullable().default(null),
   waiting: z.string().nullable().default(null),
+  endsAs: z.string().nullable().default(null),
   version: z.number().int(),
 }) satisfies z.ZodType<Environment, unknown>;
 

@@ -210,6 +210,8 @@ export interface HelloInput {
 export interface Welcome {
   node: { id: string; name: string; pool: string };
   heartbeatMs: number;
+  /** How often it samples its environments' usage (the server's USAGE_SAMPLE_MS). */
+  usageSampleMs: number;
   /** The live environments on the node: the agent wipes any other root it holds. */
   environments: string[];
 }
@@ -266,6 +268,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
   return {
     node: { id: node.id, name: node.name, pool: node.pool },
     heartbeatMs: deps.config.nodeHeartbeatMs,
+    usageSampleMs: deps.config.usageSampleMs,
     environments: live.map((e) => e.id),
   };
 }

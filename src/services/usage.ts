@@ -8,7 +8,10 @@ import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import type { UsageSample } from '../generated/prisma/client';
 import { requireMember } from './access';
-import { findEnvironment } from './environments';
+import { ENVIRONMENT_JOB, findEnvironment, transition } from './environments';
+import { ForbiddenError, ValidationError } from './errors';
+import { resourcesOf } from './json-columns';
+import { parseSize } from './sizes';
 
 /** One sample as nodes send it and the API shows it. */
 export interface Usage {
@@ -81,13 +84,6 @@ export async function usageHistory(deps: Deps, environmentId: string): Promise<U
   return thin(rows.map(toUsage), now);
 }
 
-/** `GET /v1/environments/{id}/usage`: the latest sample and the last hour's. */
-export async function readUsage(deps: Deps, actor: Actor, idOrName: string): Promise<{ usage: Usage | null; history: Usage[] }> {
-  const env = await findEnvironment(deps, actor, idOrName);
-  const history = await usageHistory(deps, env.id);
-  return { usage: history.at(-1) ?? (await latestUsage(deps, env.id)), history };
-}
-
 const Published = z.object({
   cpu: z.number().nullable(),
   memory: z.number().nullable(),
@@ -113,6 +109,63 @@ export async function watchUsage(deps: Deps, actor: Actor, idOrName: string): Pr
       await published.return?.();
     }
   })();
+}
+
+/**
+ * A node's sample of one of its environments (`nodeId` null: the built-in pool). A node speaks
+ * only for the environments placed on it (ForbiddenError otherwise); a sample of one no longer
+ * starting or ready (it ends meanwhile) is dropped. One over the template's disk limit ends it.
+ */
+export async function recordUsage(deps: Deps, nodeId: string | null, environmentId: unknown, report: unknown): Promise<void> {
+  if (typeof environmentId !== 'string' || environmentId.length > 100) {
+    throw new ValidationError('environment: must be an environment id', 'environment');
+  }
+  const parsed = UsageReport.safeParse(report);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const field = ['sample', ...issue.path.map(String)].join('.');
+    throw new ValidationError(`${field}: ${issue.message}`, field);
+  }
+  const env = await deps.prisma.environment.findUnique({
+    where: { id: environmentId },
+    select: { id: true, nodeId: true, state: true, resources: true },
+  });
+  if (!env || env.nodeId !== nodeId) {
+    throw new ForbiddenError('a node reports usage only for the environments currently on it');
+  }
+  if (env.state !== 'starting' && env.state !== 'ready') return;
+  const sample = await storeUsage(deps, env.id, parsed.data);
+  const disk = resourcesOf(env).disk;
+  if (disk !== undefined && sample.disk > parseSize(disk)) await endForDisk(deps, env.id, disk, sample.disk);
+}
+
+/**
+ * Ends the environment as a stop would (its node releases it: the out shares brought home, the
+ * snapshot saved), but it ends `failed`, saying why.
+ */
+async function endForDisk(deps: Deps, id: string, limit: string, used: number): Promise<void> {
+  const ended = await transition(deps, id, ['starting', 'ready'], 'stopping', () => ({
+    error: `disk limit ${limit} exceeded (${formatUsed(used)} used)`,
+    endsAs: 'failed',
+  }));
+  if (ended) deps.background.nudge(ENVIRONMENT_JOB);
+}
+
+const UNITS = [
+  ['TiB', 1024 ** 4],
+  ['GiB', 1024 ** 3],
+  ['MiB', 1024 ** 2],
+  ['KiB', 1024],
+] as const;
+
+/** Bytes used, rounded as a person reads them: `41MiB`, `3.2MiB`, `900B`. */
+export function formatUsed(bytes: number): string {
+  for (const [name, unit] of UNITS) {
+    if (bytes < unit) continue;
+    const value = bytes / unit;
+    return `${value >= 10 ? Math.round(value) : Math.round(value * 10) / 10}${name}`;
+  }
+  return `${bytes}B`;
 }
 
 /** Stores and publishes a sample the node of `environmentId` took. */

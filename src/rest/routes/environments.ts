@@ -11,6 +11,7 @@ graphql(`
     restored { key root files created }
     image resources { cpus memory pids disk } network workdir runtime
   }
+  fragment UsageFields on EnvironmentUsage { cpu memory pids disk sampled }
   fragment ExecFields on Exec { id lease time actor command exitCode durationMs }
   fragment QuotaFields on Quota { template maxLeases running idle hard warnings }
   fragment TemplateFields on Template {
@@ -101,6 +102,17 @@ export const environmentRoutes: Route[] = [
     summary: 'Every command recorded for the environment, newest first',
     document: graphql(`query RestExecs($id: String!) { execs(environment: $id) { ...ExecFields } }`),
     result: { kind: 'wrap', field: 'execs', key: 'execs' },
+    status: 200,
+  },
+  {
+    method: 'GET',
+    path: '/v1/environments/{id}/usage',
+    summary:
+      "The environment's latest usage sample and the last hour's (history: oldest first, every sample of the last five minutes, at most one a minute before)",
+    document: graphql(`
+      query RestEnvironmentUsage($id: String!) { environment(id: $id) { usage { ...UsageFields } history: usageHistory { ...UsageFields } } }
+    `),
+    result: { kind: 'field', field: 'environment' },
     status: 200,
   },
   {

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Environment" ADD COLUMN     "endsAs" TEXT;
