@@ -216,6 +216,19 @@ describeBackends('usage of files-only environments', (backend) => {
     expect(snapshots[0]).toMatchObject({ key, files: 1 });
   });
 
+  it('keeps the history across a restart', async () => {
+    const env = await lease('plain');
+    const sample = await sampleWhere(ws, env.id, () => true);
+    await ws.dispose();
+    await s.restart();
+    ws = wsClient(s.url, BOOTSTRAP);
+    const { history } = (await admin.get(`/v1/environments/${env.id}/usage`)).body;
+    expect(history.map((u: Sample) => u.sampled)).toContain(sample.sampled);
+    // Sampling goes on.
+    expect(Date.parse((await sampleWhere(ws, env.id, () => true)).sampled)).toBeGreaterThan(Date.parse(sample.sampled));
+    await admin.del(`/v1/environments/${env.id}`);
+  });
+
   // Last: it moves the clock an hour on.
   it('keeps the last hour: every sample of the last five minutes, one a minute before', async () => {
     const env = await lease('plain');
@@ -241,6 +254,12 @@ describeBackends('usage of files-only environments', (backend) => {
     // The table itself holds no more than that.
     const rows = await s.app.deps.prisma.usageSample.count({ where: { environmentId: env.id } });
     expect(rows).toBeLessThanOrEqual(history.length + 1);
+
+    // An hour after an ended environment's last sample, the background jobs delete them all.
+    s.clock.advance(60 * 60_000 + 1000);
+    await s.app.deps.background.tick();
+    expect(await s.app.deps.prisma.usageSample.count({ where: { environmentId: env.id } })).toBe(0);
+    expect((await admin.get(`/v1/environments/${env.id}/usage`)).body).toEqual({ history: [] });
   });
 });
 

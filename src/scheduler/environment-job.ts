@@ -11,6 +11,7 @@ import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
+import { HISTORY_MS } from '../services/usage';
 import { emitEnvironmentState } from '../services/webhook-events';
 import { nudgeWebhooks } from '../services/webhooks';
 import type { BackgroundJob } from './background';
@@ -272,10 +273,14 @@ async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment):
   return false;
 }
 
-/** Deletes event-log rows nobody can still be catching up on. */
+/**
+ * Deletes event-log rows nobody can still be catching up on, and usage samples past the hour of
+ * history (those of ended environments: a live one's are thinned as its samples arrive).
+ */
 async function pruneEvents(deps: Deps): Promise<void> {
-  const before = new Date(deps.clock.now().getTime() - 24 * 60 * 60 * 1000);
-  await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: before } } });
+  const now = deps.clock.now().getTime();
+  await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: new Date(now - 24 * 60 * 60 * 1000) } } });
+  await deps.prisma.usageSample.deleteMany({ where: { sampled: { lt: new Date(now - HISTORY_MS) } } });
 }
 
 export function environmentJob(provider: NodeProvider): BackgroundJob {
