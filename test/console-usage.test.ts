@@ -98,6 +98,13 @@ describeContainers("web console: an environment's usage, live", () => {
       await each.picture.locator('line.usage-limit').waitFor({ state: 'attached' });
     }
     await screenshot(page, 'usage-after');
+
+    // Once it ended, its page still draws the samples it had, from the history.
+    expect((await admin.del(`/v1/environments/${id}`)).status).toBe(200);
+    await untilState(s, BOOTSTRAP, id, 'stopped');
+    await page.reload();
+    await disk.picture.locator('polyline').waitFor();
+    expect(mib(await disk.value())).toBeGreaterThanOrEqual(64);
     expect(c.problems).toEqual([]);
   });
 
