@@ -3,7 +3,7 @@
 // environments, and the disk limit, on files-only environments and with a real engine on both
 // kinds of node.
 import { once } from 'node:events';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Client, createClient } from 'graphql-ws';
@@ -206,7 +206,10 @@ describeBackends('usage of files-only environments', (backend) => {
     const key = `disk-${backend}`;
     const env = await lease('small', { snapshot: key });
     await mkdir(join(outFolder(env.id), 'build'), { recursive: true });
-    await writeFile(join(outFolder(env.id), 'build', 'big'), Buffer.alloc(3 * 1024 * 1024));
+    // Written beside the data and moved in whole: a sample never sees it half written.
+    const staged = join(s.dataDir, `big-${backend}`);
+    await writeFile(staged, Buffer.alloc(3 * 1024 * 1024));
+    await rename(staged, join(outFolder(env.id), 'build', 'big'));
     const ended = await until(env.id, 'failed', 'stopped');
     expect(ended.state).toBe('failed');
     expect(ended.error).toMatch(DISK_ERROR);
