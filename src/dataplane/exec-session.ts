@@ -30,7 +30,7 @@ import { principalOf } from '../services/access';
 import { authenticate } from '../services/auth';
 import { BadRequestError, DomainError, ForbiddenError, ValidationError } from '../services/errors';
 import { commandEnvironment, execRecord, startCommand } from '../services/exec';
-import { recordRelayActivity, relayActivityStep } from '../services/relay';
+import { activityRecorder } from '../services/relay';
 import { findTemplate } from '../services/templates';
 import { CLOSE } from './ws-bridge';
 
@@ -170,15 +170,8 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       release(principal);
       gone.abort();
     });
-    // Typing counts as activity, like a keepalive: at most one database check per step.
-    const step = relayActivityStep(idleMs);
-    let checked = Number.NEGATIVE_INFINITY;
-    const active = () => {
-      const now = deps.clock.now().getTime();
-      if (now - checked < step) return;
-      checked = now;
-      recordRelayActivity(deps, environmentId).catch((error) => log('session activity not recorded', error));
-    };
+    // Typing counts as activity, like a keepalive.
+    const active = activityRecorder(deps, environmentId, idleMs, (error) => log('session activity not recorded', error));
     // Input waits for room on its way to the container: meanwhile this socket is not read (what it
     // had already parsed waits in line), and reading resumes once the line is empty.
     let inputs = Promise.resolve();

@@ -30,7 +30,7 @@ import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
-import { authorizeRelay, recordOutSynced, recordRelayActivity, recordRelayed, relayActivityStep } from '../services/relay';
+import { activityRecorder, authorizeRelay, recordOutSynced, recordRelayed } from '../services/relay';
 import { type RelayJob, serveRelay } from './relay-node';
 import { CLOSE, joinSockets } from './ws-bridge';
 
@@ -81,7 +81,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     const finished = async (code: number) => {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };
-    const traffic = activity(env.id, relayActivityStep(env.idleMs));
+    const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
     if (env.nodeId) {
       // A remote node: it dials back here, then the two sockets are joined.
       const node = await nodeJoins(env.nodeId, job);
@@ -105,26 +105,6 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
         .then((end) => finished(end.code))
         .catch((error) => log('relay failed', error));
     });
-  };
-
-  /**
-   * Traffic on one relay socket counts as activity of its environment: at most one check of the
-   * database per `step` (relayActivityStep) per socket, never one per message.
-   */
-  const activity = (environmentId: string, step: number) => {
-    let checked = Number.NEGATIVE_INFINITY;
-    let busy = false;
-    return () => {
-      const now = deps.clock.now().getTime();
-      if (busy || now - checked < step) return;
-      busy = true;
-      checked = now;
-      recordRelayActivity(deps, environmentId)
-        .catch((error) => log('relay activity not recorded', error))
-        .finally(() => {
-          busy = false;
-        });
-    };
   };
 
   /** A relay socket lives as long as the credential that opened it (and the server). */

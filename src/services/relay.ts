@@ -116,6 +116,28 @@ export async function recordRelayActivity(deps: Deps, environmentId: string): Pr
   });
 }
 
+/**
+ * Traffic on one socket (a relay, an interactive session) counts as activity of its environment:
+ * the returned function checks the database at most once per relayActivityStep(idleMs), never
+ * once per message, and never twice at once.
+ */
+export function activityRecorder(deps: Deps, environmentId: string, idleMs: number, failed: (error: unknown) => void): () => void {
+  const step = relayActivityStep(idleMs);
+  let checked = Number.NEGATIVE_INFINITY;
+  let busy = false;
+  return () => {
+    const now = deps.clock.now().getTime();
+    if (busy || now - checked < step) return;
+    busy = true;
+    checked = now;
+    recordRelayActivity(deps, environmentId)
+      .catch(failed)
+      .finally(() => {
+        busy = false;
+      });
+  };
+}
+
 /** An `out` share's last pass was acknowledged by the agent: the release need not wait for it. */
 export async function recordOutSynced(deps: Deps, environmentId: string, share: string): Promise<void> {
   await deps.prisma.$executeRaw`
