@@ -27,6 +27,7 @@ import { startOperatorSocket } from './operator';
 import { createRestHandler } from './rest/adapter';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
 import { buildRoutes } from './rest/routes';
+import { prepullBuiltin } from './scheduler/builtin-node';
 import { schema } from './schema';
 import { ensureDefaultOrganization } from './services/organizations';
 
@@ -232,6 +233,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   }
   deps.background.start(deps);
   deps.node.startSampling(deps.config.usageSampleMs);
+  void prepullBuiltin(deps).catch((err) => log('could not list the images the built-in pool pulls ahead', err));
 
   let stopped = false;
   return {

@@ -6,7 +6,7 @@
 // `prepare` (make the environment's root, restore its snapshot there, start its container),
 // `release` (remove the container, save the shares, remove the root), `discard`, `exec`,
 // `exec-kill`, `exec-credit` (flow control: EXEC_WINDOW), a session's `exec-input`,
-// `exec-input-end` and `exec-resize`, and `relay`. The work itself is the node runtime's (src/node/runtime.ts), the same
+// `exec-input-end` and `exec-resize`, `relay`, and `images` (pull ahead: docs/agents.md, "Images"). The work itself is the node runtime's (src/node/runtime.ts), the same
 // the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
 // with the same credential. After a restart it holds the environments whose containers still run
 // (the server says which are live; the rest are removed) and nothing else.
@@ -17,16 +17,18 @@
 // serves as before (docs/agents.md, "Stopping a node").
 import { createHash } from 'node:crypto';
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { availableParallelism, totalmem } from 'node:os';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
-import { execOutput, NODE_CHANNEL_PATH } from '../dataplane/protocol';
+import { execOutput, MAX_POOL_IMAGES, NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { type RelayJob, serveRelay } from '../dataplane/relay-node';
 import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
 import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
+import { normalizeImage } from '../services/image-ref';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
 
@@ -75,6 +77,8 @@ export class NodeAgent {
   readonly runtime: NodeRuntime;
   private readonly commands = new Map<string, Command>();
   private checks: NodeJS.Timeout | undefined;
+  /** The machine's CPUs and memory, said in every hello: the engine's when there is one, else the host's. */
+  private capacity: { cpus: number; memory: number } | undefined;
 
   constructor(private readonly opts: NodeAgentOptions) {
     this.server = opts.server.replace(/\/+$/, '');
@@ -94,6 +98,7 @@ export class NodeAgent {
   /** Runs until stop() or until the server refuses the credential (then rejects with RefusedError). */
   async run(): Promise<void> {
     await mkdir(this.opts.dir, { recursive: true });
+    this.capacity = (await this.opts.engine?.capacity()) ?? { cpus: availableParallelism(), memory: totalmem() };
     await this.adopt();
     this.checks = setInterval(
       () => void this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`)),
@@ -196,9 +201,15 @@ export class NodeAgent {
     });
   }
 
-  /** Its slots and the environments it holds; while draining, that it is leaving. */
+  /** Its slots, capacity and the environments it holds; while draining, that it is leaving. */
   private hello(): void {
-    this.send({ type: 'hello', slots: this.opts.slots, environments: [...this.held], ...(this.leaving ? { leaving: true } : {}) });
+    this.send({
+      type: 'hello',
+      slots: this.opts.slots,
+      environments: [...this.held],
+      capacity: this.capacity,
+      ...(this.leaving ? { leaving: true } : {}),
+    });
   }
 
   send(message: Record<string, unknown>): void {
@@ -218,10 +229,14 @@ export class NodeAgent {
         // Roots of environments the server no longer counts as live on this node are wiped.
         const live = new Set(message.environments as string[]);
         for (const id of [...this.held]) if (!live.has(id)) await this.discard(id);
+        this.pullAhead(message.images);
         // An end reported while the channel was down was lost: every container is looked at again.
         await this.checkContainers();
         return;
       }
+      case 'images':
+        this.pullAhead(message.images);
+        return;
       case 'hello-again':
         this.hello();
         return;
@@ -284,6 +299,19 @@ export class NodeAgent {
       default:
         this.log(`ignored a message of unknown type ${JSON.stringify(message.type)}`);
     }
+  }
+
+  /** Its pool's templates' images (the welcome's, an `images` message's): those the engine lacks are pulled in the background. */
+  private pullAhead(images: unknown): void {
+    if (!Array.isArray(images)) return;
+    const valid = images.slice(0, MAX_POOL_IMAGES).filter((ref): ref is string => {
+      try {
+        return typeof ref === 'string' && normalizeImage(ref) === ref;
+      } catch {
+        return false;
+      }
+    });
+    this.runtime.prepull(valid);
   }
 
   /** Runs `work` and, when the message asked for one, sends the reply (with `error` on failure). */

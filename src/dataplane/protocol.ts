@@ -5,6 +5,8 @@ export const NODE_CHANNEL_PATH = '/v1/nodes/channel';
 
 /** The most slots one node agent may hold. */
 export const MAX_SLOTS = 64;
+/** The most images a node is told to pull ahead for its pool (those of the templates changed last). */
+export const MAX_POOL_IMAGES = 20;
 
 /** The most bytes of command output in one `exec-output` event (events cross PostgreSQL NOTIFY, 8000 bytes a payload). */
 export const EXEC_CHUNK = 4096;

@@ -94,6 +94,8 @@ export type EngineObserver = (operation: string, seconds: number, outcome: 'ok' 
 
 export class Engine {
   observe: EngineObserver | undefined;
+  /** Pulls under way, by reference (bounded by the references asked for: templates' images). */
+  private readonly pulls = new Map<string, Promise<void>>();
 
   private constructor(
     readonly url: string,
@@ -126,23 +128,56 @@ export class Engine {
     return engine;
   }
 
+  /** The CPUs and memory (bytes) the engine runs containers on (a Podman machine's, not the host's). */
+  async capacity(): Promise<{ cpus: number; memory: number }> {
+    return this.timed('info', async () => {
+      const info = (await within('an info', this.docker.info())) as { NCPU?: number; MemTotal?: number };
+      return { cpus: Number(info.NCPU), memory: Number(info.MemTotal) };
+    });
+  }
+
   /** The image's command and user, pulling it first when the engine lacks it. */
   async image(ref: string): Promise<ImageConfig> {
     return this.timed('image', async () => {
-      let info: Dockerode.ImageInspectInfo;
-      try {
-        info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
-      } catch (error) {
-        if (!isMissing(error)) throw error;
-        await this.pull(ref);
-        info = await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+      let info = await this.inspectImage(ref);
+      if (!info) {
+        await this.pullImage(ref);
+        info = await this.inspectImage(ref);
+        if (!info) throw new EngineError(`image ${ref} is missing right after its pull`);
       }
       const config = info.Config;
       return { entrypoint: toList(config.Entrypoint), cmd: toList(config.Cmd), user: config.User ?? '' };
     });
   }
 
-  private async pull(ref: string): Promise<void> {
+  /** Whether the engine has the image (no pull). */
+  async hasImage(ref: string): Promise<boolean> {
+    return (await this.inspectImage(ref)) !== null;
+  }
+
+  private async inspectImage(ref: string): Promise<Dockerode.ImageInspectInfo | null> {
+    try {
+      return await within(`for image ${ref}`, this.docker.getImage(ref).inspect());
+    } catch (error) {
+      if (isMissing(error)) return null;
+      throw error;
+    }
+  }
+
+  /**
+   * Pulls the image. A pull of the same reference already under way (the node's prepull, another
+   * lease) is waited for rather than started again.
+   */
+  pullImage(ref: string): Promise<void> {
+    let pulling = this.pulls.get(ref);
+    if (!pulling) {
+      pulling = this.pullOnce(ref).finally(() => this.pulls.delete(ref));
+      this.pulls.set(ref, pulling);
+    }
+    return pulling;
+  }
+
+  private async pullOnce(ref: string): Promise<void> {
     const stream = await this.docker.pull(ref);
     await new Promise<void>((resolve, reject) => {
       this.docker.modem.followProgress(stream, (error: Error | null, events: { error?: string }[]) => {

@@ -104,11 +104,41 @@ export class NodeRuntime {
   private readonly cpuSeen = new Map<string, { ns: number; at: number }>();
   /** Environments whose last sample failed (logged once until one succeeds again). */
   private readonly sampleFailed = new Set<string>();
+  /** Images queued or being pulled ahead of leases (prepull), and the queue's tail: one pull at a time. */
+  private readonly prepulls = new Set<string>();
+  private prepullTail: Promise<void> = Promise.resolve();
 
   constructor(readonly options: RuntimeOptions) {}
 
   get engine(): Engine | null {
     return this.options.engine;
+  }
+
+  /**
+   * Pulls, in the background and one at a time, each of `images` the engine lacks: its pool's
+   * templates' images, so no lease waits for a pull (a lease that needs one being pulled waits for
+   * that same pull: Engine.pullImage). An image already queued is not queued again.
+   */
+  prepull(images: string[]): void {
+    const engine = this.options.engine;
+    if (!engine) return;
+    for (const ref of images) {
+      if (this.prepulls.has(ref)) continue;
+      this.prepulls.add(ref);
+      this.prepullTail = this.prepullTail.then(async () => {
+        try {
+          if (await engine.hasImage(ref)) return;
+          this.options.log(`pulling ${ref}`);
+          const started = Date.now();
+          await engine.pullImage(ref);
+          this.options.log(`pulled ${ref} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+        } catch (error) {
+          this.options.log(`cannot pull ${ref}: ${engineMessage(error)}`);
+        } finally {
+          this.prepulls.delete(ref);
+        }
+      });
+    }
   }
 
   root(id: string): string {

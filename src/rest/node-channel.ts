@@ -8,7 +8,8 @@
 //                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
 //                   {type: 'ended', environment, reason}   (its container ended on its own)
 //                   {type: 'usage', environment, sample: {cpu, memory, pids, disk}}   (every USAGE_SAMPLE_MS)
-//   server → agent  {type: 'welcome', node, heartbeatMs, usageSampleMs, environments}   {type: 'hello-again'}   {type: 'drained'}
+//   server → agent  {type: 'welcome', node, heartbeatMs, usageSampleMs, environments, images}   {type: 'hello-again'}   {type: 'drained'}
+//                   {type: 'images', images}   (a template of its pool changed: pull ahead)
 //                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
 //                   {type: 'error', error, code}
 //

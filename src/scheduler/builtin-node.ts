@@ -10,6 +10,7 @@ import type { Deps } from '../context';
 import { Engine, engineAddress, engineMessage } from '../node/engine';
 import { NodeRuntime } from '../node/runtime';
 import { LIVE_STATES } from '../services/environment-events';
+import { poolImages } from '../services/templates';
 import type { BackgroundJob } from './background';
 import { resourcesOf } from './node-specs';
 
@@ -43,6 +44,13 @@ export function openBuiltinNode(config: Config, masterKey: Buffer, engine: Engin
     owner,
     log: (line) => log(`built-in node: ${line}`),
   });
+}
+
+/** At start: the built-in node pulls the images of its pools' templates (those with hot nodes) it lacks, in the background. */
+export async function prepullBuiltin(deps: Deps): Promise<void> {
+  if (!deps.node.engine) return;
+  const pools = deps.catalog.pools.filter((p) => p.hotNodes > 0).map((p) => p.name);
+  if (pools.length) deps.node.prepull(await poolImages(deps.prisma, pools, null));
 }
 
 /** Ends a live environment whose container ended without being asked, with why. */

@@ -1,6 +1,25 @@
-import { createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from '../services/nodes';
+import { type Allocation, createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from '../services/nodes';
 import { builder } from './builder';
 import { EnvironmentRef } from './environments';
+
+const NodeCapacityRef = builder.objectRef<{ cpus: number; memory: number }>('NodeCapacity').implement({
+  description: "A node's machine, as its agent said when it last connected: its engine's, else the host's",
+  fields: (t) => ({
+    cpus: t.exposeInt('cpus'),
+    memory: t.expose('memory', { type: 'SafeInt', description: 'Bytes' }),
+  }),
+});
+
+const NodeAllocationRef = builder.objectRef<Allocation>('NodeAllocation').implement({
+  description: "What the limits (templates' `resources`) of the live environments on a node add up to",
+  fields: (t) => ({
+    cpus: t.exposeFloat('cpus', { description: 'The sum of their CPU limits' }),
+    memory: t.expose('memory', { type: 'SafeInt', description: 'The sum of their memory limits, bytes' }),
+    unlimited: t.exposeInt('unlimited', {
+      description: 'How many of them lack a CPU or a memory limit (what they use of the missing one is in no sum)',
+    }),
+  }),
+});
 
 export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
   description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
@@ -19,6 +38,13 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
       description: 'The live environments on it (each holds one of its slots), oldest first',
       resolve: (n) => n.environments,
     }),
+    capacity: t.field({
+      type: NodeCapacityRef,
+      nullable: true,
+      description: 'Its CPUs and memory; null until its agent connected once',
+      resolve: (n) => n.capacity,
+    }),
+    allocated: t.field({ type: NodeAllocationRef, description: 'What its live environments are allowed', resolve: (n) => n.allocated }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),
     created: t.expose('created', { type: 'DateTime' }),

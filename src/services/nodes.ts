@@ -12,6 +12,7 @@ import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
+import { resourcesOf } from '../scheduler/node-specs';
 import { requireAdmin, requireMember, requireNodeAgent } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { formatDuration } from './durations';
@@ -21,8 +22,9 @@ import { newId } from './names';
 import { sendToNode } from './node-messages';
 import { SANDBOX_NAME } from './sandboxes';
 import { hashSecret, newSecret, secretPrefix } from './secrets';
+import { parseSize } from './sizes';
 import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, savedShares, saveSnapshotShare } from './snapshots';
-import { findTemplate } from './templates';
+import { findTemplate, poolImages } from './templates';
 
 export { MAX_SLOTS } from '../dataplane/protocol';
 
@@ -44,6 +46,10 @@ export interface NodeRecord {
   slots: number;
   /** The live environments on it, oldest first (each holds one of its slots). */
   environments: Environment[];
+  /** The machine's CPUs and memory (bytes) as its agent said when it last connected; null before. */
+  capacity: { cpus: number; memory: number } | null;
+  /** What its live environments' limits add up to (see allocationOf). */
+  allocated: Allocation;
   lastSeen: Date | null;
   createdBy: string;
   created: Date;
@@ -66,22 +72,51 @@ function stateOf(node: RemoteNode): NodeState {
   return node.state === 'online' || node.state === 'offline' ? node.state : 'lost';
 }
 
+export interface Allocation {
+  /** The sum of their CPU limits. */
+  cpus: number;
+  /** The sum of their memory limits, bytes. */
+  memory: number;
+  /** How many of them lack a CPU or a memory limit: what they use of the missing one is in no sum. */
+  unlimited: number;
+}
+
+/** The limits of live environments, added up (their templates' `resources`, kept on each environment). */
+export function allocationOf(envs: Environment[]): Allocation {
+  let cpus = 0;
+  let memory = 0;
+  let unlimited = 0;
+  for (const env of envs) {
+    const limits = resourcesOf(env);
+    if (limits.cpus) cpus += limits.cpus;
+    if (limits.memory) memory += parseSize(limits.memory);
+    if (!limits.cpus || !limits.memory) unlimited++;
+  }
+  // Hundredths, as templates write them: no 0.30000000000000004.
+  return { cpus: Math.round(cpus * 100) / 100, memory, unlimited };
+}
+
 async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
   const envs = await deps.prisma.environment.findMany({
     where: { nodeId: { in: nodes.map((n) => n.id) }, state: { in: [...LIVE_STATES] } },
     orderBy: [{ created: 'asc' }, { id: 'asc' }],
   });
-  return nodes.map((n) => ({
-    id: n.id,
-    name: n.name,
-    pool: n.pool,
-    state: stateOf(n),
-    slots: n.slots,
-    environments: envs.filter((e) => e.nodeId === n.id),
-    lastSeen: n.lastSeen,
-    createdBy: n.createdBy,
-    created: n.created,
-  }));
+  return nodes.map((n) => {
+    const environments = envs.filter((e) => e.nodeId === n.id);
+    return {
+      id: n.id,
+      name: n.name,
+      pool: n.pool,
+      state: stateOf(n),
+      slots: n.slots,
+      environments,
+      capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null,
+      allocated: allocationOf(environments),
+      lastSeen: n.lastSeen,
+      createdBy: n.createdBy,
+      created: n.created,
+    };
+  });
 }
 
 export const nodesTopic = (orgId: string) => `org:${orgId}:nodes`;
@@ -205,6 +240,32 @@ export interface HelloInput {
   environments: string[];
   /** It is shutting down (a reconnect while it drains): it stays `leaving`, see nodeLeaving. */
   leaving?: boolean;
+  /** The machine's CPUs and memory (bytes): its engine's, else the host's. */
+  capacity?: { cpus: number; memory: number };
+}
+
+/** Bounds of a node's capacity: what no machine this decade exceeds. */
+const MAX_NODE_CPUS = 4096;
+const MAX_NODE_MEMORY = 2 ** 50;
+
+function validateCapacity(value: unknown): { cpus: number; memory: number } | undefined {
+  if (value === undefined) return undefined;
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    Array.isArray(value) ||
+    Object.keys(value).some((k) => k !== 'cpus' && k !== 'memory')
+  ) {
+    throw new ValidationError('capacity: must be an object {cpus, memory}', 'capacity');
+  }
+  const { cpus, memory } = value as Record<string, unknown>;
+  if (typeof cpus !== 'number' || !Number.isInteger(cpus) || cpus < 1 || cpus > MAX_NODE_CPUS) {
+    throw new ValidationError(`capacity.cpus: must be an integer from 1 to ${MAX_NODE_CPUS}`, 'capacity.cpus');
+  }
+  if (typeof memory !== 'number' || !Number.isSafeInteger(memory) || memory < 1 || memory > MAX_NODE_MEMORY) {
+    throw new ValidationError(`capacity.memory: must be a whole number of bytes from 1 to ${MAX_NODE_MEMORY} (1 PiB)`, 'capacity.memory');
+  }
+  return { cpus, memory };
 }
 
 export interface Welcome {
@@ -214,6 +275,8 @@ export interface Welcome {
   usageSampleMs: number;
   /** The live environments on the node: the agent wipes any other root it holds. */
   environments: string[];
+  /** Its pool's templates' images: the agent pulls those its engine lacks (later changes come as `images` messages). */
+  images: string[];
 }
 
 /**
@@ -230,13 +293,17 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     throw new ValidationError('environments: must be a list of environment ids', 'environments');
   }
   if (input.leaving !== undefined && typeof input.leaving !== 'boolean') throw new ValidationError('leaving: must be a boolean', 'leaving');
+  const capacity = validateCapacity(input.capacity);
   const now = deps.clock.now();
   const { node, stale } = await deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:node:${nodeId}`);
     const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
     if (!found || found.revoked) throw new UnauthorizedError('this node was removed');
     const state = input.leaving ? 'leaving' : 'online';
-    const node = await tx.remoteNode.update({ where: { id: nodeId }, data: { state, lastSeen: now, slots: input.slots } });
+    const node = await tx.remoteNode.update({
+      where: { id: nodeId },
+      data: { state, lastSeen: now, slots: input.slots, ...(capacity ? { cpus: capacity.cpus, memory: BigInt(capacity.memory) } : {}) },
+    });
     const wanted = Array.from({ length: input.slots }, (_, i) => `${nodeId}-${i + 1}`);
     if (!found.draining) {
       await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: node.pool, remoteId: nodeId })), skipDuplicates: true });
@@ -270,6 +337,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     heartbeatMs: deps.config.nodeHeartbeatMs,
     usageSampleMs: deps.config.usageSampleMs,
     environments: live.map((e) => e.id),
+    images: await poolImages(deps.prisma, [node.pool], node.orgId),
   };
 }
 

@@ -1,9 +1,11 @@
 import type { Actor, Deps } from '../context';
+import { MAX_POOL_IMAGES } from '../dataplane/protocol';
 import { lockFor, type Prisma } from '../db';
 import { requireAdmin, requireMember } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { DomainError } from './errors';
 import { newId } from './names';
+import { sendToNode } from './node-messages';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
 
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
@@ -66,6 +68,35 @@ export async function findTemplate(prisma: Prisma, orgId: string, name: string):
   return templateFromJson(row.spec, row.name);
 }
 
+/**
+ * The images of `pools`' templates, for their nodes to pull before any lease needs them: the
+ * catalog's and `orgId`'s own (every organization's for the built-in pool: null). Distinct, those
+ * changed last first, at most MAX_POOL_IMAGES. A catalog template the organization replaced may
+ * still count: one image pulled for nothing is cheaper than a second query.
+ */
+export async function poolImages(prisma: Prisma, pools: string[], orgId: string | null): Promise<string[]> {
+  const rows = await prisma.template.findMany({
+    where: { pool: { in: pools }, ...(orgId === null ? {} : { orgId: { in: [orgId, CATALOG] } }) },
+    orderBy: [{ updated: 'desc' }, { id: 'asc' }],
+    select: { name: true, spec: true },
+    take: 500,
+  });
+  const images = new Set<string>();
+  for (const row of rows) {
+    const { image } = templateFromJson(row.spec, row.name);
+    if (image) images.add(image);
+    if (images.size === MAX_POOL_IMAGES) break;
+  }
+  return [...images];
+}
+
+/** A template of `pool` now names `image`: the organization's nodes of that pool (and the built-in pool's) pull it now. */
+async function pullAhead(deps: Deps, orgId: string, pool: string, image: string): Promise<void> {
+  const nodes = await deps.prisma.remoteNode.findMany({ where: { orgId, pool, revoked: null }, select: { id: true } });
+  for (const node of nodes) await sendToNode(deps, node.id, { type: 'images', images: [image] });
+  if (poolOf(deps, pool).hotNodes > 0) deps.node.prepull([image]);
+}
+
 /** GET /v1/templates: the organization's own templates and the catalog's it did not replace. */
 export async function listTemplates(deps: Deps, actor: Actor): Promise<TemplateSpec[]> {
   requireMember(actor);
@@ -94,5 +125,6 @@ export async function upsertTemplate(deps: Deps, actor: Actor, name: string, inp
     });
     await recordAudit(deps, tx, actor, { action: 'template.set', target: { kind: 'template', id: name }, detail: { pool: spec.pool } });
   });
+  if (spec.image) await pullAhead(deps, actor.orgId, spec.pool, spec.image);
   return spec;
 }

@@ -15,7 +15,7 @@ import type { Route } from '../route';
 
 graphql(`
   fragment NodeFields on Node {
-    id name pool state slots environments lastSeen createdBy created
+    id name pool state slots environments capacity { cpus memory } allocated { cpus memory unlimited } lastSeen createdBy created
   }
 `);
 
@@ -87,7 +87,7 @@ export const nodeRoutes: Route[] = [
   {
     method: 'GET',
     path: '/v1/nodes',
-    summary: "The organization's remote nodes with their state, slots and live environments",
+    summary: "The organization's remote nodes with their state, slots, capacity, what is allocated and live environments",
     document: graphql(`query RestNodes { nodes { ...NodeFields } }`),
     result: { kind: 'wrap', field: 'nodes', key: 'nodes' },
     status: 200,

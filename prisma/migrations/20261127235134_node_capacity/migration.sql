@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "RemoteNode" ADD COLUMN     "cpus" INTEGER,
+ADD COLUMN     "memory" BIGINT;
