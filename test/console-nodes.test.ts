@@ -1,8 +1,9 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { bytes } from '../console/src/format';
 import {
   CONSOLE_TEMPLATES,
   type ConsolePage,
@@ -176,11 +177,13 @@ describe('web console: nodes and templates', () => {
     // Registered, never heard from: lost, no slots yet.
     await row.waitFor();
     const cells = () => row.getByRole('cell').allTextContents();
-    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'never', '–']);
+    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'not reported yet', 'never', '–']);
 
     await startAgent();
     await row.getByText('online', { exact: true }).waitFor();
-    await expect.poll(cells).toEqual(['remote', 'online', '0 of 2', expect.not.stringMatching(/^never$/), '–']);
+    // Without an engine its capacity is the host's (this machine's).
+    const machine = `${availableParallelism()} CPUs, 0 B of ${bytes(totalmem())}`;
+    await expect.poll(cells).toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, expect.not.stringMatching(/^never$/), '–']);
     await screenshot(page, 'nodes-online');
 
     // An environment of its pool takes a slot; its name links to its page.
@@ -189,6 +192,8 @@ describe('web console: nodes and templates', () => {
     expect((await admin.get(`/v1/environments/${env.id}`)).body.node).toBe('builder-1');
     await row.getByRole('link', { name: env.name, exact: true }).waitFor();
     expect((await cells())[2]).toBe('1 of 2');
+    // The template's limits: 2 CPUs, 4 GiB.
+    expect((await cells())[3]).toBe(`2 of ${availableParallelism()} CPUs, 4.0 GiB of ${bytes(totalmem())}`);
     expect(await row.getByRole('link', { name: env.name }).getAttribute('href')).toBe(`/environments/${env.name}`);
     await screenshot(page, 'nodes');
 
@@ -196,7 +201,7 @@ describe('web console: nodes and templates', () => {
     await agent!.kill('SIGKILL');
     s.clock.advance(NODE_LOST_MS + 1000);
     await row.getByText('lost', { exact: true }).waitFor();
-    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', expect.any(String), '–']);
+    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', `0 of ${machine}`, expect.any(String), '–']);
     expect((await admin.get(`/v1/environments/${env.id}`)).body).toMatchObject({ state: 'failed', error: expect.stringContaining('lost') });
     await screenshot(page, 'nodes-lost');
 

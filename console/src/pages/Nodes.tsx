@@ -1,13 +1,16 @@
 import { Link } from 'wouter';
 import { useQueryAnswer } from '../answers';
 import { LiveNotice, Page, QueryState, StateBadge, Table } from '../components/ui';
-import { when } from '../format';
+import { bytes, when } from '../format';
 import { graphql } from '../generated/gql';
 import { useEvents, useOnEnvironmentChange } from '../live';
 
 const NodeList = graphql(`
   query NodeList {
-    nodes { id name pool state slots lastSeen liveEnvironments { id name } }
+    nodes {
+      id name pool state slots lastSeen liveEnvironments { id name }
+      capacity { cpus memory } allocated { cpus memory unlimited }
+    }
   }
 `);
 
@@ -16,6 +19,18 @@ const NodesChanged = graphql(`
     nodesChanged { id state }
   }
 `);
+
+interface Sized {
+  capacity?: { cpus: number; memory: number } | null;
+  allocated: { cpus: number; memory: number; unlimited: number };
+}
+
+/** What its live environments' limits take of the machine, and how many have none (theirs is in no sum). */
+function allocation({ capacity, allocated }: Sized): string {
+  if (!capacity) return 'not reported yet';
+  const unlimited = allocated.unlimited ? `; ${allocated.unlimited} without limits` : '';
+  return `${allocated.cpus} of ${capacity.cpus} CPUs, ${bytes(allocated.memory)} of ${bytes(capacity.memory)}${unlimited}`;
+}
 
 /** The organization's remote nodes, live: their state as it changes, their slots as environments come and go. */
 export function NodesPage() {
@@ -29,7 +44,8 @@ export function NodesPage() {
     <Page title="Nodes">
       <p className="muted">
         The organization's build machines running <code>berth node</code>, each serving one pool: an environment of that pool's templates
-        takes one of its slots while it is live. The built-in hot pool is not listed.
+        takes one of its slots while it is live, and its template's CPU and memory limits count as allocated. The built-in hot pool is not
+        listed.
       </p>
       <LiveNotice error={nodeError ?? envError} />
       <QueryState
@@ -44,7 +60,7 @@ export function NodesPage() {
         }
       >
         {(data) => (
-          <Table label="Nodes" head={['Name', 'Pool', 'State', 'Slots in use', 'Last seen', 'Environments']}>
+          <Table label="Nodes" head={['Name', 'Pool', 'State', 'Slots in use', 'Allocated', 'Last seen', 'Environments']}>
             {data.nodes.map((node) => (
               <tr key={node.id}>
                 <th scope="row">{node.name}</th>
@@ -55,6 +71,7 @@ export function NodesPage() {
                 <td>
                   {node.liveEnvironments.length} of {node.slots}
                 </td>
+                <td>{allocation(node)}</td>
                 <td>{node.lastSeen ? when(node.lastSeen) : 'never'}</td>
                 <td>
                   {node.liveEnvironments.length ? (
