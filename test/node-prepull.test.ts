@@ -3,11 +3,12 @@
 // is not exercised; what is: the welcome's images are pulled in the background (a missing one is
 // tried and its failure logged with the engine's words), an image the engine has is not pulled,
 // a template changed with PUT /v1/templates is pulled at once by the nodes of its pool (and only
-// those of its organization), and one reference asked twice is one pull.
+// those of its organization) and by the built-in pool when the pool has hot nodes, and one
+// reference asked twice is one pull.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { Engine } from '../src/node/engine';
 import { createOrganization } from '../src/services/organizations';
 import { describeContainers, engine, TEST_IMAGE } from './helpers/containers';
@@ -22,6 +23,7 @@ const CATALOG = {
   pools: [
     { name: 'remote', hotNodes: 0, maxQueued: 10 },
     { name: 'other', hotNodes: 0, maxQueued: 10 },
+    { name: 'hot', hotNodes: 1, maxQueued: 10 },
   ],
   templates: [
     { name: 'missing', pool: 'remote', startMs: 0, idle: '30m', hard: '1h', image: MISSING, shares: [], services: [] },
@@ -76,6 +78,20 @@ describeContainers('nodes pull ahead', () => {
     expect(output).not.toContain(`pulling ${TEST_IMAGE}`);
     // The node still serves: the failed pulls held nothing up.
     expect((await admin.get('/v1/nodes')).body.nodes[0]).toMatchObject({ name: 'puller', state: 'online' });
+  });
+
+  it("the built-in pool pulls a changed template's image when the template is of a pool with hot nodes", async () => {
+    const prepull = vi.spyOn(s.app.deps.node, 'prepull');
+    try {
+      const image = 'localhost:9/berth-prepull/hot:1';
+      expect((await admin.put('/v1/templates/hot', { pool: 'hot', image, idle: '30m', hard: '1h' })).status).toBe(200);
+      expect(prepull.mock.calls).toEqual([[[image]]]);
+      // A pool only remote nodes serve: not the built-in pool's business.
+      expect((await admin.put('/v1/templates/cold', { pool: 'other', image, idle: '30m', hard: '1h' })).status).toBe(200);
+      expect(prepull.mock.calls).toHaveLength(1);
+    } finally {
+      prepull.mockRestore();
+    }
   });
 
   it('one reference asked twice is one pull, whose outcome both see', async () => {
