@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { parseDuration } from '../services/durations';
 import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
 import { CommandError } from './errors';
-import { age, table } from './format';
+import { age, json, table } from './format';
 import { durationOption, labelList, list, pairs } from './options';
 
 export interface Environment {
@@ -151,7 +151,6 @@ function printEnvironment(env: Environment): void {
   for (const [k, v] of shown) console.log(`${`${k}:`.padEnd(width + 2)}${v}`);
 }
 
-const json = (value: unknown) => console.log(JSON.stringify(value, null, 2));
 const path = (id: string) => `/v1/environments/${encodeURIComponent(id)}`;
 
 interface CreateOptions extends ConnectionOptions {

@@ -1,5 +1,8 @@
 // Small text formats of the `berth` command's readable output.
 
+/** Prints `value` as indented JSON: what every `--json` prints. */
+export const json = (value: unknown): void => console.log(JSON.stringify(value, null, 2));
+
 /** Columns padded to their widest cell, two spaces apart; the last column is not padded. */
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));

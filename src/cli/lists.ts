@@ -2,7 +2,7 @@
 // lists, from a shell.
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, withConnection } from './client';
-import { age, bytes, table } from './format';
+import { age, bytes, json, table } from './format';
 
 interface Template {
   name: string;
@@ -40,7 +40,6 @@ interface RemoteNode {
 
 type JsonOption = ConnectionOptions & { json?: boolean };
 
-const json = (value: unknown) => console.log(JSON.stringify(value, null, 2));
 const since = (time: string | null | undefined) => (time ? age(Date.now() - Date.parse(time)) : '-');
 
 export function registerListCommands(program: Command): void {
