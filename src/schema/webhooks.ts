@@ -1,5 +1,5 @@
 import type { Webhook as WebhookRow } from '../generated/prisma/client';
-import { WEBHOOK_EVENTS } from '../services/webhook-events';
+import { WEBHOOK_EVENTS } from '../services/event-names';
 import { createWebhook, deleteWebhook, listDeliveries, webhookFilter } from '../services/webhooks';
 import { builder } from './builder';
 import { connectionOf } from './paging';

@@ -8,38 +8,10 @@ import type { Tx } from '../db';
 import type { AuditEvent, Prisma as P } from '../generated/prisma/client';
 import { requireAdmin } from './access';
 import { ForbiddenError, ValidationError } from './errors';
+import { AUDIT_ACTIONS, type AuditAction } from './event-names';
 import { newId } from './names';
 import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 
-/** Every action the log records; the webhooks' are written by src/services/webhooks.ts. */
-export const AUDIT_ACTIONS = [
-  'environment.create',
-  'environment.delete',
-  'environment.keepalive',
-  'exec.run',
-  'quota.set',
-  'template.set',
-  'token.create',
-  'token.revoke',
-  'key.create',
-  'key.revoke',
-  'sandbox.register',
-  'sandbox.join',
-  'sandbox.remove',
-  'node.create',
-  'node.remove',
-  'node.connect',
-  'node.leave',
-  'artifact.create',
-  'artifact.delete',
-  'artifact.link',
-  'artifact.links.revoke',
-  'project.shred',
-  'webhook.create',
-  'webhook.delete',
-] as const;
-
-export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type AuditOutcome = 'success' | 'denied';
 
 export interface AuditTarget {

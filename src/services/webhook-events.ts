@@ -4,17 +4,8 @@
 import type { Tx } from '../db';
 import type { Artifact, Environment, Snapshot } from '../generated/prisma/client';
 import { formatDuration } from './durations';
+import type { WebhookEvent } from './event-names';
 import { labelsOf } from './json-columns';
-
-export const WEBHOOK_EVENTS = [
-  'environment.created',
-  'environment.state',
-  'artifact.created',
-  'artifact.deleted',
-  'snapshot.created',
-  'project.shredded',
-] as const;
-export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
 export const WEBHOOK_JOB = 'webhooks';
 

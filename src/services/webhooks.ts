@@ -15,9 +15,10 @@ import type { BackgroundJob } from '../scheduler/background';
 import { requireAdmin } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { ConflictError, NotFoundError, ValidationError } from './errors';
+import { WEBHOOK_EVENTS, type WebhookEvent } from './event-names';
 import { newId } from './names';
 import { type PageArgs, pageOf, pageQuery } from './paging';
-import { WEBHOOK_EVENTS, WEBHOOK_JOB, type WebhookEvent } from './webhook-events';
+import { WEBHOOK_JOB } from './webhook-events';
 
 export const MAX_WEBHOOKS = 20;
 const MAX_URL_LENGTH = 2048;

@@ -1,4 +1,5 @@
 import { useState } from 'react';
+import { AUDIT_ACTIONS } from '../../../src/services/event-names';
 import { useQueryAnswer } from '../answers';
 import { Field, Page, Pager, QueryState, Section, Table, usePager } from '../components/ui';
 import { when } from '../format';
@@ -14,34 +15,6 @@ const AuditList = graphql(`
 `);
 
 const PAGE_SIZE = 25;
-
-/** The actions the server records (docs/operations.md#audit-log); it refuses any other. */
-const ACTIONS = [
-  'environment.create',
-  'environment.delete',
-  'environment.keepalive',
-  'exec.run',
-  'quota.set',
-  'template.set',
-  'token.create',
-  'token.revoke',
-  'key.create',
-  'key.revoke',
-  'sandbox.register',
-  'sandbox.join',
-  'sandbox.remove',
-  'node.create',
-  'node.remove',
-  'node.connect',
-  'node.leave',
-  'artifact.create',
-  'artifact.delete',
-  'artifact.link',
-  'artifact.links.revoke',
-  'project.shred',
-  'webhook.create',
-  'webhook.delete',
-];
 
 interface Filter {
   action: string;
@@ -108,7 +81,7 @@ export function AuditPage() {
               {(props) => (
                 <select {...props} {...input('action')}>
                   <option value="">every action</option>
-                  {ACTIONS.map((a) => (
+                  {AUDIT_ACTIONS.map((a) => (
                     <option key={a} value={a}>
                       {a}
                     </option>

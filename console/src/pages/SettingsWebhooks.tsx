@@ -1,20 +1,12 @@
 // The Webhooks section of Settings (admins): register and remove endpoints, see the signing
 // secret once, which endpoints are failing and their recent deliveries (docs/operations.md#webhooks).
 import { type FormEvent, useId, useState } from 'react';
+import { WEBHOOK_EVENTS, type WebhookEvent } from '../../../src/services/event-names';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { formErrors } from '../api';
 import { Copyable, Failure, Field, QueryState, Section, Table, useForm } from '../components/ui';
 import { when } from '../format';
 import { graphql } from '../generated/gql';
-
-const EVENTS = [
-  'environment.created',
-  'environment.state',
-  'artifact.created',
-  'artifact.deleted',
-  'snapshot.created',
-  'project.shredded',
-] as const;
 
 const Webhooks = graphql(`
   query SettingsWebhooks {
@@ -141,8 +133,8 @@ function RecentDeliveries({ id, url }: { id: string; url: string }) {
 }
 
 function NewWebhook({ onCreated }: { onCreated(): void }) {
-  const initial = { url: '', ...Object.fromEntries(EVENTS.map((e) => [e, false])) } as { url: string } & Record<
-    (typeof EVENTS)[number],
+  const initial = { url: '', ...Object.fromEntries(WEBHOOK_EVENTS.map((e) => [e, false])) } as { url: string } & Record<
+    WebhookEvent,
     boolean
   >;
   const { form, text, check, reset } = useForm(initial);
@@ -153,7 +145,7 @@ function NewWebhook({ onCreated }: { onCreated(): void }) {
   const submit = async (event: FormEvent) => {
     event.preventDefault();
     setSecret(undefined);
-    const r = await create({ input: { url: form.url.trim(), events: EVENTS.filter((e) => form[e]) } });
+    const r = await create({ input: { url: form.url.trim(), events: WEBHOOK_EVENTS.filter((e) => form[e]) } });
     const created = r.data?.createWebhook;
     if (created) {
       setSecret({ value: created.secret, url: created.webhook.url });
@@ -169,7 +161,7 @@ function NewWebhook({ onCreated }: { onCreated(): void }) {
         </Field>
         <fieldset aria-labelledby={legend}>
           <legend id={legend}>Events</legend>
-          {EVENTS.map((e) => (
+          {WEBHOOK_EVENTS.map((e) => (
             <label key={e} className="check">
               <input type="checkbox" {...check(e)} /> {e}
             </label>
