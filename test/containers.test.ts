@@ -5,7 +5,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { type IncomingMessage, request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import { containersOf, describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
@@ -13,6 +13,8 @@ import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
 const MISSING_IMAGE = 'localhost/berth-test/no-such-image:1';
+/** How long vi.waitFor waits on something a loaded machine may take its time over. */
+const WAIT = { timeout: 30_000, interval: 50 };
 
 const TEMPLATES = [
   {
@@ -252,6 +254,42 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(execs.find((e) => e.command.includes('sleep 301'))!.exitCode).toBe(137);
       const ps = await sh(env.id, 'ps -o args');
       expect(ps.stdout).not.toMatch(/sleep 30[01]/);
+    });
+
+    it("a command can end only its own environment's commands by killing berth-envd, never read its line or change it", async () => {
+      const env = await lease('box');
+      const other = await lease('egress');
+      const serving = "ps -o pid,args | awk '/envd serve/ && !/awk/ {print $1}'";
+      // Its descriptors (every command's frames) are closed even to root in the environment.
+      const peek = await sh(env.id, `p=$(${serving}); cat /proc/$p/fd/0 || echo no-read; echo x >> /proc/$p/fd/1 || echo no-write`);
+      expect(peek.stdout).toBe('no-read\nno-write\n');
+      const change = await sh(env.id, 'echo x > /.berth/envd || cp /bin/busybox /.berth/envd || echo unchanged');
+      expect(change.stdout).toBe('unchanged\n');
+      expect(change.stderr).toMatch(/Read-only file system/);
+      const stop = new AbortController();
+      let ticks = 0;
+      const ticking = run(other.id, ['sh', '-c', 'while :; do echo tick; sleep 0.1; done'], stop.signal, () => ticks++);
+      const started = new Promise<void>((resolve) => {
+        void run(env.id, ['sh', '-c', 'echo started; exec sleep 305'], undefined, (text) => text.includes('started') && resolve());
+      });
+      await started;
+      await vi.waitFor(() => expect(ticks).toBeGreaterThan(0), WAIT);
+      await sh(env.id, `kill -9 $(${serving})`);
+      const recorded = await vi.waitFor(async () => {
+        const execs = (await admin.get(`/v1/environments/${env.id}/execs`)).body.execs as { command: string; exitCode?: number | null }[];
+        const found = execs.find((e) => e.command.includes('sleep 305') && typeof e.exitCode === 'number');
+        expect(found).toBeDefined();
+        return found!;
+      }, WAIT);
+      expect(recorded.exitCode).toBe(137);
+      const after = await sh(env.id, 'echo after; ps -o args');
+      expect(after).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^after\n/) });
+      expect(after.stdout).not.toMatch(/sleep 305/);
+      // The other environment's command ran on throughout.
+      const seen = ticks;
+      await vi.waitFor(() => expect(ticks).toBeGreaterThan(seen), WAIT);
+      stop.abort();
+      await ticking;
     });
 
     it('a caller that reads slowly slows the command down, and then gets all of its output', async () => {

@@ -1,6 +1,5 @@
-// A command running in an environment, as both kinds of node hold it (src/node/runtime.ts), and
-// the frames a node writes to berth-envd's `session` (src/node/envd/berth-envd.c): a type byte, a
-// 4-byte big-endian length, the payload.
+// A command running in an environment, as both kinds of node hold it (src/node/runtime.ts, through
+// src/node/envd-channel.ts).
 
 /** A terminal's size. */
 export interface TermSize {
@@ -42,23 +41,6 @@ export function sessionOf(value: unknown): SessionOptions | undefined {
   if (!value || typeof value !== 'object') return undefined;
   const tty = termSize((value as { tty?: unknown }).tty);
   return tty ? { tty } : {};
-}
-
-/** The most bytes berth-envd takes in one frame. */
-export const FRAME_MAX = 65536;
-
-export function frame(type: 'd' | 'e' | 'r', payload: Buffer = Buffer.alloc(0)): Buffer {
-  const head = Buffer.alloc(5);
-  head.write(type, 0, 'latin1');
-  head.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([head, payload]);
-}
-
-export function resizeFrame(size: TermSize): Buffer {
-  const payload = Buffer.alloc(4);
-  payload.writeUInt16BE(size.rows, 0);
-  payload.writeUInt16BE(size.cols, 2);
-  return frame('r', payload);
 }
 
 /** berth-envd's mode argument for a session. */

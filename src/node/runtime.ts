@@ -11,8 +11,9 @@
 // - berth-envd as PID 1: the image's own command starts only after the node's go, which comes
 //   once the egress guard is in place.
 //
-// Commands and service tunnels run through berth-envd inside the container (`run`, `dial`), never
-// on the node: the node cannot be made to dial its own or another host's addresses.
+// Commands and service tunnels run through berth-envd inside the container (`serve`, over one line
+// per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
+// cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
 import { lchown, lstat, mkdir, readdir, rm } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
@@ -21,10 +22,10 @@ import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
 import { environmentRoot, shareDir } from '../dataplane/layout';
-import { EXEC_WINDOW } from '../dataplane/protocol';
 import { formatSize, parseSize } from '../services/sizes';
-import { type Command, FRAME_MAX, frame, resizeFrame, type SessionOptions, sessionMode } from './command';
+import type { Command, SessionOptions } from './command';
 import { type Engine, engineMessage, type RunningExec } from './engine';
+import { EnvdChannel } from './envd-channel';
 
 /** Where a node finds berth-envd (scripts/build-envd.mjs builds it); BERTH_ENVD overrides. */
 export const ENVD_BINARY = process.env.BERTH_ENVD ?? fileURLToPath(new URL('../../dist/envd/berth-envd', import.meta.url));
@@ -93,6 +94,8 @@ export class NodeRuntime {
   /** Containers this node is removing itself: their end is no failure. */
   private readonly removing = new Set<string>();
   private readonly watched = new Set<string>();
+  /** Each container's line to berth-envd `serve`, which every command goes through (src/node/envd-channel.ts). */
+  private readonly channels = new Map<string, Promise<EnvdChannel>>();
 
   /** A container ended on its own (its main process died, or was killed for memory). */
   onEnded: (id: string, reason: string) => void = () => undefined;
@@ -178,6 +181,8 @@ export class NodeRuntime {
       throw new Error(`cannot start a container of ${spec.image}: ${engineMessage(error)}`);
     }
     this.watch(spec.id, spec.resources.memory);
+    // The line for its commands, opened now: the first command does not wait for it.
+    this.channel(spec.id).catch(() => undefined);
     return 'container';
   }
 
@@ -327,6 +332,9 @@ export class NodeRuntime {
     if (!engine) return;
     const name = containerName(id);
     this.removing.add(name);
+    const line = this.channels.get(name);
+    this.channels.delete(name);
+    line?.then((channel) => channel.end(), () => undefined);
     try {
       await engine.remove(name);
     } finally {
@@ -343,9 +351,9 @@ export class NodeRuntime {
   /**
    * Runs argv in the environment's container (in `workdir`, as the image's user), handing its
    * output to `output` as it comes, at most EXEC_WINDOW bytes beyond what grant() allowed: past
-   * that the engine's stream is not read, so the command blocks on its next write. kill() ends
-   * the command's whole session. With `session`, the command takes input (and, with `tty`, has a
-   * terminal of its own); without, its input is empty.
+   * that berth-envd stops reading its output, so the command (and only it) blocks on its next
+   * write. kill() ends the command's whole session. With `session`, the command takes input
+   * (and, with `tty`, has a terminal of its own); without, its input is empty.
    */
   async exec(
     id: string,
@@ -354,50 +362,32 @@ export class NodeRuntime {
     output: (stream: 'stdout' | 'stderr', data: Buffer) => void,
     session?: SessionOptions,
   ): Promise<Command> {
+    let channel = await this.channel(id);
+    // A line that ended since (its serve was killed): the next one.
+    if (channel.closed) channel = await this.channel(id);
+    return channel.spawn(argv, workdir, output, session);
+  }
+
+  /** The environment's line to berth-envd `serve`, opened at its first use and again after it ended. */
+  private channel(id: string): Promise<EnvdChannel> {
     const engine = this.requireEngine();
-    const cmd = session ? [ENVD_PATH, 'session', sessionMode(session), ...argv] : [ENVD_PATH, 'run', ...argv];
-    const run = await engine.exec(containerName(id), { cmd, workdir });
-    let credit = EXEC_WINDOW;
-    const took = (stream: 'stdout' | 'stderr') => (data: Buffer) => {
-      credit -= data.length;
-      if (credit <= 0) run.pause();
-      output(stream, data);
-    };
-    run.stdout.on('data', took('stdout'));
-    run.stderr.on('data', took('stderr'));
-    let killed = false;
-    // berth-envd's input is the caller's line: frames only after it started, none after a kill.
-    const send = (bytes: Buffer, written?: () => void) => {
-      if (!session || killed || run.stdin.destroyed) return written?.();
-      run.stdin.write(bytes, () => written?.());
-    };
-    return {
-      grant: (bytes: number) => {
-        const stalled = credit <= 0;
-        credit += bytes;
-        if (stalled && credit > 0) run.resume();
-      },
-      // berth-envd kills the session when its input ends: the caller went away.
-      kill: () => {
-        killed = true;
-        run.stdin.destroy();
-      },
-      input: (data, written) => {
-        if (data.length === 0) return written();
-        for (let at = 0; at < data.length; at += FRAME_MAX) {
-          const last = at + FRAME_MAX >= data.length;
-          send(frame('d', data.subarray(at, at + FRAME_MAX)), last ? written : undefined);
-        }
-      },
-      endInput: () => send(frame('e')),
-      resize: (size) => {
-        if (session?.tty) send(resizeFrame(size));
-      },
-      exited: run.exited.then(
-        (code) => (killed ? 137 : code),
-        () => 137,
-      ),
-    };
+    const name = containerName(id);
+    const open = this.channels.get(name);
+    if (open) return open;
+    const opening = engine.exec(name, { cmd: [ENVD_PATH, 'serve'] }).then(
+      (line) =>
+        new EnvdChannel(line, (why) => {
+          // One the node ended itself (stop) is no longer in the map.
+          if (this.channels.get(name) !== opening) return;
+          this.channels.delete(name);
+          if (!this.removing.has(name)) this.options.log(`the command line to ${name} ended: ${why}`);
+        }),
+    );
+    opening.catch(() => {
+      if (this.channels.get(name) === opening) this.channels.delete(name);
+    });
+    this.channels.set(name, opening);
+    return opening;
   }
 
   /** A byte stream to `port` on the environment's own loopback, dialled from inside its network. */

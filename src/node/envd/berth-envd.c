@@ -7,16 +7,12 @@
 //                        sent by the environment's own processes are ignored. When the image's
 //                        command fails (non-zero or a signal) the container ends with its status;
 //                        after a clean exit (a shell with no input) the environment lives on.
-//   envd run argv...     Runs argv in a session of its own and exits with its status (128 +
-//                        signal). Standard input is the caller's line: when it ends (the caller
-//                        went away) the whole session is killed; so is whatever is left of the
-//                        session when argv ends.
-//   envd session pipe|tty:ROWS:COLS argv...
-//                        An interactive `run`: standard input carries frames from the node
-//                        (data for the command's input, its end, a terminal's new size), and
-//                        its end, as for `run`, kills the whole session. `pipe` gives the command
-//                        a pipe for input; `tty` a terminal of its own (its controlling tty),
-//                        whose output comes back on standard output.
+//   envd serve           Every command the node runs in the environment, over one line (standard
+//                        input and output, frames below): each in a session of its own, as the
+//                        image's user, its input empty, a pipe or a terminal of its own (its
+//                        controlling tty); what is left of its session is killed when it ends. Its
+//                        output is read only as far as the node's credit goes. The line's end (the
+//                        node went away) kills every command it started.
 //   envd dial PORT       Connects to PORT on the environment's loopback and copies standard input
 //                        to it and what it sends to standard output (a service tunnel).
 //   envd id              Prints the user's uid:gid.
@@ -38,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,11 +111,12 @@ static int init_main(int argc, char **argv) {
   }
 }
 
-// ---- run and session: a command in a session of its own
+// ---- serve: every command of the node over one line
 
 static int child_pipe[2];
 
-static void on_run_child(int sig) {
+// SIGCHLD wakes serve's poll loop through this pipe.
+static void on_child(int sig) {
   (void)sig;
   int saved = errno;
   if (write(child_pipe[1], "x", 1) < 0) {
@@ -126,256 +125,411 @@ static void on_run_child(int sig) {
   errno = saved;
 }
 
-// Forks argv into a session of its own, its standard input `input` or, with `tty_name`, that
-// terminal as its controlling tty and all of its standard streams. A command that cannot be run is
-// reported as a shell would (on the terminal, or on stderr here) and exits 127 or 126. SIGCHLD
-// wakes `child_pipe`, for a poll loop that also watches the caller.
-static pid_t spawn_session(char **argv, int input, const char *tty_name) {
-  int failed[2];
-  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(failed, O_CLOEXEC) < 0) return -1;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_run_child;
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  sigaction(SIGCHLD, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
+static void set_size(int fd, unsigned rows, unsigned cols) {
+  struct winsize size = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+  ioctl(fd, TIOCSWINSZ, &size);
+}
+
+// Frames both ways are a type byte, a 4-byte big-endian length and a payload whose first four bytes
+// (big-endian) are the command's id. From the node:
+//   's' spawn: then NUL-terminated MODE (none | pipe | tty:ROWS:COLS), WORKDIR ("": the container's)
+//       and argv; the command starts with no credit for its output
+//   'd' bytes for its input   'e' its input ends   'r' resize: rows, cols (16 bits each)
+//   'k' kill its whole session   'c' credit: 32 bits more of output it may send
+// To the node:
+//   '1' its stdout   '2' its stderr   'a' input taken: 32 bits more written to the command
+//   'x' it ended: its status (32 bits), after the last of its output
+// A frame the node never sends (unknown, malformed, too long, an id in use, input beyond INPUT_MAX)
+// ends serve, and with it every command: the node starts another.
+//
+// serve is not dumpable: the environment's processes, root included (it lacks CAP_SYS_PTRACE),
+// cannot open its descriptors in /proc and so cannot read or forge another command's frames.
+
+#define SERVE_PAYLOAD_MAX (512 * 1024) // a spawn's argv: the node allows 64 Ki characters
+#define INPUT_MAX (256 * 1024)         // a command's input held here (the node's SERVE_INPUT_WINDOW)
+#define COMMANDS_MAX 1024
+#define CREDIT_MAX ((int64_t)1 << 40)
+#define OUTPUT_CHUNK 65536
+
+struct command {
+  uint32_t id;
+  pid_t pid;
+  int exited, status, killed;
+  int tty;     // its terminal's master: input and output both
+  int tty_out_ended; // every holder of the terminal closed it: nothing more to read until it ends
+  int in;      // the write end of its input (pipe mode), -1 when none or closed
+  int out, err; // read ends of its output, -1 once at their end
+  unsigned char *input;
+  size_t input_len;
+  int eof_asked, eof_done;
+  int64_t credit;
+};
+
+static struct command *commands[COMMANDS_MAX];
+static int command_count;
+static struct rlimit files_limit;
+
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
+}
+
+static uint32_t get32(const unsigned char *p) {
+  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void write_all(int fd, const void *data, size_t length) {
+  const unsigned char *p = data;
+  while (length > 0) {
+    ssize_t w = write(fd, p, length);
+    if (w < 0 && errno == EINTR) continue;
+    // The node's line is gone: nothing can be told any more.
+    if (w <= 0) _exit(0);
+    p += w;
+    length -= (size_t)w;
+  }
+}
+
+static void send_frame(char type, uint32_t id, const void *data, size_t length) {
+  unsigned char head[9];
+  head[0] = (unsigned char)type;
+  put32(head + 1, (uint32_t)(4 + length));
+  put32(head + 5, id);
+  if (length <= 4096) {
+    unsigned char frame[9 + 4096];
+    memcpy(frame, head, 9);
+    memcpy(frame + 9, data, length);
+    write_all(1, frame, 9 + length);
+  } else {
+    write_all(1, head, 9);
+    write_all(1, data, length);
+  }
+}
+
+static void send_number(char type, uint32_t id, uint32_t n) {
+  unsigned char payload[4];
+  put32(payload, n);
+  send_frame(type, id, payload, 4);
+}
+
+// Kills a running command's whole session, and the command itself: right after the fork it may not
+// have a session of its own yet.
+static void end_session(struct command *c) {
+  if (c->exited) return;
+  kill(-c->pid, SIGKILL);
+  kill(c->pid, SIGKILL);
+}
+
+static void kill_all(void) {
+  for (int i = 0; i < command_count; i++) end_session(commands[i]);
+}
+
+static void serve_fail(const char *why) {
+  fprintf(stderr, "berth-envd: %s\n", why);
+  kill_all();
+  _exit(2);
+}
+
+static struct command *find_command(uint32_t id) {
+  for (int i = 0; i < command_count; i++)
+    if (commands[i]->id == id) return commands[i];
+  return NULL;
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+// A command that could not start: said on its stderr as a shell would, with 126 (127: not found).
+static void refuse(uint32_t id, const char *what, int error) {
+  char message[512];
+  int n = snprintf(message, sizeof message, "berth: %s: %s\n", what, error == ENOENT ? "command not found" : strerror(error));
+  send_frame('2', id, message, n < 0 ? 0 : (size_t)n >= sizeof message ? sizeof message - 1 : (size_t)n);
+  send_number('x', id, error == ENOENT ? 127 : 126);
+}
+
+static void spawn_command(uint32_t id, const unsigned char *payload, size_t length) {
+  // MODE, WORKDIR and at least one argument, each ending in NUL.
+  char *fields[3 + 1024 + 1];
+  size_t count = 0;
+  for (size_t at = 0; at < length;) {
+    const unsigned char *end = memchr(payload + at, 0, length - at);
+    if (!end) serve_fail("a spawn frame whose last field is not ended");
+    if (count == sizeof fields / sizeof fields[0] - 1) serve_fail("a spawn frame with too many arguments");
+    fields[count++] = (char *)payload + at;
+    at = (size_t)(end - payload) + 1;
+  }
+  if (count < 3) serve_fail("a spawn frame without a command");
+  fields[count] = NULL;
+  const char *mode = fields[0], *workdir = fields[1];
+  char **argv = fields + 2;
+  unsigned rows = 0, cols = 0;
+  int tty = strncmp(mode, "tty:", 4) == 0, piped = strcmp(mode, "pipe") == 0;
+  if (tty && (sscanf(mode + 4, "%u:%u", &rows, &cols) != 2 || rows < 1 || cols < 1 || rows > 65535 || cols > 65535))
+    serve_fail("a spawn frame with a bad terminal size");
+  if (!tty && !piped && strcmp(mode, "none") != 0) serve_fail("a spawn frame with an unknown mode");
+  if (find_command(id)) serve_fail("a spawn frame for an id in use");
+  if (command_count == COMMANDS_MAX) return refuse(id, argv[0], EAGAIN);
+  struct command *c = calloc(1, sizeof *c);
+  if (!c) return refuse(id, argv[0], ENOMEM);
+  c->id = id;
+  c->tty = c->in = c->out = c->err = -1;
+  int input[2] = {-1, -1}, output[2] = {-1, -1}, errors[2] = {-1, -1}, null = -1;
+  char *slave_name = NULL;
+  int error = 0;
+  if (tty) {
+    c->tty = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (c->tty < 0 || grantpt(c->tty) < 0 || unlockpt(c->tty) < 0 || !(slave_name = ptsname(c->tty))) error = errno ? errno : EIO;
+    else set_size(c->tty, rows, cols);
+  } else if ((piped ? pipe2(input, O_CLOEXEC) : (null = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 || pipe2(output, O_CLOEXEC) < 0 ||
+             pipe2(errors, O_CLOEXEC) < 0) {
+    error = errno;
+  }
+  pid_t parent = getpid();
+  pid_t pid = error ? -1 : fork();
   if (pid == 0) {
+    sigset_t empty;
+    sigemptyset(&empty);
+    sigprocmask(SIG_SETMASK, &empty, NULL);
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    setrlimit(RLIMIT_NOFILE, &files_limit);
     setsid();
-    if (tty_name) {
-      int slave = open(tty_name, O_RDWR);
+    // Should serve die (killed from inside the environment), so does the command.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);
+    if (tty) {
+      int slave = open(slave_name, O_RDWR);
       if (slave < 0) _exit(126);
       ioctl(slave, TIOCSCTTY, 0);
       dup2(slave, 0);
       dup2(slave, 1);
       dup2(slave, 2);
       if (slave > 2) close(slave);
-      // A terminal's programs (shells, editors) read what it is from TERM.
       setenv("TERM", getenv("TERM") && *getenv("TERM") ? getenv("TERM") : "xterm-256color", 1);
     } else {
-      dup2(input, 0);
+      dup2(piped ? input[0] : null, 0);
+      dup2(output[1], 1);
+      dup2(errors[1], 2);
+    }
+    const char *eol = tty ? "\r\n" : "\n";
+    if (*workdir && chdir(workdir) < 0) {
+      dprintf(2, "berth: cannot enter %s: %s%s", workdir, strerror(errno), eol);
+      _exit(126);
     }
     execvp(argv[0], argv);
-    int error = errno;
-    if (tty_name) dprintf(2, "berth: %s: %s\r\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
-    if (write(failed[1], &error, sizeof error) < 0) _exit(126);
-    _exit(error == ENOENT ? 127 : 126);
+    int failed = errno;
+    dprintf(2, "berth: %s: %s%s", argv[0], failed == ENOENT ? "command not found" : strerror(failed), eol);
+    _exit(failed == ENOENT ? 127 : 126);
   }
-  close(failed[1]);
-  int error;
-  if (read(failed[0], &error, sizeof error) == (ssize_t)sizeof error && !tty_name)
-    fprintf(stderr, "berth: %s: %s\n", argv[0], error == ENOENT ? "command not found" : strerror(error));
-  close(failed[0]);
-  return pid;
+  if (pid < 0 && !error) error = errno;
+  close_fd(&input[0]);
+  close_fd(&output[1]);
+  close_fd(&errors[1]);
+  close_fd(&null);
+  if (error) {
+    close_fd(&c->tty);
+    close_fd(&input[1]);
+    close_fd(&output[0]);
+    close_fd(&errors[0]);
+    free(c);
+    return refuse(id, argv[0], error);
+  }
+  c->pid = pid;
+  c->in = input[1];
+  c->out = output[0];
+  c->err = errors[0];
+  int nonblocking[] = {c->tty, c->in, c->out, c->err};
+  for (int i = 0; i < 4; i++)
+    if (nonblocking[i] >= 0) fcntl(nonblocking[i], F_SETFL, fcntl(nonblocking[i], F_GETFL) | O_NONBLOCK);
+  commands[command_count++] = c;
 }
 
-static int run_main(char **argv) {
-  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null < 0) return 126;
-  pid_t pid = spawn_session(argv, null, NULL);
-  close(null);
-  if (pid < 0) return 126;
-  struct pollfd fds[2] = {{.fd = 0, .events = POLLIN}, {.fd = child_pipe[0], .events = POLLIN}};
-  char buffer[4096];
+// Input held for the command, written as it takes it; each write is acknowledged to the node.
+static void feed(struct command *c) {
+  int sink = c->tty >= 0 ? c->tty : c->in;
+  if (c->input_len > 0 && sink >= 0 && !c->exited) {
+    ssize_t w = write(sink, c->input, c->input_len);
+    if (w > 0) {
+      memmove(c->input, c->input + w, c->input_len - (size_t)w);
+      c->input_len -= (size_t)w;
+      send_number('a', c->id, (uint32_t)w);
+    } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+      close_fd(&c->in); // the command closed its input: what it did not take is dropped
+    }
+  }
+  if ((sink < 0 || c->exited) && c->input_len > 0) {
+    send_number('a', c->id, (uint32_t)c->input_len);
+    c->input_len = 0;
+  }
+  if (c->eof_asked && !c->eof_done && c->input_len == 0) {
+    c->eof_done = 1;
+    if (c->tty >= 0) {
+      // A terminal's end of input is its EOF character, at the start of a line.
+      unsigned char eof = 4;
+      if (write(c->tty, &eof, 1) < 0) {
+      }
+    } else {
+      close_fd(&c->in);
+    }
+  }
+}
+
+// Reads what the command wrote, as far as its credit goes (all of it, unsent, once killed). Returns
+// 1 when every output is at its end or has nothing more for now, 0 when credit ran out.
+static int drain(struct command *c) {
+  static unsigned char buffer[OUTPUT_CHUNK];
+  int *fds[] = {c->tty >= 0 ? (c->tty_out_ended ? NULL : &c->tty) : &c->out, c->tty >= 0 ? NULL : &c->err};
+  for (int i = 0; i < 2; i++) {
+    int *fd = fds[i];
+    while (fd && *fd >= 0) {
+      if (!c->killed && c->credit <= 0) return 0;
+      size_t want = c->killed || c->credit > OUTPUT_CHUNK ? OUTPUT_CHUNK : (size_t)c->credit;
+      ssize_t n = read(*fd, buffer, want);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      if (n <= 0) {
+        // Its end (or EIO: every holder of the terminal closed it). A terminal stays open for input.
+        if (fd == &c->tty) c->tty_out_ended = 1;
+        else close_fd(fd);
+        break;
+      }
+      if (c->killed) continue;
+      c->credit -= n;
+      send_frame(i == 0 ? '1' : '2', c->id, buffer, (size_t)n);
+      if (c->exited == 0) break; // one read per turn while it runs: other commands get theirs
+    }
+  }
+  return 1;
+}
+
+static void finish(int index) {
+  struct command *c = commands[index];
+  send_number('x', c->id, (uint32_t)status_code(c->status));
+  close_fd(&c->tty);
+  close_fd(&c->in);
+  close_fd(&c->out);
+  close_fd(&c->err);
+  free(c->input);
+  free(c);
+  commands[index] = commands[--command_count];
+}
+
+static void apply_frame(unsigned char type, const unsigned char *payload, size_t length) {
+  if (length < 4) serve_fail("a frame without an id");
+  uint32_t id = get32(payload);
+  payload += 4;
+  length -= 4;
+  if (type == 's') return spawn_command(id, payload, length);
+  if (!strchr("derkc", type) || type == 0) serve_fail("a frame of an unknown type");
+  if ((type == 'r' || type == 'c') && length != 4) serve_fail("a malformed frame");
+  // A command that ended may still be spoken to by a node that did not know yet.
+  struct command *c = find_command(id);
+  if (!c) return;
+  if (type == 'd') {
+    if (c->eof_asked) return;
+    if (length > INPUT_MAX - c->input_len) serve_fail("input beyond the window");
+    if (!c->input && !(c->input = malloc(INPUT_MAX))) serve_fail("no memory for input");
+    memcpy(c->input + c->input_len, payload, length);
+    c->input_len += length;
+  } else if (type == 'e') {
+    c->eof_asked = 1;
+  } else if (type == 'r') {
+    if (c->tty >= 0) set_size(c->tty, ((unsigned)payload[0] << 8) | payload[1], ((unsigned)payload[2] << 8) | payload[3]);
+  } else if (type == 'k') {
+    end_session(c);
+    c->killed = 1;
+  } else if (type == 'c') {
+    c->credit += get32(payload);
+    if (c->credit > CREDIT_MAX) c->credit = CREDIT_MAX;
+  }
+}
+
+static int serve_main(void) {
+  // Nothing of the environment reads or writes this process's descriptors (see above).
+  prctl(PR_SET_DUMPABLE, 0);
+  // Three descriptors a command: as many as the hard limit allows; commands get the usual limit back.
+  getrlimit(RLIMIT_NOFILE, &files_limit);
+  struct rlimit raised = {.rlim_cur = files_limit.rlim_max, .rlim_max = files_limit.rlim_max};
+  setrlimit(RLIMIT_NOFILE, &raised);
+  if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 126;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_child;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
+  static unsigned char in[5 + SERVE_PAYLOAD_MAX];
+  size_t have = 0;
+  struct pollfd *fds = malloc(sizeof *fds * (2 + 3 * COMMANDS_MAX));
+  if (!fds) return 126;
   for (;;) {
     int status;
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      kill(-pid, SIGKILL);
-      return status_code(status);
+    pid_t done;
+    while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+      for (int i = 0; i < command_count; i++) {
+        struct command *c = commands[i];
+        if (c->pid != done || c->exited) continue;
+        c->exited = 1;
+        c->status = status;
+        // What is left of its session goes with it.
+        kill(-c->pid, SIGKILL);
+      }
     }
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < command_count;) {
+      struct command *c = commands[i];
+      feed(c);
+      if (drain(c) && c->exited) finish(i);
+      else i++;
+    }
+    nfds_t n = 0;
+    fds[n++] = (struct pollfd){.fd = 0, .events = POLLIN};
+    fds[n++] = (struct pollfd){.fd = child_pipe[0], .events = POLLIN};
+    for (int i = 0; i < command_count; i++) {
+      struct command *c = commands[i];
+      int reading = c->killed || c->credit > 0;
+      if (c->tty >= 0) {
+        short events = (reading && !c->tty_out_ended ? POLLIN : 0) | (c->input_len ? POLLOUT : 0);
+        if (events) fds[n++] = (struct pollfd){.fd = c->tty, .events = events};
+        continue;
+      }
+      if (c->in >= 0 && c->input_len) fds[n++] = (struct pollfd){.fd = c->in, .events = POLLOUT};
+      int outputs[] = {c->out, c->err};
+      for (int k = 0; k < 2; k++) {
+        if (outputs[k] >= 0 && reading) fds[n++] = (struct pollfd){.fd = outputs[k], .events = POLLIN};
+      }
+    }
+    if (poll(fds, n, -1) < 0 && errno != EINTR) serve_fail("poll failed");
     if (fds[1].revents) {
-      while (read(child_pipe[0], buffer, sizeof buffer) > 0) {
+      unsigned char wake[256];
+      while (read(child_pipe[0], wake, sizeof wake) > 0) {
       }
     }
     if (fds[0].revents) {
-      ssize_t n = read(0, buffer, sizeof buffer);
-      if (n <= 0 && !(n < 0 && errno == EINTR)) {
-        // The caller went away: the command's whole session goes with it.
-        kill(-pid, SIGKILL);
-        fds[0].fd = -1;
+      ssize_t got = read(0, in + have, sizeof in - have);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got <= 0) {
+        // The node went away: so does every command it started.
+        kill_all();
+        return 0;
       }
+      have += (size_t)got;
+      size_t at = 0;
+      while (have - at >= 5) {
+        uint32_t length = get32(in + at + 1);
+        if (length > SERVE_PAYLOAD_MAX) serve_fail("a frame too long");
+        if (have - at < 5 + length) break;
+        apply_frame(in[at], in + at + 5, length);
+        at += 5 + length;
+      }
+      memmove(in, in + at, have - at);
+      have -= at;
     }
   }
-  kill(-pid, SIGKILL);
-  return 137;
-}
-
-// ---- session
-
-// A frame from the node: a type byte, a 4-byte big-endian length, then the payload.
-#define FRAME_DATA 'd'   // bytes for the command's input
-#define FRAME_EOF 'e'    // the command's input ends
-#define FRAME_RESIZE 'r' // rows, cols: two 16-bit big-endian numbers
-#define FRAME_MAX 65536
-
-struct frames {
-  unsigned char buffer[5 + FRAME_MAX];
-  size_t have;
-};
-
-static void set_size(int fd, unsigned rows, unsigned cols) {
-  struct winsize size = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-  ioctl(fd, TIOCSWINSZ, &size);
-}
-
-static int session_main(const char *mode, char **argv) {
-  int tty = 0;
-  unsigned rows = 24, cols = 80;
-  if (strncmp(mode, "tty:", 4) == 0) {
-    tty = 1;
-    if (sscanf(mode + 4, "%u:%u", &rows, &cols) != 2 || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
-      fprintf(stderr, "berth-envd: not a terminal size: %s\n", mode);
-      return 2;
-    }
-  } else if (strcmp(mode, "pipe") != 0) {
-    fprintf(stderr, "berth-envd: not a session mode: %s\n", mode);
-    return 2;
-  }
-  int input[2] = {-1, -1}, master = -1;
-  char *slave_name = NULL;
-  if (tty) {
-    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || !(slave_name = ptsname(master))) {
-      fprintf(stderr, "berth-envd: no terminal for the session: %s\n", strerror(errno));
-      return 126;
-    }
-    set_size(master, rows, cols);
-  } else if (pipe2(input, O_CLOEXEC) < 0) {
-    return 126;
-  }
-  pid_t pid = spawn_session(argv, input[0], slave_name);
-  if (pid < 0) return 126;
-  // Where the command's input goes, written without blocking: a command that does not read must
-  // not keep this loop from seeing the caller go away.
-  int sink = tty ? master : input[1];
-  if (!tty) close(input[0]);
-  fcntl(sink, F_SETFL, fcntl(sink, F_GETFL) | O_NONBLOCK);
-  static struct frames in;
-  static unsigned char out[65536];
-  size_t pending_at = 0, pending_len = 0; // payload bytes of the frame at the head of `in` not yet written
-  int eof_asked = 0, master_open = tty, caller = 1;
-  int status = 0, exited = 0;
-  for (;;) {
-    if (!exited) {
-      pid_t done = waitpid(pid, &status, WNOHANG);
-      if (done == pid) exited = 1;
-    }
-    if (exited) {
-      // What the terminal still holds is the command's last output.
-      if (tty) {
-        ssize_t n;
-        while ((n = read(master, out, sizeof out)) > 0) {
-          if (write(1, out, (size_t)n) < 0) break;
-        }
-      }
-      kill(-pid, SIGKILL);
-      // Input still on its way is taken before leaving (until 150 ms pass without any, 2 s at
-      // most): an engine that finds unread input in its attach socket as the process ends may
-      // report a reset instead of the output (Podman).
-      for (int quiet = 0, turns = 0; caller && quiet < 3 && turns < 40; turns++) {
-        struct pollfd in_fd = {.fd = 0, .events = POLLIN};
-        if (poll(&in_fd, 1, 50) <= 0) {
-          quiet++;
-          continue;
-        }
-        if (read(0, in.buffer, sizeof in.buffer) <= 0) break;
-      }
-      return status_code(status);
-    }
-    struct pollfd fds[4] = {
-        {.fd = caller ? 0 : -1, .events = pending_len ? 0 : POLLIN},
-        {.fd = child_pipe[0], .events = POLLIN},
-        {.fd = pending_len ? sink : -1, .events = POLLOUT},
-        {.fd = master_open ? master : -1, .events = POLLIN},
-    };
-    if (poll(fds, 4, -1) < 0 && errno != EINTR) break;
-    if (fds[1].revents) {
-      while (read(child_pipe[0], out, sizeof out) > 0) {
-      }
-    }
-    if (fds[3].revents) {
-      ssize_t n = read(master, out, sizeof out);
-      // Every holder of the terminal closed it (EIO): nothing more comes until the command ends.
-      if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) master_open = 0;
-      for (ssize_t off = 0; n > 0 && off < n;) {
-        ssize_t w = write(1, out + off, (size_t)(n - off));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += w;
-      }
-    }
-    if (fds[2].revents) {
-      ssize_t w = write(sink, in.buffer + 5 + pending_at, pending_len);
-      if (w > 0) {
-        pending_at += (size_t)w;
-        pending_len -= (size_t)w;
-      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-        pending_len = 0; // the command closed its input: what it did not take is dropped
-      }
-      if (pending_len == 0) {
-        size_t frame = 5 + pending_at;
-        memmove(in.buffer, in.buffer + frame, in.have - frame);
-        in.have -= frame;
-        pending_at = 0;
-      }
-    }
-    if ((fds[0].revents & (POLLHUP | POLLERR)) && pending_len) {
-      // The caller went away while the command was not taking its input.
-      kill(-pid, SIGKILL);
-      pending_len = 0;
-      in.have = 0;
-      caller = 0;
-      continue;
-    }
-    if (fds[0].revents && pending_len == 0) {
-      ssize_t n = read(0, in.buffer + in.have, sizeof in.buffer - in.have);
-      if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) {
-        // The caller went away: the command's whole session goes with it.
-        kill(-pid, SIGKILL);
-        caller = 0;
-        continue;
-      }
-      if (n > 0) in.have += (size_t)n;
-    }
-    // Frames complete in the buffer are applied until one waits on the command's input.
-    while (pending_len == 0 && in.have >= 5) {
-      uint32_t length = ((uint32_t)in.buffer[1] << 24) | ((uint32_t)in.buffer[2] << 16) | ((uint32_t)in.buffer[3] << 8) | in.buffer[4];
-      if (length > FRAME_MAX) {
-        fprintf(stderr, "berth-envd: a frame of %u bytes\n", length);
-        kill(-pid, SIGKILL);
-        return 2;
-      }
-      if (in.have < 5 + length) break;
-      unsigned char type = in.buffer[0];
-      if (type == FRAME_DATA && length > 0 && !eof_asked) {
-        pending_at = 0;
-        pending_len = length;
-        break;
-      }
-      if (type == FRAME_EOF && !eof_asked) {
-        eof_asked = 1;
-        if (tty) {
-          // A terminal's end of input is its EOF character, at the start of a line.
-          unsigned char eof = 4;
-          if (write(master, &eof, 1) < 0) {
-          }
-        } else {
-          close(sink);
-          sink = -1;
-        }
-      } else if (type == FRAME_RESIZE && length == 4 && tty) {
-        set_size(master, ((unsigned)in.buffer[5] << 8) | in.buffer[6], ((unsigned)in.buffer[7] << 8) | in.buffer[8]);
-      }
-      memmove(in.buffer, in.buffer + 5 + length, in.have - 5 - length);
-      in.have -= 5 + length;
-    }
-  }
-  kill(-pid, SIGKILL);
-  return 137;
 }
 
 // ---- dial
@@ -506,14 +660,13 @@ static int guard_main(int count, char **prefixes) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return init_main(argc - 2, argv + 2);
-  if (argc >= 3 && strcmp(argv[1], "run") == 0) return run_main(argv + 2);
-  if (argc >= 4 && strcmp(argv[1], "session") == 0) return session_main(argv[2], argv + 3);
+  if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve_main();
   if (argc == 3 && strcmp(argv[1], "dial") == 0) return dial_main(argv[2]);
   if (argc == 2 && strcmp(argv[1], "id") == 0) {
     printf("%u:%u\n", (unsigned)getuid(), (unsigned)getgid());
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "guard") == 0) return guard_main(argc - 2, argv + 2);
-  fprintf(stderr, "usage: berth-envd init [cmd...] | run argv... | session pipe|tty:ROWS:COLS argv... | dial PORT | id | guard PREFIX...\n");
+  fprintf(stderr, "usage: berth-envd init [cmd...] | serve | dial PORT | id | guard PREFIX...\n");
   return 2;
 }
