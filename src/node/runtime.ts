@@ -334,7 +334,10 @@ export class NodeRuntime {
     this.removing.add(name);
     const line = this.channels.get(name);
     this.channels.delete(name);
-    line?.then((channel) => channel.end(), () => undefined);
+    line?.then(
+      (channel) => channel.end(),
+      () => undefined,
+    );
     try {
       await engine.remove(name);
     } finally {
