@@ -3,6 +3,7 @@
 import type { AnyVariables, CombinedError, TypedDocumentNode } from '@urql/core';
 import { useEffect, useRef, useState } from 'react';
 import { useClient } from 'urql';
+import { isEnded, isLive } from '../../src/kernel/environment-states';
 import { graphql } from './generated/gql';
 import type { EnvironmentFilter } from './generated/gql/graphql';
 import { useSession } from './session';
@@ -78,17 +79,14 @@ export function useOnEnvironmentChange(
   );
 }
 
-const LIVE = ['pending', 'starting', 'ready', 'stopping'];
-const ENDED = ['stopped', 'failed'];
-
 /** Whether an environment matches a list filter, as the server's filter decides it. */
 export function matchesFilter(
   filter: EnvironmentFilter,
   env: { state: string; template: string; labels: Record<string, unknown> },
 ): boolean {
   const state = filter.state;
-  if (state === 'live' && !LIVE.includes(env.state)) return false;
-  if (state === 'ended' && !ENDED.includes(env.state)) return false;
+  if (state === 'live' && !isLive(env.state)) return false;
+  if (state === 'ended' && !isEnded(env.state)) return false;
   if (state && state !== 'live' && state !== 'ended' && env.state !== state) return false;
   if (filter.template && env.template !== filter.template) return false;
   return (filter.label ?? []).every((pair) => {

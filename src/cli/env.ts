@@ -5,6 +5,7 @@
 //   berth env rm ID|NAME
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
+import { isStoppable } from '../kernel/environment-states';
 import { parseDuration } from '../services/durations';
 import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
 import { CommandError } from './errors';
@@ -41,7 +42,8 @@ export interface Environment {
 }
 
 const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state waiting node error readyMs } }';
-const ENDED = new Set(['stopping', 'stopped', 'failed']);
+/** Ready, or past the point of becoming ready (stopping or ended): the wait is over. */
+const settled = (state: string) => state === 'ready' || !isStoppable(state);
 
 /**
  * Watches an environment (GraphQL subscription over SSE: the state now, then every change) until
@@ -66,14 +68,14 @@ export async function waitForReady(
           failures = 0;
           if (environment.state !== last?.state || environment.waiting !== last?.waiting) onChange(environment);
           last = environment;
-          return environment.state === 'ready' || ENDED.has(environment.state);
+          return settled(environment.state);
         },
         signal,
       );
     } catch (error) {
       if (!(error instanceof UnreachableError) || ++failures > 6) throw error;
     }
-    if (last && (last.state === 'ready' || ENDED.has(last.state))) return last;
+    if (last && settled(last.state)) return last;
     await sleep(Math.min(500 * 2 ** failures, 10_000), undefined, { signal }).catch(() => {
       throw signal?.reason;
     });

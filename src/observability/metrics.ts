@@ -4,6 +4,7 @@
 // route templates, states, catalog names; never ids, emails or secrets.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Prisma } from '../db';
+import { LIVE_STATES } from '../kernel/environment-states';
 
 /** Lease to ready: a hot start is seconds, a pulled image minutes. */
 const START_BUCKETS = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
@@ -70,7 +71,7 @@ export function createMetrics(prisma: Prisma): Metrics {
       // scan them all.
       const rows = await prisma.environment.groupBy({
         by: ['state', 'template', 'pool'],
-        where: { state: { in: ['pending', 'starting', 'ready', 'stopping'] } },
+        where: { state: { in: [...LIVE_STATES] } },
         _count: { _all: true },
       });
       return tally(

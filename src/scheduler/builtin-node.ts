@@ -7,9 +7,9 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Config } from '../config';
 import type { Deps } from '../context';
+import { LIVE_STATES, RUNNING, type SourceOf } from '../kernel/environment-states';
 import { Engine, engineAddress, engineMessage } from '../node/engine';
 import { NodeRuntime } from '../node/runtime';
-import { LIVE_STATES } from '../services/environment-events';
 import { poolImages } from '../services/templates';
 import type { BackgroundJob } from './background';
 import { resourcesOf } from './node-specs';
@@ -54,7 +54,7 @@ export async function prepullBuiltin(deps: Deps): Promise<void> {
 }
 
 /** Ends a live environment whose container ended without being asked, with why. */
-export async function failEnded(deps: Deps, id: string, reason: string, from: string[] = ['starting', 'ready']): Promise<void> {
+export async function failEnded(deps: Deps, id: string, reason: string, from: readonly SourceOf<'failed'>[] = RUNNING): Promise<void> {
   // Imported lazily: environments.ts → … → scheduler would otherwise form a cycle at load.
   const { transition } = await import('../services/environments');
   const failed = await transition(deps, id, from, 'failed', (at) => ({ error: reason, stopped: at }));

@@ -2,8 +2,9 @@ import { stat } from 'node:fs/promises';
 import type { Deps } from '../context';
 import { shareDir } from '../dataplane/layout';
 import type { Environment } from '../generated/prisma/client';
+import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../kernel/environment-states';
 import { formatDuration } from '../services/durations';
-import { announceEnvironment, ENDED_STATES, recordEvent } from '../services/environment-events';
+import { announceEnvironment, recordEvent } from '../services/environment-events';
 import { ENVIRONMENT_JOB, transition } from '../services/environments';
 import { syncOf } from '../services/json-columns';
 import { awaitingOutSync } from '../services/relay';
@@ -200,7 +201,7 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     ready: at,
     runtime,
     readyMs: at.getTime() - current.created.getTime(),
-    idleUntil: new Date(Math.max(current.idleUntil.getTime(), at.getTime() + current.idleMs)),
+    idleUntil: pushedIdleUntil(current, at),
   }));
   if (ready?.readyMs != null) deps.metrics.environmentStart.observe({ template: ready.template, pool: ready.pool }, ready.readyMs / 1000);
   // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
@@ -208,25 +209,25 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
 }
 
 /** Ends an environment as failed, then wipes what its node holds of it. */
-async function fail(deps: Deps, provider: NodeProvider, env: Environment, error: string, from: string): Promise<void> {
+async function fail(deps: Deps, provider: NodeProvider, env: Environment, error: string, from: SourceOf<'failed'>): Promise<void> {
   await transition(deps, env.id, [from], 'failed', (at) => ({ error, stopped: at }));
   await discardIfEnded(deps, provider, env.id);
 }
 
 async function discardIfEnded(deps: Deps, provider: NodeProvider, id: string): Promise<void> {
   const env = await deps.prisma.environment.findUnique({ where: { id } });
-  if (env && (ENDED_STATES as readonly string[]).includes(env.state)) await provider.discard(deps, env);
+  if (env && isEnded(env.state)) await provider.discard(deps, env);
 }
 
 /** Hard time-outs end any live lease; idle time-outs end ready ones. Both say so in `error`. */
 async function enforceTimeouts(deps: Deps): Promise<void> {
   const now = deps.clock.now();
   const hard = await deps.prisma.environment.findMany({
-    where: { state: { in: ['pending', 'starting', 'ready'] }, expires: { lte: now } },
+    where: { state: { in: [...STOPPABLE] }, expires: { lte: now } },
     select: { id: true, hardMs: true },
   });
   for (const env of hard) {
-    await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({
+    await transition(deps, env.id, STOPPABLE, 'stopping', () => ({
       error: `hard time-out: the ${formatDuration(env.hardMs)} lease ended`,
     }));
   }

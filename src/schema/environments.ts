@@ -1,4 +1,5 @@
 import type { Environment } from '../generated/prisma/client';
+import { STATES, type EnvironmentState as State } from '../kernel/environment-states';
 import { formatDuration } from '../services/durations';
 import { shareEnvironments, watchEnvironment, watchEnvironments } from '../services/environment-watch';
 import { createEnvironment, findEnvironment, keepAlive, listEnvironments, stopEnvironment } from '../services/environments';
@@ -16,10 +17,9 @@ import { builder } from './builder';
 import { connectionOf } from './paging';
 import { Network, networkOf, Resources } from './templates';
 
-const STATES = ['pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'] as const;
 const EnvironmentState = builder.enumType('EnvironmentState', { values: STATES });
 
-function stateOf(env: Environment): (typeof STATES)[number] {
+function stateOf(env: Environment): State {
   const state = STATES.find((s) => s === env.state);
   if (!state) throw new Error(`environment ${env.id} has an unknown state ${env.state}`);
   return state;

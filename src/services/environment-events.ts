@@ -5,10 +5,6 @@ import { environmentPayload } from './json-columns';
 
 export const environmentsTopic = (orgId: string) => `org:${orgId}:environments`;
 
-export const LIVE_STATES = ['pending', 'starting', 'ready', 'stopping'] as const;
-export const ENDED_STATES = ['stopped', 'failed'] as const;
-export type EnvironmentState = (typeof LIVE_STATES)[number] | (typeof ENDED_STATES)[number];
-
 /**
  * Appends the environment's new version to the event log, inside the transition's transaction.
  * The per-organization lock makes sequence order equal commit order, so a subscriber reading

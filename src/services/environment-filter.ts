@@ -4,8 +4,8 @@
 // value cannot mean one thing in a query and another in a subscription.
 import type { Actor, Deps } from '../context';
 import type { Environment, Prisma as P } from '../generated/prisma/client';
+import { STATES as EACH_STATE, ENDED_STATES, LIVE_STATES } from '../kernel/environment-states';
 import { requireMember } from './access';
-import { ENDED_STATES, LIVE_STATES } from './environment-events';
 import { ValidationError } from './errors';
 import { labelsOf } from './json-columns';
 import { parseLabelPairs } from './labels';
@@ -40,7 +40,7 @@ interface Condition {
 const STATES: Record<string, readonly string[]> = {
   live: LIVE_STATES,
   ended: ENDED_STATES,
-  ...Object.fromEntries([...LIVE_STATES, ...ENDED_STATES].map((state) => [state, [state]])),
+  ...Object.fromEntries(EACH_STATE.map((state) => [state, [state]])),
 };
 
 const NOTHING: Condition = { where: { id: { in: [] } }, test: () => false, key: 'nothing' };

@@ -3,15 +3,15 @@
 // its subscribe call was answered.
 import type { Actor, Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
+import { isEnded as isEndedState } from '../kernel/environment-states';
 import { requireMember } from './access';
 import { Channel } from './channel';
-import { ENDED_STATES } from './environment-events';
 import { joinEnvironmentFeed } from './environment-feed';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
 import { findEnvironment } from './environments';
 import { SharedSource } from './shared-source';
 
-const isEnded = (env: Environment) => (ENDED_STATES as readonly string[]).includes(env.state);
+const isEnded = (env: Environment) => isEndedState(env.state);
 
 /**
  * One environment: as it is now, then every new version; the stream ends after it stopped or

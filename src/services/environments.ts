@@ -1,11 +1,20 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
 import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
+import {
+  assertTransitions,
+  type EnvironmentState,
+  isEnded,
+  isStoppable,
+  pushedIdleUntil,
+  type SourceOf,
+  STOPPABLE,
+} from '../kernel/environment-states';
 import { waitingOfNew } from '../scheduler/waiting';
 import { principalOf, requireMember, requireOwner } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { parseDuration } from './durations';
-import { announceEnvironment, ENDED_STATES, LIVE_STATES, recordEvent } from './environment-events';
+import { announceEnvironment, recordEvent } from './environment-events';
 import { type EnvironmentFilterInput, environmentFilter } from './environment-filter';
 import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from './errors';
 import type { AuditAction } from './event-names';
@@ -196,31 +205,32 @@ async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Pro
 /**
  * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
  * guard: a transition that no longer applies changes nothing) and logs the new version, and
- * `audit`'s event when a caller asked for it.
+ * `audit`'s event when a caller asked for it. `from` → `to` must be in the state machine's table
+ * (src/kernel/environment-states.ts): a pair it lacks does not compile, or throws at once.
  */
-export async function transition(
+export async function transition<To extends EnvironmentState>(
   deps: Deps,
   id: string,
-  from: readonly string[],
-  to: string,
+  from: readonly NoInfer<SourceOf<To>>[],
+  to: To,
   data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
   audit?: { actor: Actor; action: AuditAction },
 ): Promise<Environment | null> {
+  assertTransitions(from, to);
   let hooked = false;
   const env = await deps.prisma.$transaction(async (tx) => {
     // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
     // then sees the state it left instead of silently missing it.
     await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
     const current = await tx.environment.findUnique({ where: { id } });
-    if (!current || !from.includes(current.state)) return null;
+    if (!current || !(from as readonly string[]).includes(current.state)) return null;
     const now = deps.clock.now();
     await tx.environment.update({
       where: { id },
       // Only a pending environment waits: every transition leads out of pending.
       data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
     });
-    if ((ENDED_STATES as readonly string[]).includes(to))
-      await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
+    if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
     const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
     await recordEvent(tx, updated);
     hooked = await emitEnvironmentState(tx, updated, now);
@@ -248,8 +258,8 @@ export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string
   await checkAudited(deps, actor, { action: 'environment.delete', target: { kind: 'environment', id: env.id } }, () =>
     requireOwner(actor, env, `environment ${env.name}`),
   );
-  if (env.state === 'stopping' || (ENDED_STATES as readonly string[]).includes(env.state)) return env;
-  const stopping = await transition(deps, env.id, ['pending', 'starting', 'ready'], 'stopping', () => ({ stoppedBy: actor.name }), {
+  if (!isStoppable(env.state)) return env;
+  const stopping = await transition(deps, env.id, STOPPABLE, 'stopping', () => ({ stoppedBy: actor.name }), {
     actor,
     action: 'environment.delete',
   });
@@ -258,14 +268,9 @@ export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string
 }
 
 function assertLive(env: Environment): void {
-  if (!(LIVE_STATES as readonly string[]).includes(env.state) || env.state === 'stopping') {
+  if (!isStoppable(env.state)) {
     throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
   }
-}
-
-/** Activity pushes the idle time-out back (from now, by the lease's idle duration). */
-function activity(env: Environment, now: Date): Date {
-  return new Date(Math.max(env.idleUntil.getTime(), now.getTime() + env.idleMs));
 }
 
 /** POST /v1/environments/{id}/keepalive. */
@@ -274,7 +279,7 @@ export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Pro
   requireOwner(actor, env, `environment ${env.name}`);
   assertLive(env);
   return deps.prisma.$transaction(async (tx) => {
-    const kept = await tx.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, deps.clock.now()) } });
+    const kept = await tx.environment.update({ where: { id: env.id }, data: { idleUntil: pushedIdleUntil(env, deps.clock.now()) } });
     await recordAudit(deps, tx, actor, { action: 'environment.keepalive', target: { kind: 'environment', id: env.id } });
     return kept;
   });
@@ -321,7 +326,7 @@ export async function recordExecRow(deps: Deps, actor: Actor, envId: string, inp
         durationMs: input.durationMs,
       },
     });
-    await tx.environment.update({ where: { id: env.id }, data: { idleUntil: activity(env, now) } });
+    await tx.environment.update({ where: { id: env.id }, data: { idleUntil: pushedIdleUntil(env, now) } });
     await recordAudit(deps, tx, actor, {
       action: 'exec.run',
       target: { kind: 'environment', id: env.id },

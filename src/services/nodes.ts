@@ -12,11 +12,11 @@ import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
 import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
+import { isLive, LIVE_STATES, ON_NODE, RUNNING } from '../kernel/environment-states';
 import { resourcesOf } from '../scheduler/node-specs';
 import { requireAdmin, requireMember, requireNodeAgent } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { formatDuration } from './durations';
-import { LIVE_STATES } from './environment-events';
 import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors';
 import { newId } from './names';
 import { sendToNode } from './node-messages';
@@ -325,7 +325,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
   // Imported lazily: environments.ts → sandbox-wiring → … would otherwise form a cycle at load.
   const { transition } = await import('./environments');
   for (const env of stale) {
-    await transition(deps, env.id, ['starting', 'ready', 'stopping'], 'failed', (at) => ({
+    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
       error: `node ${node.name} restarted and no longer holds the environment`,
       stopped: at,
     }));
@@ -383,12 +383,12 @@ export async function nodeLeaving(deps: Deps, actor: Actor): Promise<void> {
 /** Ends the live environments of a leaving node (their release is the environment job's, as for any end). */
 async function endForLeaving(deps: Deps, node: RemoteNode): Promise<void> {
   const live = await deps.prisma.environment.findMany({
-    where: { nodeId: node.id, state: { in: ['starting', 'ready'] } },
+    where: { nodeId: node.id, state: { in: [...RUNNING] } },
     select: { id: true },
   });
   const { ENVIRONMENT_JOB, transition } = await import('./environments');
   for (const env of live) {
-    await transition(deps, env.id, ['starting', 'ready'], 'stopping', () => ({
+    await transition(deps, env.id, RUNNING, 'stopping', () => ({
       error: `node ${node.name} shut down: its agent was stopped`,
     }));
   }
@@ -405,7 +405,7 @@ async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readon
   const nodeId = requireNodeAgent(actor);
   const env = await deps.prisma.environment.findFirst({ where: { id: envId, orgId: actor.orgId } });
   if (!env) throw new NotFoundError(`environment ${envId}`);
-  if (env.nodeId !== nodeId || !(LIVE_STATES as readonly string[]).includes(env.state)) {
+  if (env.nodeId !== nodeId || !isLive(env.state)) {
     throw new ForbiddenError('a node credential can only act on the environments currently on its node');
   }
   if (!states.includes(env.state)) throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
@@ -421,9 +421,9 @@ export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: unkn
   if (typeof reason !== 'string' || reason.length === 0 || reason.length > 500) {
     throw new ValidationError('reason: must be a string of 1 to 500 characters', 'reason');
   }
-  const env = await envOnNode(deps, actor, envId, ['starting', 'ready']);
+  const env = await envOnNode(deps, actor, envId, RUNNING);
   const { transition } = await import('./environments');
-  await transition(deps, env.id, ['starting', 'ready'], 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));
+  await transition(deps, env.id, RUNNING, 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));
   await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
 }
 
@@ -506,7 +506,7 @@ export async function markLostNodes(deps: Deps): Promise<void> {
      WHERE r.state = 'lost' AND e.state = ANY(${[...LIVE_STATES]}::text[])`;
   const { transition } = await import('./environments');
   for (const env of stranded) {
-    await transition(deps, env.id, ['starting', 'ready', 'stopping'], 'failed', (at) => ({
+    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
       error: `node ${env.name} was lost: not heard from for ${formatDuration(bound)}`,
       stopped: at,
     }));

@@ -1,10 +1,10 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma, type Tx } from '../db';
 import type { Quota } from '../generated/prisma/client';
+import { LIVE_STATES } from '../kernel/environment-states';
 import { requireAdmin, requireMember } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { formatDuration, parseDuration } from './durations';
-import { LIVE_STATES } from './environment-events';
 import { QuotaExceededError, ValidationError } from './errors';
 import { hotNodesFor, orgLimits } from './org-limits';
 import { findTemplate } from './templates';

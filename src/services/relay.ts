@@ -3,6 +3,7 @@
 import type { Actor, Deps } from '../context';
 import { parseAddress, type RelayJob } from '../dataplane/relay-node';
 import type { Environment } from '../generated/prisma/client';
+import { pushedIdleUntil } from '../kernel/environment-states';
 import { ENVIRONMENT_JOB } from './environments';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from './errors';
 import { requireRuntime } from './exec';
@@ -108,7 +109,7 @@ export async function recordRelayActivity(deps: Deps, environmentId: string): Pr
     select: { state: true, idleUntil: true, idleMs: true },
   });
   if (env?.state !== 'ready') return;
-  const next = new Date(deps.clock.now().getTime() + env.idleMs);
+  const next = pushedIdleUntil(env, deps.clock.now());
   if (next.getTime() - env.idleUntil.getTime() <= relayActivityStep(env.idleMs)) return;
   await deps.prisma.environment.updateMany({
     where: { id: environmentId, state: 'ready', idleUntil: { lt: next } },

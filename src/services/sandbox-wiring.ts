@@ -7,9 +7,9 @@
 import type { Actor, Deps } from '../context';
 import type { Tx } from '../db';
 import { Prisma as P } from '../generated/prisma/client';
+import { LIVE_STATES } from '../kernel/environment-states';
 import { requireSandboxOwner } from './access';
 import { AGENT_FOLDER, inAgentFolder } from './agent-folder';
-import { LIVE_STATES } from './environment-events';
 import { ConflictError, NotFoundError, ValidationError } from './errors';
 import { type Export, exportsOf, type SyncSpec, sharesOf, syncOf, type WiredShare } from './json-columns';
 import { isId } from './names';

@@ -9,13 +9,13 @@
 // artifacts through the artifact sweeper. A crash in between leaves the Shred row unfinished; the
 // shred job finishes it (at the next tick after a restart).
 import type { Actor, Deps } from '../context';
+import { LIVE_STATES } from '../kernel/environment-states';
 import type { BackgroundJob } from '../scheduler/background';
 import { MANIFEST_NAME } from '../store/pack';
 import { requireAdmin } from './access';
 import { sweepArtifacts } from './artifacts';
 import { checkAudited, recordAudit } from './audit';
 import { MINUTE_MS } from './durations';
-import { LIVE_STATES } from './environment-events';
 import { NotFoundError } from './errors';
 import { validateProjectName } from './labels';
 import { lockProject } from './project-keys';

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import type { UsageSample } from '../generated/prisma/client';
+import { RUNNING } from '../kernel/environment-states';
 import { requireMember } from './access';
 import { ENVIRONMENT_JOB, findEnvironment, transition } from './environments';
 import { ForbiddenError, ValidationError } from './errors';
@@ -133,7 +134,7 @@ export async function recordUsage(deps: Deps, nodeId: string | null, environment
   if (!env || env.nodeId !== nodeId) {
     throw new ForbiddenError('a node reports usage only for the environments currently on it');
   }
-  if (env.state !== 'starting' && env.state !== 'ready') return;
+  if (!(RUNNING as readonly string[]).includes(env.state)) return;
   const sample = await storeUsage(deps, env.id, parsed.data);
   const disk = resourcesOf(env).disk;
   if (disk !== undefined && sample.disk > parseSize(disk)) await endForDisk(deps, env.id, disk, sample.disk);
@@ -144,7 +145,7 @@ export async function recordUsage(deps: Deps, nodeId: string | null, environment
  * snapshot saved), but it ends `failed`, saying why.
  */
 async function endForDisk(deps: Deps, id: string, limit: string, used: number): Promise<void> {
-  const ended = await transition(deps, id, ['starting', 'ready'], 'stopping', () => ({
+  const ended = await transition(deps, id, RUNNING, 'stopping', () => ({
     error: `disk limit ${limit} exceeded (${formatUsed(used)} used)`,
     endsAs: 'failed',
   }));

@@ -1,5 +1,6 @@
 import { lazy, Suspense, useCallback, useState } from 'react';
 import { Link } from 'wouter';
+import { isStoppable } from '../../../src/kernel/environment-states';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { SandboxLink } from '../components/SandboxLink';
 import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
@@ -60,8 +61,6 @@ const KeepAlive = graphql(`
   }
 `);
 
-const LIVE = ['pending', 'starting', 'ready'];
-
 export function EnvironmentPage({ id }: { id: string }) {
   return <EnvironmentView key={id} id={id} />;
 }
@@ -101,7 +100,7 @@ function EnvironmentView({ id }: { id: string }) {
   };
 
   const env = latest ?? detail.data?.environment;
-  const live = env ? LIVE.includes(env.state) : false;
+  const live = env ? isStoppable(env.state) : false;
   const actionError = stopped.error ?? kept.error;
   return (
     <Page

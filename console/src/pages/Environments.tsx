@@ -1,5 +1,6 @@
 import { type FormEvent, useMemo, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
+import { STATES } from '../../../src/kernel/environment-states';
 import { useQueryAnswer } from '../answers';
 import { SandboxLink } from '../components/SandboxLink';
 import { Failure, Field, Labels, LiveNotice, Page, Pager, QueryState, StateBadge, Table, usePager } from '../components/ui';
@@ -36,7 +37,7 @@ const EnvironmentRows = graphql(`
 `);
 
 const PAGE_SIZE = 25;
-const STATES = ['live', 'ended', 'pending', 'starting', 'ready', 'stopping', 'stopped', 'failed'];
+const CHOICES = ['live', 'ended', ...STATES];
 
 export function EnvironmentsPage() {
   const [search, setSearch] = useSearchParams();
@@ -178,7 +179,7 @@ function Filters({
           {(props) => (
             <select {...props} value={filter.state ?? ''} onChange={(e) => onApply({ state: e.target.value })}>
               <option value="">Any state</option>
-              {STATES.map((s) => (
+              {CHOICES.map((s) => (
                 <option key={s} value={s}>
                   {s}
                 </option>
