@@ -186,6 +186,7 @@ describeBackends('queue, quotas and live state', (backend) => {
       workdir: '/',
       shell: '/bin/sh',
       env: {},
+      warm: 0,
     });
     const spec = { pool: 'wide', startMs: 20, idle: '5m', hard: '1h', services: [{ service: 'redis', target: '127.0.0.1:6379' }] };
     const member = client(url, (await admin.post('/v1/tokens', { email: 'tpl@example.com' })).body.secret);

@@ -36,6 +36,7 @@ const TEMPLATE: TemplateSpec = {
   workdir: '/',
   shell: '/bin/sh',
   env: {},
+  warm: 0,
 };
 
 const Sandboxes = graphql(`query TestSandboxes { sandboxes { sandbox { id name org } environments } }`);

@@ -74,6 +74,7 @@ describe('parseCatalog with a valid catalog', () => {
       workdir: '/workspace/src',
       shell: '/bin/sh',
       env: {},
+      warm: 0,
     });
     expect(catalog.templates[1]).toEqual({
       name: 'big',
@@ -90,6 +91,7 @@ describe('parseCatalog with a valid catalog', () => {
       workdir: '/',
       shell: '/bin/sh',
       env: {},
+      warm: 0,
     });
     expect(catalog.templates[1]).not.toHaveProperty('image');
   });
@@ -530,6 +532,7 @@ describe('validateTemplateSpec (admin upsert)', () => {
       workdir: '/',
       shell: '/bin/sh',
       env: {},
+      warm: 0,
     });
     expect(validateTemplateSpec({ ...body, name: 'custom' }, 'custom', ['default']).name).toBe('custom');
   });

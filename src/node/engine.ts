@@ -26,6 +26,7 @@ export interface ContainerState {
   running: boolean;
   exitCode: number;
   oomKilled: boolean;
+  labels: Record<string, string>;
   /** The container's addresses and the subnets of its networks (the egress guard blocks them). */
   subnets: string[];
   gateways: string[];
@@ -33,6 +34,8 @@ export interface ContainerState {
 
 export interface ListedContainer {
   id: string;
+  /** Its name now (a claimed warm container's differs from what its labels say: runtime.ts). */
+  name: string;
   labels: Record<string, string>;
   running: boolean;
   /** It ran and ended (exited, stopped, dead), as opposed to one created but not started yet. */
@@ -214,6 +217,13 @@ export class Engine {
     });
   }
 
+  /** Gives the container another name (the Docker API's rename, which Podman's serves too). */
+  async rename(id: string, name: string): Promise<void> {
+    return this.timed('rename', async () => {
+      await within('a rename', this.docker.getContainer(id).rename({ name }));
+    });
+  }
+
   /** Removes the container, running or not; one that is already gone is no error. */
   async remove(id: string): Promise<void> {
     return this.timed('remove', async () => {
@@ -240,6 +250,7 @@ export class Engine {
         running: info.State.Running,
         exitCode: info.State.ExitCode,
         oomKilled: info.State.OOMKilled,
+        labels: info.Config?.Labels ?? {},
         subnets: networks.filter((n) => n.IPAddress).map((n) => `${n.IPAddress}/${n.IPPrefixLen}`),
         gateways: networks.map((n) => n.Gateway).filter((g): g is string => Boolean(g)),
       };
@@ -280,6 +291,7 @@ export class Engine {
       const found = await within('a list', this.docker.listContainers({ all: true, filters }));
       return found.map((c) => ({
         id: c.Id,
+        name: (c.Names?.[0] ?? '').replace(/^\//, ''),
         labels: c.Labels ?? {},
         running: c.State === 'running',
         ended: ['exited', 'stopped', 'dead'].includes(c.State),

@@ -15,7 +15,7 @@
 // per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
 // cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
-import { lchown, lstat, mkdir, readdir, rm } from 'node:fs/promises';
+import { lchown, lstat, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { Duplex } from 'node:stream';
@@ -76,6 +76,21 @@ export interface EnvironmentSpec {
   env: Record<string, string>;
 }
 
+/** A warm container of a template, kept by one slot (src/scheduler/warm-job.ts). */
+export interface WarmSpec extends Omit<EnvironmentSpec, 'id'> {
+  slot: string;
+  pool: string;
+  /** warmSpecHash of the template: a lease claims it only with the same. */
+  hash: string;
+}
+
+/** A slot's warm container, as the node found it (reconcile). */
+export interface FoundWarm {
+  slot: string;
+  hash: string;
+  running: boolean;
+}
+
 export interface RuntimeOptions {
   /** null: no engine, environments hold files only. */
   engine: Engine | null;
@@ -89,6 +104,11 @@ export interface RuntimeOptions {
 export class NoRuntimeError extends Error {}
 
 export const containerName = (id: string) => `berth-${id}`;
+/** One per slot; claimed, it takes its environment's name (containerName). */
+export const warmContainerName = (slot: string) => `berth-warm-${slot}`;
+const WARM_SLOT = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+const WARM_NAME = /^berth-warm-(.+)$/;
+const CLAIMED_NAME = /^berth-(env_[A-Za-z0-9]{1,64})$/;
 
 export class NodeRuntime {
   /** Containers this node is removing itself: their end is no failure. */
@@ -186,14 +206,122 @@ export class NodeRuntime {
     return 'container';
   }
 
-  private containerSpec(spec: EnvironmentSpec, root: string, command: string[]): Dockerode.ContainerCreateOptions {
+  /** A warm container's folder: its share folders, renamed to the environment's root when it is claimed. */
+  warmRoot(slot: string): string {
+    if (!WARM_SLOT.test(slot)) throw new Error(`not a slot: ${JSON.stringify(slot)}`);
+    return join(this.options.dir, `warm-${slot}`);
+  }
+
+  /**
+   * Makes the slot's warm container (docs/environments.md, "Warm templates"): share folders, the
+   * container, its shares given to the image's user, the egress guard, then the go, so the image's
+   * command is running before any lease. Whatever the slot held before is removed first: safe to
+   * call again.
+   */
+  async warm(spec: WarmSpec): Promise<void> {
+    const engine = this.requireEngine();
+    if (!spec.image) throw new Error(`template ${spec.template} has no image`);
+    if (!existsSync(ENVD_BINARY)) throw new Error(`berth-envd is not built at ${ENVD_BINARY}`);
+    await this.dropWarm(spec.slot);
+    const root = this.warmRoot(spec.slot);
+    for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
+    await mkdir(root, { recursive: true });
+    let image: Awaited<ReturnType<Engine['image']>>;
+    try {
+      image = await engine.image(spec.image);
+    } catch (error) {
+      throw new Error(`cannot pull image ${spec.image}: ${engineMessage(error)}`);
+    }
+    const name = warmContainerName(spec.slot);
+    const labels = {
+      'berth.warm': spec.slot,
+      'berth.template': spec.template,
+      'berth.pool': spec.pool,
+      'berth.organization': spec.orgId,
+      'berth.owner': this.options.owner,
+      'berth.spec': spec.hash,
+    };
+    try {
+      await engine.create(this.containerSpec(spec, root, [...image.entrypoint, ...image.cmd], { name, labels }));
+      await engine.start(name);
+      if (!/^(|root|0)(:.*)?$/.test(image.user)) await this.giveShares(engine, name, spec, root);
+      if (spec.network === 'egress') await this.guard(engine, name);
+      await engine.signal(name, 'SIGUSR1');
+    } catch (error) {
+      await this.dropWarm(spec.slot).catch(() => undefined);
+      throw new Error(`cannot start a container of ${spec.image}: ${engineMessage(error)}`);
+    }
+  }
+
+  /** Removes the slot's warm container and folder, if it has them. */
+  async dropWarm(slot: string): Promise<void> {
+    const name = warmContainerName(slot);
+    this.removing.add(name);
+    try {
+      await this.options.engine?.remove(name);
+    } finally {
+      this.removing.delete(name);
+    }
+    await rm(this.warmRoot(slot), { recursive: true, force: true });
+  }
+
+  /**
+   * Makes the slot's warm container the environment's: its folder becomes the environment's root
+   * (a bind mount follows the folder, not its path) and the container takes the environment's name
+   * (labels cannot change: `berth.warm` stays); `restore` fills the shares, and what it wrote goes
+   * to the share folders' owner (the image's user, given them when it was made). A warm container
+   * that is gone, ended or of another spec is replaced by a cold prepare, which the log says.
+   */
+  async claimWarm(slot: string, hash: string, spec: EnvironmentSpec, restore: (root: string) => Promise<void>): Promise<RuntimeKind> {
+    const engine = this.options.engine;
+    const root = this.root(spec.id);
+    const name = warmContainerName(slot);
+    const cold = async (why: string) => {
+      this.options.log(`no warm container for ${spec.id} on ${slot} (${why}): starting one cold`);
+      await this.dropWarm(slot).catch(() => undefined);
+      await this.stop(spec.id);
+      await rm(root, { recursive: true, force: true });
+      return this.prepare(spec, restore);
+    };
+    if (!engine || !spec.image) return cold('no engine or image');
+    const state = await engine.inspect(name).catch(() => null);
+    if (!state?.running) return cold(state ? 'it ended' : 'it is gone');
+    if (state.labels['berth.spec'] !== hash || state.labels['berth.owner'] !== this.options.owner) return cold('it is of another spec');
+    try {
+      await rename(this.warmRoot(slot), root);
+    } catch (error) {
+      return cold(`its folder: ${(error as Error).message}`);
+    }
+    try {
+      await engine.rename(name, containerName(spec.id));
+    } catch (error) {
+      return cold(engineMessage(error));
+    }
+    for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
+    await restore(root);
+    for (const share of spec.shares) {
+      const dir = shareDir(root, share.envPath);
+      const owner = await stat(dir);
+      if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
+    }
+    this.watch(spec.id, spec.resources.memory);
+    return 'container';
+  }
+
+  /** What the engine makes an environment's container from; a warm one (`as`) has its own name and labels. */
+  private containerSpec(
+    spec: EnvironmentSpec | WarmSpec,
+    root: string,
+    command: string[],
+    as?: { name: string; labels: Record<string, string> },
+  ): Dockerode.ContainerCreateOptions {
     const memory = spec.resources.memory ? parseSize(spec.resources.memory) : undefined;
     return {
-      name: containerName(spec.id),
+      name: as?.name ?? containerName((spec as EnvironmentSpec).id),
       Image: spec.image!,
       Hostname: spec.name,
-      Labels: {
-        'berth.environment': spec.id,
+      Labels: as?.labels ?? {
+        'berth.environment': (spec as EnvironmentSpec).id,
         'berth.template': spec.template,
         'berth.organization': spec.orgId,
         'berth.owner': this.options.owner,
@@ -219,7 +347,7 @@ export class NodeRuntime {
    * Share folders belong to the image's user, as does what the restore put there: asked of berth-envd
    * (the user may be a name only the image's /etc/passwd knows) before anything of the image runs.
    */
-  private async giveShares(engine: Engine, name: string, spec: EnvironmentSpec, root: string): Promise<void> {
+  private async giveShares(engine: Engine, name: string, spec: Pick<EnvironmentSpec, 'shares'>, root: string): Promise<void> {
     const { code, stdout, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'id'] }));
     const m = /^(\d+):(\d+)$/.exec(stdout.trim());
     if (code !== 0 || !m) throw new Error(`cannot tell the image's user (${code}): ${stderr.trim()}`);
@@ -440,19 +568,37 @@ export class NodeRuntime {
    * running ones watched again (adopted). One created but not started yet belongs to a prepare in
    * flight and is left alone. `lookup` answers which of the ids are live, each with its memory limit
    * (named when it ran out); it is asked after the containers are listed, so a container a prepare
-   * makes meanwhile belongs to an environment it already counts as live.
+   * makes meanwhile belongs to an environment it already counts as live. Warm containers and
+   * folders (a claimed one goes by its environment's name) are kept only for the slots `wanted`
+   * answers (none without it); a folder without a container is found with hash '' and not running.
    */
   async reconcile(
     lookup: (ids: string[]) => Promise<Map<string, string | undefined>>,
+    wanted: (found: FoundWarm[]) => Promise<Set<string>> = async () => new Set(),
   ): Promise<{ ended: Map<string, string>; present: Set<string> }> {
     const ended = new Map<string, string>();
     const present = new Set<string>();
     const engine = this.options.engine;
+    const folders = (await readdir(this.options.dir).catch(() => [] as string[])).filter((n) => n.startsWith('warm-'));
+    const containers = engine ? await engine.list({ 'berth.owner': this.options.owner }) : [];
+    const warm = new Map<string, FoundWarm>();
+    for (const folder of folders) warm.set(folder.slice('warm-'.length), { slot: folder.slice('warm-'.length), hash: '', running: false });
+    for (const c of containers) {
+      const slot = WARM_NAME.exec(c.name)?.[1];
+      if (slot) warm.set(slot, { slot, hash: c.labels['berth.spec'] ?? '', running: c.running });
+    }
+    const keep = await wanted([...warm.values()]);
+    for (const { slot } of warm.values()) {
+      if (keep.has(slot) || !WARM_SLOT.test(slot)) continue;
+      await this.dropWarm(slot);
+      this.options.log(`removed the warm container of slot ${slot}: no longer wanted`);
+    }
     if (!engine) return { ended, present };
-    const containers = await engine.list({ 'berth.owner': this.options.owner });
-    const live = await lookup(containers.map((c) => c.labels['berth.environment'] ?? ''));
-    for (const container of containers) {
-      const id = container.labels['berth.environment'] ?? '';
+    const envs = containers.filter((c) => !WARM_NAME.test(c.name));
+    const idOf = (c: (typeof envs)[number]) => c.labels['berth.environment'] ?? CLAIMED_NAME.exec(c.name)?.[1] ?? '';
+    const live = await lookup(envs.map(idOf));
+    for (const container of envs) {
+      const id = idOf(container);
       if (!live.has(id)) {
         this.removing.add(container.id);
         await engine.remove(container.id).finally(() => this.removing.delete(container.id));

@@ -9,7 +9,7 @@ import type { Config } from '../config';
 import type { Deps } from '../context';
 import { LIVE_STATES, RUNNING, type SourceOf } from '../kernel/environment-states';
 import { Engine, engineAddress, engineMessage } from '../node/engine';
-import { NodeRuntime } from '../node/runtime';
+import { type FoundWarm, NodeRuntime } from '../node/runtime';
 import { poolImages } from '../services/templates';
 import type { BackgroundJob } from './background';
 import { resourcesOf } from './node-specs';
@@ -74,21 +74,51 @@ async function reconcile(deps: Deps): Promise<void> {
   const liveOf = (ids: string[]) =>
     deps.prisma.environment.findMany({ where: { id: { in: ids }, nodeId: null, state: { in: [...LIVE_STATES] } } });
   const keep = new Set((await liveOf(folders)).map((e) => e.id));
-  for (const name of folders) if (!keep.has(name)) await rm(join(root, name), { recursive: true, force: true });
-  if (!deps.node.engine) return;
+  // (Warm folders are the runtime's reconcile's, below.)
+  for (const name of folders)
+    if (!keep.has(name) && !name.startsWith('warm-')) await rm(join(root, name), { recursive: true, force: true });
   // Asked before the containers are listed: a container of a ready environment exists by then.
   const ready = await deps.prisma.environment.findMany({
     where: { nodeId: null, state: 'ready', runtime: 'container' },
     select: { id: true },
   });
+  const listed = deps.clock.now();
   const { ended, present } = await deps.node.reconcile(
     async (ids) => new Map((await liveOf(ids)).map((env) => [env.id, resourcesOf(env).memory])),
+    (found) => wantedWarm(deps, found, listed),
   );
+  if (!deps.node.engine) return;
   for (const [id, reason] of ended) await failEnded(deps, id, reason);
   // A ready environment whose container vanished (removed by hand, the engine's storage reset).
   for (const { id } of ready) {
     if (!present.has(id)) await failEnded(deps, id, 'its container is gone (removed outside Berth)', ['ready']);
   }
+}
+
+/**
+ * Of the warm containers and folders the built-in node found, the slots the database still wants:
+ * one being made (`starting`), or a ready one of the slot's spec that runs. A ready one that is
+ * gone or ended (and was made before the listing) is cleared, for the warm job to make again.
+ */
+async function wantedWarm(deps: Deps, found: FoundWarm[], listed: Date): Promise<Set<string>> {
+  const slots = await deps.prisma.node.findMany({
+    where: { remoteId: null, environmentId: null, warmState: { in: ['starting', 'ready'] } },
+    select: { id: true, warmSpec: true, warmState: true, warmSince: true },
+  });
+  const seen = new Map(found.map((f) => [f.slot, f]));
+  const keep = new Set<string>();
+  for (const slot of slots) {
+    const there = seen.get(slot.id);
+    if (slot.warmState === 'starting' || (there?.running && there.hash === slot.warmSpec)) {
+      keep.add(slot.id);
+    } else if (slot.warmSince && slot.warmSince < listed) {
+      await deps.prisma.node.updateMany({
+        where: { id: slot.id, warmSince: slot.warmSince, environmentId: null },
+        data: { warmState: 'failed', warmError: there ? 'its container ended' : 'its container is gone', warmRetry: deps.clock.now() },
+      });
+    }
+  }
+  return keep;
 }
 
 export const builtinNodeJob: BackgroundJob = { name: BUILTIN_NODE_JOB, intervalMs: 60_000, run: reconcile };

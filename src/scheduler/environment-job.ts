@@ -12,6 +12,7 @@ import { notifySandboxConfig } from '../services/sandbox-wiring';
 import { archiveStream, extractArchive } from '../services/snapshot-archive';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../services/snapshots';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
+import { WARM_JOB } from '../services/templates';
 import { HISTORY_MS } from '../services/usage';
 import { emitEnvironmentState } from '../services/webhook-events';
 import { nudgeWebhooks } from '../services/webhooks';
@@ -33,7 +34,7 @@ export function startBound(startMs: number): number {
 export const builtinProvider: NodeProvider = {
   async prepare(deps, env) {
     const spec = await environmentSpec(deps, env);
-    return deps.node.prepare(spec, async (root) => {
+    const restore = async (root: string) => {
       const plan = await planRestore(deps, env);
       if (!plan) return;
       let files = 0;
@@ -43,7 +44,10 @@ export const builtinProvider: NodeProvider = {
         files += (await extractArchive(await openSnapshotShare(deps, snapshot), shareDir(root, envPath))).files;
       }
       await recordRestored(deps, env.id, plan, files);
-    });
+    };
+    if (env.warmSlot && env.warmClaimed && env.specHash) return deps.node.claimWarm(env.warmSlot, env.specHash, spec, restore);
+    if (env.warmSlot) await deps.node.dropWarm(env.warmSlot);
+    return deps.node.prepare(spec, restore);
   },
   async release(deps, env) {
     // The container goes first: nothing changes the shares while they are saved.
@@ -94,8 +98,8 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
         // or a free hot node while the organization holds less than its share of the pool's hot
         // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
         const share = deps.config.poolOrgShare;
-        const envs = await tx.$queryRaw<{ id: string; orgId: string; hotRoom: boolean }[]>`
-          SELECT e.id, e."orgId", hot.room AS "hotRoom"
+        const envs = await tx.$queryRaw<{ id: string; orgId: string; template: string; specHash: string | null; hotRoom: boolean }[]>`
+          SELECT e.id, e."orgId", e.template, e."specHash", hot.room AS "hotRoom"
             FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
            CROSS JOIN LATERAL (
                  SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
@@ -109,15 +113,31 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
            ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
         if (envs.length === 0) return null;
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
-        const slots = await tx.$queryRaw<{ id: string; remoteId: string | null; name: string; orgId: string | null }[]>`
-          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId"
+        const slots = await tx.$queryRaw<Slot[]>`
+          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId",
+                 n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState"
             FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
            WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
              AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
            ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
         for (const pending of envs) {
+          const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.remoteId === null);
+          // A ready warm container of its template and spec (the catalog's, or its organization's own)...
+          const warm = slots.find(
+            (n) =>
+              fits(n) &&
+              n.warmState === 'ready' &&
+              pending.specHash !== null &&
+              n.warmSpec === pending.specHash &&
+              n.warmTemplate === pending.template &&
+              (n.warmOrg === '' || n.warmOrg === pending.orgId),
+          );
+          // ...else its organization's own node before a hot one, a slot keeping nothing before one
+          // whose warm container it evicts (a lease never waits for warm containers of others).
           const slot =
-            slots.find((n) => n.orgId === pending.orgId) ?? (pending.hotRoom ? slots.find((n) => n.remoteId === null) : undefined);
+            warm ??
+            leastWarm(slots.filter((n) => n.orgId === pending.orgId)) ??
+            (pending.hotRoom ? leastWarm(slots.filter((n) => n.remoteId === null)) : undefined);
           if (!slot) continue;
           // A remote node is read again under a share lock: a drain or a lost mark that committed
           // meanwhile is seen, and one that comes later waits for this claim.
@@ -131,10 +151,19 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
             }
           }
           const now = deps.clock.now();
-          await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now } });
+          await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
           const updated = await tx.environment.update({
             where: { id: pending.id },
-            data: { state: 'starting', node: slot.name, nodeId: slot.remoteId, starting: now, waiting: null, version: { increment: 1 } },
+            data: {
+              state: 'starting',
+              node: slot.name,
+              nodeId: slot.remoteId,
+              starting: now,
+              waiting: null,
+              warmSlot: slot.warmState ? slot.id : null,
+              warmClaimed: slot === warm,
+              version: { increment: 1 },
+            },
           });
           await recordEvent(tx, updated);
           hooked = (await emitEnvironmentState(tx, updated, now)) || hooked;
@@ -149,7 +178,38 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
     }
   }
   nudgeWebhooks(deps, hooked);
+  // A claimed or evicted warm container is made again on another free slot.
+  if (claimed.some((env) => env.warmSlot)) deps.background.nudge(WARM_JOB);
   return claimed;
+}
+
+interface Slot {
+  id: string;
+  remoteId: string | null;
+  name: string;
+  orgId: string | null;
+  warmTemplate: string | null;
+  warmOrg: string | null;
+  warmSpec: string | null;
+  warmState: string | null;
+}
+
+/** A slot's warm columns, cleared: the slot now holds an environment. */
+const NO_WARM = {
+  warmTemplate: null,
+  warmOrg: null,
+  warmSpec: null,
+  warmState: null,
+  warmSince: null,
+  warmError: null,
+  warmRetry: null,
+  warmFailures: 0,
+};
+
+/** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
+function leastWarm(slots: Slot[]): Slot | undefined {
+  const rank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
+  return slots.reduce<Slot | undefined>((best, n) => (!best || rank(n) < rank(best) ? n : best), undefined);
 }
 
 /** A node's work on one environment (prepare, release) takes minutes at most; older claims are from a dead instance. */

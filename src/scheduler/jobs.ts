@@ -7,6 +7,7 @@ import type { BackgroundJob } from './background';
 import { builtinNodeJob } from './builtin-node';
 import { environmentJob, eventPruneJob } from './environment-job';
 import { nodeJob, nodeProvider } from './remote-nodes';
+import { warmJob } from './warm-job';
 
 /** Every periodic job of a Berth instance. */
 export const backgroundJobs: BackgroundJob[] = [
@@ -14,6 +15,7 @@ export const backgroundJobs: BackgroundJob[] = [
   nodeJob,
   eventPruneJob,
   builtinNodeJob,
+  warmJob,
   artifactSweeper,
   shredJob,
   webhookJob,

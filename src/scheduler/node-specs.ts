@@ -4,6 +4,7 @@ import type { Deps } from '../context';
 import type { Environment } from '../generated/prisma/client';
 import type { EnvironmentSpec } from '../node/runtime';
 import { findTemplate } from '../services/templates';
+import type { TemplateSpec } from '../services/templates-file';
 
 export async function environmentSpec(deps: Deps, env: Environment): Promise<EnvironmentSpec> {
   const template = await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined);
@@ -24,4 +25,19 @@ export async function environmentSpec(deps: Deps, env: Environment): Promise<Env
 /** The limits it was leased with. */
 export function resourcesOf(env: Environment): EnvironmentSpec['resources'] {
   return (env.resources ?? {}) as EnvironmentSpec['resources'];
+}
+
+/** A warm container's spec: the template's, with the template's name as its hostname (a lease's own name comes too late). */
+export function warmEnvironmentSpec(template: TemplateSpec, orgId: string): Omit<EnvironmentSpec, 'id'> {
+  return {
+    name: template.name,
+    orgId,
+    template: template.name,
+    shares: template.shares.map((s) => ({ name: s.name, envPath: s.envPath })),
+    image: template.image ?? null,
+    resources: template.resources,
+    network: template.network,
+    workdir: template.workdir,
+    env: template.env,
+  };
 }

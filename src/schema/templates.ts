@@ -63,6 +63,7 @@ const Template = builder.objectRef<TemplateSpec>('Template').implement({
     workdir: t.exposeString('workdir', { description: 'Working directory of its processes' }),
     shell: t.exposeString('shell', { description: 'What an interactive session runs when it names no command (berth shell)' }),
     env: t.field({ type: 'JSONObject', description: 'Variables of its processes', resolve: (s) => s.env }),
+    warm: t.exposeInt('warm', { description: "Started, unclaimed containers its pool's nodes keep for its leases, 0-32" }),
   }),
 });
 

@@ -25,7 +25,7 @@ import { type Page, type PageArgs, pageOf, pageQuery } from './paging';
 import { admitUnderQuota, quotasFor } from './quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './sandbox-wiring';
 import { findTemplate, poolOf } from './templates';
-import { MAX_HARD_MS } from './templates-file';
+import { MAX_HARD_MS, warmSpecHash } from './templates-file';
 import { emitEnvironmentState, emitWebhookEvent, environmentData } from './webhook-events';
 import { nudgeWebhooks } from './webhooks';
 
@@ -125,6 +125,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         network: template.network,
         workdir: template.workdir,
         envVars: template.env,
+        specHash: template.image ? warmSpecHash(template) : null,
         version: 1,
       },
     });

@@ -7,6 +7,7 @@
 //   templates.json: templates[1].hard: "25h" exceeds the 24h maximum
 //   templates.json: pools[0].hotNodes: must be an integer >= 0
 //   templates.json: templates[0].resources.memory: "12XB" is not a size such as "512MiB" or "8GiB"
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import path from 'node:path';
@@ -21,6 +22,8 @@ export const MAX_HARD_MS = 24 * HOUR_MS;
 export const MAX_START_MS = 24 * HOUR_MS;
 export const MAX_HOT_NODES = 10_000;
 export const MAX_QUEUED = 1_000_000;
+/** The most started, unclaimed containers a template may keep on its pool's nodes (`warm`). */
+export const MAX_WARM = 32;
 const MAX_DESCRIPTION = 500;
 export const MIN_CPUS = 0.1;
 export const MAX_CPUS = 64;
@@ -71,6 +74,8 @@ export type TemplateSpec = {
   shell: string;
   /** Environment variables of the environment's processes. */
   env: Record<string, string>;
+  /** Started, unclaimed containers its pool's nodes keep for its leases (0: none). */
+  warm: number;
 };
 
 export interface Catalog {
@@ -307,6 +312,7 @@ const TEMPLATE_FIELDS = {
   workdir: absolutePath(true).optional(),
   shell: absolutePath(true).optional(),
   env: Env.optional(),
+  warm: integer(0, MAX_WARM).optional(),
 };
 
 /** A template; `name` is required in the catalog, and taken from the path (or equal to it) for an upsert. */
@@ -341,6 +347,7 @@ const Template = (pathName?: string) =>
       workdir: t.workdir ?? '/',
       shell: t.shell ?? '/bin/sh',
       env: t.env ?? {},
+      warm: t.warm ?? 0,
     };
     if (t.description !== undefined) spec.description = t.description;
     if (t.image !== undefined) spec.image = t.image;
@@ -427,4 +434,21 @@ export function validateHostPort(value: unknown, field: string): string {
   const result = hostPort.safeParse(value);
   if (!result.success) throw new ValidationError(`${field}: ${result.error.issues[0]!.message}`, field);
   return result.data;
+}
+
+/**
+ * What a container of the template is made from, hashed: a warm container fits a lease only when
+ * the lease's hash (taken from the template when it was made) is the container's. Keys in a fixed
+ * order, so equal specs hash equal.
+ */
+export function warmSpecHash(template: TemplateSpec): string {
+  const spec = {
+    image: template.image ?? null,
+    resources: template.resources,
+    network: template.network,
+    workdir: template.workdir,
+    env: Object.entries(template.env).sort(([a], [b]) => (a < b ? -1 : 1)),
+    shares: template.shares.map((s) => [s.name, s.envPath]),
+  };
+  return createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 24);
 }

@@ -8,6 +8,9 @@ import { newId } from './names';
 import { sendToNode } from './node-messages';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './templates-file';
 
+/** The background job that keeps templates' warm containers (src/scheduler/warm-job.ts). */
+export const WARM_JOB = 'warm-containers';
+
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
 const CATALOG = '';
 
@@ -126,5 +129,7 @@ export async function upsertTemplate(deps: Deps, actor: Actor, name: string, inp
     await recordAudit(deps, tx, actor, { action: 'template.set', target: { kind: 'template', id: name }, detail: { pool: spec.pool } });
   });
   if (spec.image) await pullAhead(deps, actor.orgId, spec.pool, spec.image);
+  // Warm containers of the old spec go, of the new one come.
+  deps.background.nudge(WARM_JOB);
   return spec;
 }

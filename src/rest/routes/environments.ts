@@ -18,7 +18,7 @@ graphql(`
     name description pool startMs idle hard
     shares { name direction envPath }
     services { service target }
-    image resources { cpus memory pids disk } network workdir shell env
+    image resources { cpus memory pids disk } network workdir shell env warm
   }
 `);
 

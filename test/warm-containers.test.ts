@@ -1,0 +1,218 @@
+// Warm templates on the built-in pool (docs/environments.md, "Warm templates"), with a real engine:
+// a template's `warm: N` keeps N started containers before any lease, a lease claims one (named
+// after the environment, its snapshot restored into it), the pool refills, a template change
+// replaces them, `warm: 0` removes them; another organization never claims an organization's,
+// an organization's stay within its share of the hot nodes, a lease of another template evicts
+// one rather than waiting, and a bad `warm` is a 422 naming the field.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { createOrganization } from '../src/services/organizations';
+import { parseCatalog } from '../src/services/templates-file';
+import { containersOf, describeContainers, engine, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
+import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+
+const SHARED = [{ name: 'src', direction: 'in', envPath: '/workspace/src' }];
+
+/** The engine's warm containers (not yet claimed) of `template`: name, whether it runs, spec label. */
+function warmOf(template: string): { name: string; running: boolean; spec: string }[] {
+  const list = (...filters: string[]) =>
+    podman(
+      'ps',
+      '-a',
+      '--filter',
+      'label=berth.warm',
+      '--filter',
+      `label=berth.template=${template}`,
+      ...filters,
+      '--format',
+      '{{.Names}} {{.Labels}}',
+    )
+      .split('\n')
+      .filter((l) => l.startsWith('berth-warm-'));
+  const up = new Set(list('--filter', 'status=running').map((l) => l.split(' ')[0]));
+  return list().map((line) => ({
+    name: line.split(' ')[0]!,
+    running: up.has(line.split(' ')[0]),
+    spec: /berth\.spec:(\w+)/.exec(line)?.[1] ?? '',
+  }));
+}
+
+const running = (template: string) => warmOf(template).filter((c) => c.running);
+
+describeContainers('warm containers on the built-in pool', () => {
+  let s: TestServer;
+  let dir: string;
+  const admin = client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-warm-'));
+    const templates = await writeCatalog(
+      dir,
+      [
+        { name: 'warmbox', image: TEST_USER_IMAGE, warm: 2, workdir: '/workspace', shares: SHARED },
+        { name: 'twin', image: TEST_IMAGE, pool: 'small' },
+        { name: 'tinywarm', image: TEST_IMAGE, pool: 'tiny', warm: 1 },
+        { name: 'tinycold', image: TEST_IMAGE, pool: 'tiny' },
+      ],
+      [
+        { name: 'small', hotNodes: 4, maxQueued: 10 },
+        { name: 'tiny', hotNodes: 1, maxQueued: 10 },
+      ],
+    );
+    s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: engine(), POOL_ORG_SHARE: '0.5' });
+  }, 60_000);
+  afterAll(async () => {
+    const live = await admin.get('/v1/environments?state=live');
+    for (const env of live.body.environments ?? []) await admin.del(`/v1/environments/${env.id}`);
+    for (let i = 0; i < 30 && (await admin.get('/v1/environments?state=live')).body.environments?.length; i++) {
+      await s.app.deps.background.tick();
+    }
+    await s?.stop();
+    // What the server kept warm goes with it (a server stopped for good leaves its engine clean).
+    for (const line of podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.node.options.owner}`).split('\n').filter(Boolean)) {
+      podman('rm', '-f', line);
+    }
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function until(token: string, id: string, ...states: string[]): Promise<Record<string, any>> {
+    const api = client(() => s.url, token);
+    return vi.waitFor(
+      async () => {
+        const env = (await api.get(`/v1/environments/${id}`)).body;
+        if (['stopped', 'failed'].includes(env.state) && !states.includes(env.state))
+          throw new Error(`${id} is ${env.state}: ${env.error}`);
+        expect(states).toContain(env.state);
+        return env;
+      },
+      { timeout: 60_000, interval: 50 },
+    );
+  }
+
+  async function sh(id: string, script: string): Promise<{ stdout: string; exitCode?: number }> {
+    const res = await fetch(`${s.url}/v1/environments/${id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ command: ['sh', '-c', script] }),
+    });
+    let stdout = '';
+    let exitCode: number | undefined;
+    for (const line of (await res.text()).split('\n').filter(Boolean)) {
+      const item = JSON.parse(line);
+      if (item.stream === 'stdout') stdout += Buffer.from(item.data, 'base64').toString();
+      if (item.exitCode !== undefined) exitCode = item.exitCode;
+    }
+    return { stdout, exitCode };
+  }
+
+  it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', async () => {
+    const wait = { timeout: 60_000, interval: 100 };
+    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
+    // Never an environment.
+    expect((await admin.get('/v1/environments?state=live')).body.environments).toEqual([]);
+
+    // A first lease saves a file to its snapshot; the next claims a warm container and gets it back.
+    const first = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });
+    const one = await until(BOOTSTRAP, first.body.environment.id, 'ready');
+    expect((await sh(one.id, 'echo kept > /workspace/src/kept')).exitCode).toBe(0);
+    await admin.del(`/v1/environments/${one.id}`);
+    await until(BOOTSTRAP, one.id, 'stopped');
+    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
+    const before = warmOf('warmbox').map((c) => c.name);
+
+    const made = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });
+    const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
+    expect(env.readyMs).toEqual(expect.any(Number));
+    expect(env.runtime).toBe('container');
+    // The container is one of the warm ones, now named after the environment.
+    const claimed = podman('ps', '--filter', `name=^berth-${env.id}$`, '--format', '{{.Labels}}');
+    expect(claimed).toMatch(/berth\.warm:/);
+    expect(before.some((name) => claimed.includes(`berth.warm:${name.slice('berth-warm-'.length)}`))).toBe(true);
+    // Restored, owned by the image's user, and commands run; its hostname is the template's name.
+    const seen = await sh(env.id, 'cat /workspace/src/kept; stat -c %u /workspace/src/kept; id -u; hostname');
+    expect(seen).toEqual({ stdout: 'kept\n1234\n1234\nwarmbox\n', exitCode: 0 });
+    expect((await admin.get(`/v1/environments/${env.id}`)).body.restored).toMatchObject({ files: 1 });
+    // The pool makes another, so two wait again besides the claimed one.
+    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(BOOTSTRAP, env.id, 'stopped');
+    expect(podman('ps', '-aq', '--filter', `name=^berth-${env.id}$`)).toBe('');
+  });
+
+  it("replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them", async () => {
+    const wait = { timeout: 60_000, interval: 100 };
+    const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
+    expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
+    await vi.waitFor(() => expect(running('twin')).toHaveLength(1), wait);
+    const [first] = warmOf('twin');
+
+    // Another organization leases the catalog's twin (the same container spec): it never takes ours.
+    const other = await createOrganization(s.app.deps.prisma, 'warmother', 'boss@warm.example');
+    const them = client(() => s.url, other.secret);
+    const theirs = await them.post('/v1/environments', { template: 'twin' });
+    expect(theirs.status).toBe(202);
+    const ready = await until(other.secret, theirs.body.environment.id, 'ready');
+    expect(containersOf(ready.id)).toHaveLength(1);
+    expect(warmOf('twin').map((c) => c.name)).toEqual([first!.name]);
+    expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
+    await them.del(`/v1/environments/${ready.id}`);
+
+    // A change of what the container is made from replaces it.
+    expect((await admin.put('/v1/templates/twin', { ...body, env: { CHANGED: '1' } })).status).toBe(200);
+    await vi.waitFor(() => {
+      const now = running('twin');
+      expect(now).toHaveLength(1);
+      expect(now[0]!.spec).not.toBe(first!.spec);
+    }, wait);
+    expect((await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'twin')).toMatchObject({ warm: 1 });
+
+    expect((await admin.put('/v1/templates/twin', { ...body, warm: 0 })).status).toBe(200);
+    await vi.waitFor(() => expect(warmOf('twin')).toEqual([]), wait);
+  });
+
+  it("keeps an organization's warm containers within its share of the hot nodes", async () => {
+    // 4 hot nodes, POOL_ORG_SHARE 0.5: two of them at most, whatever the template asks.
+    const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 4 };
+    expect((await admin.put('/v1/templates/greedy', body)).status).toBe(200);
+    await vi.waitFor(() => expect(running('greedy')).toHaveLength(2), { timeout: 60_000, interval: 100 });
+    await s.app.deps.background.tick();
+    expect(warmOf('greedy')).toHaveLength(2);
+    expect((await admin.put('/v1/templates/greedy', { ...body, warm: 0 })).status).toBe(200);
+    await vi.waitFor(() => expect(warmOf('greedy')).toEqual([]), { timeout: 60_000, interval: 100 });
+  });
+
+  it("a lease of another template takes a warm container's slot rather than waiting", async () => {
+    const wait = { timeout: 60_000, interval: 100 };
+    await vi.waitFor(() => expect(running('tinywarm')).toHaveLength(1), wait);
+    const made = await admin.post('/v1/environments', { template: 'tinycold' });
+    const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
+    expect(containersOf(env.id)).toHaveLength(1);
+    expect(warmOf('tinywarm')).toEqual([]);
+    await admin.del(`/v1/environments/${env.id}`);
+    await until(BOOTSTRAP, env.id, 'stopped');
+    // Once the slot is free again, the warm container comes back.
+    await vi.waitFor(() => expect(running('tinywarm')).toHaveLength(1), wait);
+  });
+
+  it('refuses a warm outside 0-32 with 422 naming the field, over REST, GraphQL and the catalog', async () => {
+    for (const warm of [33, -1, 'x', 1.5]) {
+      const res = await admin.put('/v1/templates/bad', { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm });
+      expect(res.status, JSON.stringify(warm)).toBe(422);
+      expect(res.body.code).toBe('invalid');
+      expect(res.body.error).toMatch(/^warm: must be (an integer >= 0|at most 32)/);
+    }
+    const gql = await admin.post('/graphql', {
+      query: 'mutation { putTemplate(name: "bad", spec: {pool: "small", idle: "30m", hard: "2h", warm: 33}) { name } }',
+    });
+    expect(gql.body.errors[0].message).toMatch(/^warm: must be at most 32/);
+    expect(() =>
+      parseCatalog(
+        { pools: [{ name: 'p', hotNodes: 1, maxQueued: 1 }], templates: [{ name: 't', pool: 'p', idle: '1m', hard: '1h', warm: 33 }] },
+        'x.json',
+      ),
+    ).toThrow('x.json: templates[0].warm: must be at most 32');
+  });
+});

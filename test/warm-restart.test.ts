@@ -1,0 +1,67 @@
+// Warm containers across a kill -9 of the server: the restarted server keeps the ones the database
+// still wants (a lease claims one), removes those it no longer wants (here: the template asks
+// fewer now), and leaves no container of its own that no slot or environment holds.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
+import { type BerthProc, eventually, startBerth } from './helpers/processes';
+import { BOOTSTRAP, client } from './helpers/server';
+
+const POOLS = [{ name: 'tiny', hotNodes: 3, maxQueued: 10 }];
+
+describeContainers('warm containers across a kill -9 of the server', () => {
+  let dir: string;
+  let env: Record<string, string>;
+  let berth: BerthProc;
+  let owner = '';
+  const api = () => client(() => berth.url, BOOTSTRAP);
+  /** This server's containers: name and whether it runs. */
+  const ours = () =>
+    podman('ps', '-a', '--filter', `label=berth.owner=${owner}`, '--format', '{{.Names}}').split('\n').filter(Boolean).sort();
+  const warm = () => ours().filter((n) => n.startsWith('berth-warm-'));
+  const catalog = (n: number) => writeCatalog(dir, [{ name: 'box', image: TEST_IMAGE, pool: 'tiny', warm: n }], POOLS);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-warm-restart-'));
+    env = { DATA_DIR: join(dir, 'data'), BOOTSTRAP_TOKEN: BOOTSTRAP, TEMPLATES_FILE: await catalog(2), DOCKER_HOST: engine() };
+    berth = await startBerth(env);
+  });
+  afterAll(async () => {
+    await berth?.kill('SIGKILL');
+    const left = owner ? podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`).split('\n').filter(Boolean) : [];
+    if (left.length) podman('rm', '-f', ...left);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the wanted ones, removes the rest, and a lease still claims one', async () => {
+    const names = await eventually(() => {
+      const found = podman('ps', '--filter', 'label=berth.warm', '--filter', 'label=berth.template=box', '--format', '{{.Names}}');
+      const list = found.split('\n').filter(Boolean);
+      return list.length === 2 ? list : undefined;
+    });
+    owner = podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', names[0]!);
+
+    await berth.kill('SIGKILL');
+    // While no server runs, the template comes to ask for one only.
+    await catalog(1);
+    berth = await startBerth(env);
+
+    await eventually(() => (warm().length === 1 ? true : undefined));
+    expect(ours()).toHaveLength(1);
+    expect(names).toContain(warm()[0]);
+
+    const made = await api().post('/v1/environments', { template: 'box' });
+    const id = made.body.environment.id as string;
+    const ready = await eventually(async () => {
+      const now = (await api().get(`/v1/environments/${id}`)).body;
+      return now.state === 'ready' ? now : undefined;
+    });
+    expect(ready.runtime).toBe('container');
+    // The one kept warm is the lease's now; another is made for the next.
+    expect(podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/);
+    await eventually(() => (warm().length === 1 ? true : undefined));
+  });
+});
