@@ -7,7 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { EXEC_WINDOW } from '../src/dataplane/protocol';
 import type { Command } from '../src/node/command';
-import { EnvdChannel, SERVE_INPUT_WINDOW } from '../src/node/envd-channel';
+import { EnvdChannel, LINE_BACKLOG_MAX, SERVE_INPUT_WINDOW } from '../src/node/envd-channel';
 import { ENVD_BINARY } from '../src/node/runtime';
 
 interface Served {
@@ -146,6 +146,21 @@ describe.skipIf(!existsSync(ENVD_BINARY))('berth-envd serve', () => {
     const second = serve();
     second.process.stdin!.write(Buffer.from([0x73, 0xff, 0xff, 0xff, 0xff]));
     expect(await second.closed).toMatch(/too long/);
+  });
+
+  it('ends a line berth-envd stopped taking frames from, instead of holding ever more of them', async () => {
+    const { channel, process, closed } = serve();
+    const waiting = run(channel, ['sh', '-c', 'echo $$; exec sleep 300']);
+    await vi.waitFor(() => expect(waiting.out.stdout).toMatch(/^\d+\n$/), WAIT);
+    // Stopped as a process of the environment could stop it.
+    process.kill('SIGSTOP');
+    const long = 'x'.repeat(256 * 1024);
+    for (let sent = 0; !channel.closed; sent += long.length) {
+      expect(sent).toBeLessThanOrEqual(2 * LINE_BACKLOG_MAX);
+      run(channel, ['echo', long]);
+    }
+    expect(await closed).toBe('berth-envd stopped taking frames');
+    expect(await waiting.command.exited).toBe(137);
   });
 });
 

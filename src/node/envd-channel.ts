@@ -27,6 +27,12 @@ export const SERVE_INPUT_WINDOW = 256 * 1024;
 const PAYLOAD_MAX = 512 * 1024;
 /** Input bytes in one frame. */
 const DATA_MAX = 64 * 1024;
+/**
+ * Frames written to the line and not yet taken by berth-envd, at most: past this it is taken to be
+ * stuck (stopped from inside the environment) and the line ends, rather than the node's memory
+ * growing with every command asked of it.
+ */
+export const LINE_BACKLOG_MAX = 32 * 1024 * 1024;
 /** What a command's exit is when it was killed, or lost with the line. */
 const KILLED = 137;
 
@@ -162,6 +168,10 @@ export class EnvdChannel {
   private send(...parts: Buffer[]): void {
     if (this.closed || this.line.stdin.destroyed) return;
     for (const part of parts) this.line.stdin.write(part);
+    if (this.line.stdin.writableLength > LINE_BACKLOG_MAX) {
+      this.line.stdin.destroy();
+      this.close('berth-envd stopped taking frames');
+    }
   }
 
   /** Sends queued input while the command's window has room, then its end once all of it went. */
