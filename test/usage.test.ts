@@ -7,7 +7,7 @@ import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Client, createClient } from 'graphql-ws';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/services/organizations';
 import { storeUsage } from '../src/services/usage';
@@ -44,6 +44,38 @@ function sampleWhere(ws: Client, id: string, test: (s: Sample) => boolean): Prom
       },
     );
   });
+}
+
+const USAGE = 'subscription($id: String!) { environmentUsage(id: $id) { disk sampled } }';
+
+/** The usage subscription over WebSocket: resolves with the samples it sent once it completes; `first` on its first sample. */
+function usageUntilComplete(ws: Client, id: string, first: () => void = () => undefined): Promise<Sample[]> {
+  return new Promise((resolve, reject) => {
+    const got: Sample[] = [];
+    ws.subscribe<{ environmentUsage: Sample }>(
+      { query: USAGE, variables: { id } },
+      {
+        next: (value) => {
+          if (value.errors) return reject(new Error(JSON.stringify(value.errors)));
+          got.push(value.data!.environmentUsage);
+          if (got.length === 1) first();
+        },
+        error: reject,
+        complete: () => resolve(got),
+      },
+    );
+  });
+}
+
+/** The usage subscription over SSE (GraphQL over SSE, distinct connections): the whole stream once the server ended it. */
+async function usageOverSse(url: string, id: string): Promise<string> {
+  const res = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify({ query: USAGE, variables: { id } }),
+  });
+  expect(res.status).toBe(200);
+  return res.text();
 }
 
 function wsClient(url: string, token: string): Client {
@@ -217,6 +249,50 @@ describeBackends('usage of files-only environments', (backend) => {
     const snapshots = (await admin.get(`/v1/snapshots?prefix=${key}`)).body.snapshots;
     expect(snapshots).toHaveLength(1);
     expect(snapshots[0]).toMatchObject({ key, files: 1 });
+  });
+
+  it('ends the usage subscription, over WebSocket and SSE, once the environment has ended', async () => {
+    const env = await lease('plain');
+    let sampled!: () => void;
+    const firstSample = new Promise<void>((resolve) => {
+      sampled = resolve;
+    });
+    const overWs = usageUntilComplete(ws, env.id, sampled);
+    const overSse = usageOverSse(s.url, env.id);
+    await firstSample;
+    expect((await admin.del(`/v1/environments/${env.id}`)).status).toBe(200);
+    await until(env.id, 'stopped');
+    expect((await overWs).length).toBeGreaterThan(0);
+    expect(await overSse).toMatch(/event: complete/);
+
+    // Already ended: it completes at once and sends nothing (the last sample is the environment's `usage`).
+    expect(await usageUntilComplete(ws, env.id)).toEqual([]);
+    const after = await usageOverSse(s.url, env.id);
+    expect(after).not.toMatch(/event: next/);
+    expect(after).toMatch(/event: complete/);
+    expect((await admin.get(`/v1/environments/${env.id}/usage`)).body.usage.disk).toBeGreaterThanOrEqual(0);
+  });
+
+  it("reads a list's latest samples in one query, not one per environment", async () => {
+    const envs = [await lease('plain'), await lease('plain'), await lease('plain')];
+    for (const env of envs) await sampleWhere(ws, env.id, () => true);
+    const raw = vi.spyOn(s.app.deps.prisma, '$queryRaw');
+    const findFirst = vi.spyOn(s.app.deps.prisma.usageSample, 'findFirst');
+    try {
+      const listed = await admin.post('/graphql', {
+        query: 'query { environments(filter: { state: "live" }, first: 50) { nodes { id usage { disk sampled } } } }',
+      });
+      expect(listed.body.errors).toBeUndefined();
+      const nodes = listed.body.data.environments.nodes as { id: string; usage: Sample | null }[];
+      for (const env of envs) expect(nodes.find((n) => n.id === env.id)?.usage?.disk).toBeGreaterThanOrEqual(0);
+      const usageQueries = raw.mock.calls.filter(([sql]) => (sql as unknown as string[]).join('?').includes('"UsageSample"'));
+      expect(usageQueries).toHaveLength(1);
+      expect(findFirst).not.toHaveBeenCalled();
+    } finally {
+      raw.mockRestore();
+      findFirst.mockRestore();
+    }
+    for (const env of envs) await admin.del(`/v1/environments/${env.id}`);
   });
 
   it('keeps the history across a restart', async () => {

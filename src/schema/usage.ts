@@ -1,4 +1,6 @@
-import { latestUsage, type Usage, usageHistory, watchUsage } from '../services/usage';
+import type DataLoader from 'dataloader';
+import type { Context } from '../context';
+import { latestUsageLoader, type Usage, usageHistory, watchUsage } from '../services/usage';
 import { builder } from './builder';
 import { EnvironmentRef } from './environments';
 
@@ -16,12 +18,22 @@ const EnvironmentUsage = builder.objectRef<Usage>('EnvironmentUsage').implement(
   }),
 });
 
+/** One loader per request: a list of environments asks for their latest samples in one query. */
+const loaders = new WeakMap<Context, DataLoader<string, Usage | null>>();
+function usageLoader(ctx: Context): DataLoader<string, Usage | null> {
+  const known = loaders.get(ctx);
+  if (known) return known;
+  const loader = latestUsageLoader(ctx.deps);
+  loaders.set(ctx, loader);
+  return loader;
+}
+
 builder.objectFields(EnvironmentRef, (t) => ({
   usage: t.field({
     type: EnvironmentUsage,
     nullable: true,
     description: 'The latest sample; null before the first',
-    resolve: (env, _args, ctx) => latestUsage(ctx.deps, env.id),
+    resolve: (env, _args, ctx) => usageLoader(ctx).load(env.id),
   }),
   usageHistory: t.field({
     type: [EnvironmentUsage],
@@ -33,7 +45,8 @@ builder.objectFields(EnvironmentRef, (t) => ({
 builder.subscriptionField('environmentUsage', (t) =>
   t.field({
     type: EnvironmentUsage,
-    description: "Each new sample of the environment's usage, as it is taken (members who may read the environment)",
+    description:
+      "Each new sample of the environment's usage, as it is taken (members who may read the environment); completes once the environment has ended, at once when it already had",
     args: { id: t.arg.string({ required: true }) },
     subscribe: (_root, { id }, ctx) => watchUsage(ctx.deps, ctx.actor, id),
     resolve: (usage: Usage) => usage,

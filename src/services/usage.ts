@@ -4,11 +4,14 @@
 // last five minutes, the first of each minute before, nothing older than an hour. Each one is
 // published on the environment's topic, and one over the template's `resources.disk` ends the
 // environment failed.
+import DataLoader from 'dataloader';
 import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import type { UsageSample } from '../generated/prisma/client';
-import { RUNNING } from '../kernel/environment-states';
+import { isEnded, RUNNING } from '../kernel/environment-states';
 import { requireMember } from './access';
+import { Channel } from './channel';
+import { joinEnvironmentFeed } from './environment-feed';
 import { ENVIRONMENT_JOB, findEnvironment, transition } from './environments';
 import { ForbiddenError, ValidationError } from './errors';
 import { resourcesOf } from './json-columns';
@@ -70,10 +73,33 @@ export function thin(rows: Usage[], now: Date): Usage[] {
   return kept;
 }
 
-/** The latest sample of each environment, null before the first (or an hour after the last). */
-export async function latestUsage(deps: Deps, environmentId: string): Promise<Usage | null> {
-  const row = await deps.prisma.usageSample.findFirst({ where: { environmentId }, orderBy: { sampled: 'desc' } });
-  return row ? toUsage(row) : null;
+/**
+ * The latest sample of each of the environments, in one query; those without one (before their
+ * first sample, or an hour after their last) are absent.
+ */
+export async function latestUsages(deps: Deps, environmentIds: readonly string[]): Promise<Map<string, Usage>> {
+  if (environmentIds.length === 0) return new Map();
+  // DISTINCT ON walks the (environmentId, sampled) primary key: one row per environment read.
+  const rows = await deps.prisma.$queryRaw<UsageSample[]>`
+    SELECT DISTINCT ON ("environmentId") * FROM "UsageSample"
+     WHERE "environmentId" = ANY(${[...environmentIds]}::text[])
+     ORDER BY "environmentId", sampled DESC`;
+  return new Map(rows.map((row) => [row.environmentId, toUsage(row)]));
+}
+
+/**
+ * Batches the `usage` of every environment one GraphQL execution resolves (a list of them) into
+ * one query. No cache: a subscription runs its selection again for each event with the same
+ * loader, and must see the samples as they are then.
+ */
+export function latestUsageLoader(deps: Deps): DataLoader<string, Usage | null> {
+  return new DataLoader(
+    async (ids) => {
+      const latest = await latestUsages(deps, ids);
+      return ids.map((id) => latest.get(id) ?? null);
+    },
+    { cache: false, maxBatchSize: 500 },
+  );
 }
 
 export async function usageHistory(deps: Deps, environmentId: string): Promise<Usage[]> {
@@ -93,23 +119,34 @@ const Published = z.object({
   sampled: z.coerce.date(),
 });
 
-/** Each new sample of the environment (on any instance), as it is taken. */
+/**
+ * Each new sample of the environment (on any instance), as it is taken; the stream ends once the
+ * environment has ended (at once when it already had: an ended environment is sampled no more).
+ */
 export async function watchUsage(deps: Deps, actor: Actor, idOrName: string): Promise<AsyncIterable<Usage>> {
   requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
-  const published = deps.events.subscribe(usageTopic(env.id))[Symbol.asyncIterator]();
-  // Listening starts with the first next(): before this returns, so no sample after it is missed.
-  const first = published.next();
-  return (async function* () {
-    try {
-      for (let next = await first; !next.done; next = await published.next()) {
-        const parsed = Published.safeParse(next.value);
-        if (parsed.success) yield parsed.data;
-      }
-    } finally {
-      await published.return?.();
-    }
-  })();
+  let closed = false;
+  let stopSamples: () => void = () => undefined;
+  let leaveFeed: () => void = () => undefined;
+  const channel = new Channel<Usage>(() => {
+    closed = true;
+    stopSamples();
+    leaveFeed();
+  });
+  stopSamples = deps.events.listen(usageTopic(env.id), (payload) => {
+    const parsed = Published.safeParse(payload);
+    if (parsed.success) channel.push(parsed.data);
+  });
+  const leave = await joinEnvironmentFeed(deps, env.orgId, (events) => {
+    if (events.some((e) => e.environmentId === env.id && isEnded(e.environment.state))) channel.end();
+  });
+  leaveFeed = leave;
+  if (closed) leave();
+  // Read after joining the feed: an end committed before is seen here, one after by the feed.
+  const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
+  if (!now || isEnded(now.state)) channel.end();
+  return channel;
 }
 
 /**
