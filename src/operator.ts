@@ -3,6 +3,7 @@ import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import type { Config } from './config';
 import type { Prisma } from './db';
+import { sendError, sendJson } from './http/respond';
 import { DomainError } from './services/errors';
 import { setOrgLimits } from './services/org-limits';
 import { createOrganization, issueAdminToken } from './services/organizations';
@@ -49,17 +50,13 @@ export async function startOperatorSocket(prisma: Prisma, config: Config): Promi
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
-    const reply = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
     const command = req.method === 'POST' ? commands[req.url ?? ''] : undefined;
-    if (!command) return reply(404, { error: 'unknown operator command', code: 'not_found' });
+    if (!command) return sendError(res, 'not_found', 'unknown operator command');
     try {
-      reply(201, await command(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>));
+      sendJson(res, 201, await command(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>));
     } catch (error) {
-      if (error instanceof DomainError) reply(400, { error: error.message, code: error.code });
-      else reply(500, { error: error instanceof Error ? error.message : String(error), code: 'internal' });
+      if (error instanceof DomainError) sendError(res, error.code, error.message);
+      else sendError(res, 'internal', error instanceof Error ? error.message : String(error));
     }
   });
   await new Promise<void>((resolve, reject) => {

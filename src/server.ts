@@ -143,12 +143,12 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping, log);
       if (path === METRICS_PATH) {
-        if (!config.metricsToken) return sendError(res, 404, `no route for ${path}`, 'not_found');
+        if (!config.metricsToken) return sendError(res, 'not_found', `no route for ${path}`);
         return await sendMetrics(req, res, deps.metrics.registry, config.metricsToken);
       }
       if (path === '/graphql') {
         const encoding = queryEncodingProblem((req.url ?? '').slice(path.length));
-        if (encoding) return sendError(res, 400, encoding, 'bad_request');
+        if (encoding) return sendError(res, 'bad_request', encoding);
         if (req.method !== 'POST') return void (await graphql.handle(req, res, { req, res }));
         const handOver = await graphqlPost.handle(req, res);
         if (!handOver) return;
@@ -161,10 +161,10 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
       info.route = 'console';
       if (await web.handle(req, res)) return;
       info.route = 'other';
-      sendError(res, 404, `no route for ${path}`, 'not_found');
+      sendError(res, 'not_found', `no route for ${path}`);
     } catch (error) {
       log('request failed', error);
-      if (!res.headersSent) sendError(res, 500, 'internal error', 'internal');
+      if (!res.headersSent) sendError(res, 'internal', 'internal error');
       else res.destroy();
     }
   };

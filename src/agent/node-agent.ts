@@ -25,6 +25,7 @@ import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
 import { execOutput, MAX_POOL_IMAGES, NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { type RelayJob, serveRelay } from '../dataplane/relay-node';
+import { closeCodeOf } from '../kernel/error-codes';
 import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
 import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
@@ -194,7 +195,8 @@ export class NodeAgent {
       });
       ws.on('close', (code, reason) => {
         this.connected = false;
-        if (code === 4401) done(new RefusedError(`the server closed the channel: ${reason.toString() || 'credential refused'}`));
+        if (code === closeCodeOf('unauthorized'))
+          done(new RefusedError(`the server closed the channel: ${reason.toString() || 'credential refused'}`));
         else done(`closed ${code}${reason.length ? ` ${reason.toString()}` : ''}`);
       });
       ws.on('error', (err) => done(err.message));

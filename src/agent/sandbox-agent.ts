@@ -10,10 +10,14 @@ import { type ApiError, errorFromText, reachError } from '../cli/client';
 import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
 import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
+import { closeCodeOf } from '../kernel/error-codes';
 import { AGENT_FOLDER } from '../services/agent-folder';
 import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../services/sandbox-wiring';
 import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
+
+/** Close codes that end the config subscription for good: the credential is refused. */
+const REFUSED = [closeCodeOf('unauthorized'), closeCodeOf('forbidden')];
 
 export type AgentLog = (message: string) => void;
 
@@ -363,7 +367,7 @@ export class SandboxAgent {
       lazy: false,
       keepAlive: 10_000,
       retryAttempts: Number.POSITIVE_INFINITY,
-      shouldRetry: (e) => !(typeof e === 'object' && e !== null && 'code' in e && [4401, 4403].includes((e as { code: number }).code)),
+      shouldRetry: (e) => !(typeof e === 'object' && e !== null && 'code' in e && REFUSED.includes((e as { code: number }).code)),
       retryWait: async (retries) => {
         await sleep(backoff(retries));
       },

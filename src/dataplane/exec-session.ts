@@ -25,7 +25,6 @@ import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
 import { MAX_TERM, type SessionOptions, termSize } from '../node/command';
 import { tagUpgrades } from '../observability/requests';
-import { statusOf } from '../rest/status';
 import { principalOf } from '../services/access';
 import { authenticate } from '../services/auth';
 import { BadRequestError, DomainError, ForbiddenError, ValidationError } from '../services/errors';
@@ -232,9 +231,9 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
   };
 
   const refuse = (socket: Duplex) => (error: unknown) => {
-    if (error instanceof DomainError) return endWithError(socket, statusOf(error.code), error.code, error.message);
+    if (error instanceof DomainError) return endWithError(socket, error.code, error.message);
     log('session upgrade failed', error);
-    endWithError(socket, 500, 'internal', 'internal error');
+    endWithError(socket, 'internal', 'internal error');
   };
 
   return {
@@ -244,7 +243,7 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       try {
         envRef = decodeURIComponent(SESSION_PATH.exec(path)?.[1] ?? '');
       } catch {
-        return endWithError(socket, 400, 'bad_request', 'the environment in the path is not well-formed');
+        return endWithError(socket, 'bad_request', 'the environment in the path is not well-formed');
       }
       accept(req, socket, head, envRef).catch(refuse(socket));
     },

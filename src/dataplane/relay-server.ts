@@ -25,7 +25,6 @@ import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
 import { tagUpgrades } from '../observability/requests';
-import { statusOf } from '../rest/status';
 import { requireNodeAgent } from '../services/access';
 import { authenticate } from '../services/auth';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../services/errors';
@@ -153,9 +152,9 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
   };
 
   const refuse = (socket: Duplex) => (error: unknown) => {
-    if (error instanceof DomainError) return endWithError(socket, statusOf(error.code), error.code, error.message);
+    if (error instanceof DomainError) return endWithError(socket, error.code, error.message);
     log('relay upgrade failed', error);
-    endWithError(socket, 500, 'internal', 'internal error');
+    endWithError(socket, 'internal', 'internal error');
   };
 
   return {

@@ -7,12 +7,13 @@
 // stops reading while the other has more than HIGH_WATER bytes queued.
 import type { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
+import { closeCodeOf } from '../kernel/error-codes';
 
 /** Bytes queued on a WebSocket above which its source is paused. */
 export const HIGH_WATER = 1024 * 1024;
 export const EOF = 'eof';
 
-/** Close codes of the relay (4000-4999 are the application's). */
+/** Close codes of the relay (4000-4999 are the application's; 4000 + status for an error code's). */
 export const CLOSE = {
   normal: 1000,
   /** The node side could not reach the import's target, or failed in the share sync. */
@@ -22,9 +23,9 @@ export const CLOSE = {
   /** The server is shutting down. */
   goingAway: 1001,
   /** The credential that opened it was revoked or expired, or its sandbox removed. */
-  revoked: 4401,
+  revoked: closeCodeOf('unauthorized'),
   /** The peer sent what the protocol does not allow (a session's malformed message). */
-  invalid: 4400,
+  invalid: closeCodeOf('bad_request'),
   /** The server failed (a session whose environment ended under it says why first). */
   internal: 1011,
 } as const;

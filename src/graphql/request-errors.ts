@@ -1,6 +1,7 @@
 import { GraphQLError } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 import type { Log } from '../deps';
+import { codeForStatus, type ErrorCode, isCallerError, isErrorCode, statusOf } from '../kernel/error-codes';
 import { toClientError } from '../schema/errors';
 
 // GraphQL over HTTP: an error of the request itself (a document that does not parse or validate,
@@ -10,19 +11,7 @@ import { toClientError } from '../schema/errors';
 // document and variables (syntax, validation, coercion) with 200, as GraphQL over HTTP says;
 // every other request error (credentials, Berth's input rules and limits), and every error to
 // other clients (application/graphql-response+json, a wildcard, no Accept, an event stream), is a
-// 4xx.
-
-const STATUS_BY_CODE: Record<string, number> = { unauthorized: 401, forbidden: 403, rate_limited: 429 };
-/** Statuses yoga or its plugins already chose (CSRF 403, 405, …) and the code each means. */
-const CODE_BY_STATUS: Record<number, string> = {
-  401: 'unauthorized',
-  403: 'forbidden',
-  405: 'method_not_allowed',
-  406: 'not_acceptable',
-  413: 'too_large',
-  415: 'unsupported_media_type',
-  429: 'rate_limited',
-};
+// 4xx: 400, or the code's own status when it is about the caller (credentials, the 429 lock).
 
 interface HttpExtension {
   /** yoga: answer 200 instead of `status` when the answer is application/json. */
@@ -64,13 +53,14 @@ const made = new WeakMap<GraphQLError, boolean>();
 export function toRequestError(error: unknown, log?: Log): GraphQLError {
   const converted = toClientError(error, log);
   const given = givenStatus(error);
-  const code = given && converted.extensions.code === 'invalid' ? (CODE_BY_STATUS[given] ?? 'invalid') : String(converted.extensions.code);
+  // A status yoga or its plugins already chose (CSRF 403, 405, …) names its generic code.
+  const code = given && converted.extensions.code === 'invalid' ? (codeForStatus(given) ?? 'invalid') : String(converted.extensions.code);
   const retryAfter = converted.extensions.retryAfter;
   // `spec` only for graphql-js's refusals: yoga answers any error so marked 200 in application/json.
   const spec = (error instanceof GraphQLError ? made.get(error) : undefined) ?? refusedByGraphQL(error);
   const http: HttpExtension = {
     spec,
-    status: given ?? STATUS_BY_CODE[code] ?? 400,
+    status: given ?? (isErrorCode(code) && isCallerError(code) ? statusOf(code) : 400),
     ...(typeof retryAfter === 'number' ? { headers: { 'Retry-After': String(retryAfter) } } : {}),
   };
   const requestError = new GraphQLError(converted.message, {
@@ -83,7 +73,7 @@ export function toRequestError(error: unknown, log?: Log): GraphQLError {
   return requestError;
 }
 
-export function requestError(message: string, code: string): GraphQLError {
+export function requestError(message: string, code: ErrorCode): GraphQLError {
   return toRequestError(new GraphQLError(message, { extensions: { code } }));
 }
 

@@ -9,6 +9,7 @@ import { clientAddress } from '../http/client-address';
 import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
 import { MAX_JSON_BODY_BYTES } from '../http/text';
+import { closeCodeOf } from '../kernel/error-codes';
 import { noteActor, type RequestInfo, requestInfoOf, tagUpgrades, withinRequest } from '../observability/requests';
 import { toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
@@ -115,12 +116,11 @@ export function serveGraphQLWebSocket(
   const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer, path: string) => {
     const other = others(path);
     if (other) return other(req, socket, head);
-    if (path !== '/graphql') return endWithError(socket, 404, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
+    if (path !== '/graphql') return endWithError(socket, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.
     if (!cors.allows(req)) {
       return endWithError(
         socket,
-        403,
         'forbidden',
         `origin ${req.headers.origin} may not open a WebSocket here; CORS_ORIGINS lists the origins that may`,
       );
@@ -129,7 +129,7 @@ export function serveGraphQLWebSocket(
   };
   wss.on('wsClientError', (err: Error, socket: Duplex) => {
     const method = /method/i.test(err.message);
-    endWithError(socket, method ? 405 : 400, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
+    endWithError(socket, method ? 'method_not_allowed' : 'bad_request', `not a WebSocket handshake: ${err.message}`);
   });
   const graphqlWs = useServer<Record<string, unknown>, SocketExtra>(
     {
@@ -149,9 +149,10 @@ export function serveGraphQLWebSocket(
           const release = deps.credentials.hold(ctx.extra.actor, (reason) => {
             // A removed sandbox's agent still gets its last config: its subscription then
             // completes, and the socket closes (at the latest 5 s later).
-            if (ctx.extra.actor?.kind !== 'sandbox' || Object.keys(ctx.subscriptions).length === 0) return socket.close(4401, reason);
+            if (ctx.extra.actor?.kind !== 'sandbox' || Object.keys(ctx.subscriptions).length === 0)
+              return socket.close(closeCodeOf('unauthorized'), reason);
             ctx.extra.closing = reason;
-            setTimeout(() => socket.close(4401, reason), CLOSING_MS).unref();
+            setTimeout(() => socket.close(closeCodeOf('unauthorized'), reason), CLOSING_MS).unref();
           });
           socket.once('close', release);
           connections.add(ctx);
@@ -162,7 +163,10 @@ export function serveGraphQLWebSocket(
             log('WebSocket authentication failed', error);
             ctx.extra.socket.close(1011, 'internal error');
           } else {
-            ctx.extra.socket.close(error.code === 'rate_limited' ? 4429 : 4401, closeReason(error.message));
+            ctx.extra.socket.close(
+              closeCodeOf(error.code === 'rate_limited' ? 'rate_limited' : 'unauthorized'),
+              closeReason(error.message),
+            );
           }
           return false;
         }
@@ -170,7 +174,8 @@ export function serveGraphQLWebSocket(
       onComplete: (ctx) => {
         const reason = ctx.extra.closing;
         // After the complete message went out and the subscription was forgotten.
-        if (reason) setImmediate(() => Object.keys(ctx.subscriptions).length === 0 && ctx.extra.socket.close(4401, reason));
+        if (reason)
+          setImmediate(() => Object.keys(ctx.subscriptions).length === 0 && ctx.extra.socket.close(closeCodeOf('unauthorized'), reason));
       },
       onSubscribe: async (ctx, id, payload) => {
         // Each subscription holds server memory; the one being made is already counted.

@@ -18,6 +18,6 @@ export function watchBodyIdle(req: IncomingMessage, res: ServerResponse, idleMs:
     if (req.complete) return void res.setTimeout(0);
     if (res.headersSent) return void req.socket.destroy();
     const seconds = (req.socket.timeout ?? idleMs) / 1000;
-    sendError(res, 408, `the request body stopped arriving for ${seconds}s`, 'request_timeout', { connection: 'close' });
+    sendError(res, 'request_timeout', `the request body stopped arriving for ${seconds}s`, { connection: 'close' });
   });
 }

@@ -43,7 +43,7 @@ export function corsPolicy(opts: { origins: readonly string[]; publicUrl?: () =>
       const origin = req.headers.origin;
       const vary = { vary: 'Origin' };
       if (!allowed.has(origin) && !sameOrigin(origin, req)) {
-        sendError(res, 403, `origin ${origin} is not allowed to call this API; CORS_ORIGINS lists the origins that are`, 'forbidden', vary);
+        sendError(res, 'forbidden', `origin ${origin} is not allowed to call this API; CORS_ORIGINS lists the origins that are`, vary);
         return true;
       }
       res.writeHead(204, {

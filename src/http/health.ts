@@ -14,11 +14,11 @@ export function sendLiveness(res: ServerResponse): void {
  * stopping). Anyone may ask, so the answer never carries the database driver's words: those go to the log.
  */
 export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: boolean, log: Log): Promise<void> {
-  if (stopping) return sendError(res, 503, 'not ready: this instance is stopping', 'not_ready');
+  if (stopping) return sendError(res, 'not_ready', 'not ready: this instance is stopping');
   const state = await readiness(deps);
   if (!state.ready) {
     log(`not ready: ${state.reason}${state.detail ? ` (${state.detail})` : ''}`);
-    return sendError(res, 503, `not ready: ${state.reason}`, 'not_ready');
+    return sendError(res, 'not_ready', `not ready: ${state.reason}`);
   }
   // Which engine the built-in pool runs containers with ('none': its environments hold files only).
   const engine = deps.node.engine?.url ?? 'none';

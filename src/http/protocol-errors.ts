@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { type ErrorCode, statusOf } from '../kernel/error-codes';
 import { socketInfoOf } from '../observability/requests';
 import { boundMessage } from './respond';
 
@@ -14,7 +15,8 @@ import { boundMessage } from './respond';
 const LINGER_MS = 5_000;
 
 /** Answers on the raw socket (no ServerResponse exists: a refused request, a WebSocket upgrade) and closes it. */
-export function endWithError(socket: Duplex, status: number, code: string, error: string): void {
+export function endWithError(socket: Duplex, code: ErrorCode, error: string): void {
+  const status = statusOf(code);
   const body = JSON.stringify({ error: boundMessage(error), code });
   // A refused upgrade is a request too: its id, and its status on its log line. What Node's parser
   // refused has no request to log, but its answer carries an id all the same.
@@ -28,14 +30,14 @@ export function endWithError(socket: Duplex, status: number, code: string, error
   if (socket instanceof Socket) socket.setTimeout(LINGER_MS, () => socket.destroy());
 }
 
-function answerFor(err: NodeJS.ErrnoException & { reason?: string }): { status: number; code: string; error: string } {
+function answerFor(err: NodeJS.ErrnoException & { reason?: string }): { code: ErrorCode; error: string } {
   switch (err.code) {
     case 'HPE_HEADER_OVERFLOW':
-      return { status: 431, code: 'headers_too_large', error: 'the request line and headers are larger than 16 KiB' };
+      return { code: 'headers_too_large', error: 'the request line and headers are larger than 16 KiB' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { status: 408, code: 'request_timeout', error: 'the request took too long to arrive' };
+      return { code: 'request_timeout', error: 'the request took too long to arrive' };
     default:
-      return { status: 400, code: 'bad_request', error: `malformed HTTP request: ${err.reason ?? err.message}` };
+      return { code: 'bad_request', error: `malformed HTTP request: ${err.reason ?? err.message}` };
   }
 }
 
@@ -69,7 +71,7 @@ export function answerProtocolErrors(server: Server): void {
       socket.destroy();
       return;
     }
-    const { status, code, error } = answerFor(err);
-    endWithError(socket, status, code, error);
+    const { code, error } = answerFor(err);
+    endWithError(socket, code, error);
   });
 }

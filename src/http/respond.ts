@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { type ErrorCode, statusOf } from '../kernel/error-codes';
 
 /** Error messages never echo a client's value at length: a 5 MB value must not come back as a 5 MB message. */
 export const MAX_MESSAGE = 500;
@@ -13,7 +14,7 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(text);
 }
 
-/** The one error shape every HTTP answer uses: `{error, code}`. */
-export function sendError(res: ServerResponse, status: number, error: string, code: string, headers: Record<string, string> = {}): void {
-  sendJson(res, status, { error: boundMessage(error), code }, headers);
+/** The one error shape every HTTP answer uses: `{error, code}`, with the code's status. */
+export function sendError(res: ServerResponse, code: ErrorCode, error: string, headers: Record<string, string> = {}): void {
+  sendJson(res, statusOf(code), { error: boundMessage(error), code }, headers);
 }

@@ -20,10 +20,10 @@ function authorized(header: string | undefined, token: string): boolean {
 export async function sendMetrics(req: IncomingMessage, res: ServerResponse, registry: Registry, token: string | undefined): Promise<void> {
   req.resume();
   if (req.method !== 'GET' && req.method !== 'HEAD') {
-    return sendError(res, 405, `${req.method} is not allowed on ${METRICS_PATH}; allowed: GET`, 'method_not_allowed', { allow: 'GET' });
+    return sendError(res, 'method_not_allowed', `${req.method} is not allowed on ${METRICS_PATH}; allowed: GET`, { allow: 'GET' });
   }
   if (token !== undefined && !authorized(req.headers.authorization, token)) {
-    return sendError(res, 401, `${METRICS_PATH} needs Authorization: Bearer <METRICS_TOKEN>`, 'unauthorized', {
+    return sendError(res, 'unauthorized', `${METRICS_PATH} needs Authorization: Bearer <METRICS_TOKEN>`, {
       'www-authenticate': 'Bearer',
     });
   }
@@ -46,7 +46,7 @@ export async function serveMetrics(
       return;
     }
     req.resume();
-    sendError(res, 404, `no route for ${path}; metrics are at ${METRICS_PATH}`, 'not_found');
+    sendError(res, 'not_found', `no route for ${path}; metrics are at ${METRICS_PATH}`);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -18,13 +18,12 @@ import { sendError, sendJson } from '../http/respond';
 import { queryEncodingProblem, textProblem } from '../http/text';
 import { noteRoute } from '../observability/requests';
 import { type CompiledOperation, compileOperations } from '../schema/compiled';
-import { toClientError } from '../schema/errors';
+import { clientCodeOf, toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { BadRequestError, ValidationError } from '../services/errors';
 import { checkBody } from './body';
 import { readJsonBody, stripNulls } from './http';
 import { isStreamRoute, type OperationRoute, type Param, type Route } from './route';
-import { statusOf } from './status';
 
 interface CompiledRoute {
   route: Route;
@@ -149,13 +148,13 @@ function inRestWords(error: GraphQLError, route: Route): GraphQLError {
   });
 }
 
-/** The REST answer to an error: `{error, code}`, with the status of its code (src/rest/status.ts). */
+/** The REST answer to an error: `{error, code}`, with the status of its code (src/kernel/error-codes.ts). */
 function sendClientError(res: ServerResponse, error: unknown, log: Log, route?: Route): void {
   const converted = toClientError(error, log);
   const err = route ? inRestWords(converted, route) : converted;
-  const code = String(err.extensions.code ?? 'internal');
+  const code = clientCodeOf(err);
   const retryAfter = err.extensions.retryAfter;
-  sendError(res, statusOf(code), err.message, code, typeof retryAfter === 'number' ? { 'retry-after': String(retryAfter) } : {});
+  sendError(res, code, err.message, typeof retryAfter === 'number' ? { 'retry-after': String(retryAfter) } : {});
 }
 
 /**
@@ -194,11 +193,11 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
         break;
       }
     }
-    if (matches.length === 0) return sendError(res, 404, `no route for ${url.pathname}`, 'not_found');
+    if (matches.length === 0) return sendError(res, 'not_found', `no route for ${url.pathname}`);
     if (!hit) {
       noteRoute(matches[0]!.c.route.path);
       const allow = [...new Set(matches.map((x) => x.c.route.method))].join(', ');
-      return sendError(res, 405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, 'method_not_allowed', { allow });
+      return sendError(res, 'method_not_allowed', `${req.method} is not allowed on ${url.pathname}; allowed: ${allow}`, { allow });
     }
     const { route, bodyType } = hit.c;
     noteRoute(route.path);

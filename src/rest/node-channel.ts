@@ -24,15 +24,15 @@ import type { EventPayload } from '../events';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { findTextIssue } from '../http/text';
+import { closeCodeOf } from '../kernel/error-codes';
 import { tagUpgrades } from '../observability/requests';
-import { toClientError } from '../schema/errors';
+import { clientCodeOf, toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
 import { execTopic } from '../services/exec';
 import { nodeTopic } from '../services/node-messages';
 import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../services/nodes';
 import { recordUsage } from '../services/usage';
-import { statusOf } from './status';
 
 export { NODE_CHANNEL_PATH } from '../dataplane/protocol';
 
@@ -64,14 +64,14 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
     void (async () => {
       for (let next = await inbox.next(); !next.done; next = await inbox.next()) {
         if (next.value.type === 'revoked') {
-          ws.close(4401, 'this node was removed');
+          ws.close(closeCodeOf('unauthorized'), 'this node was removed');
           break;
         }
         send(next.value);
       }
     })().catch((err) => log('node channel forwarding failed', err));
     // Revoking the node's credential (its removal) closes the channel at once, on every instance.
-    const release = deps.credentials.hold(actor, () => ws.close(4401, 'this node was removed'));
+    const release = deps.credentials.hold(actor, () => ws.close(closeCodeOf('unauthorized'), 'this node was removed'));
     ws.on('close', () => {
       release();
       void inbox.return?.();
@@ -99,7 +99,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               return;
             case 'heartbeat': {
               const state = await nodeHeartbeat(deps, nodeId);
-              if (state === 'revoked') ws.close(4401, 'this node was removed');
+              if (state === 'revoked') ws.close(closeCodeOf('unauthorized'), 'this node was removed');
               else if (state === 'lost') send({ type: 'hello-again' });
               else if (state === 'offline') send({ type: 'drained' });
               return;
@@ -151,8 +151,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
         })
         .catch((error) => {
           const err = toClientError(error, log);
-          const code = String(err.extensions.code ?? 'internal');
-          endWithError(socket, statusOf(code), code, err.message);
+          endWithError(socket, clientCodeOf(err), err.message);
         });
     },
     async close() {

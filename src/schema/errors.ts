@@ -1,9 +1,7 @@
 import { GraphQLError } from 'graphql';
 import { boundMessage } from '../http/respond';
+import { type ErrorCode, isErrorCode } from '../kernel/error-codes';
 import { DomainError, RateLimitedError } from '../services/errors';
-
-/** Codes Berth gives are lower-case words (`not_found`); others (graphql-js, yoga, plugins) are not its own. */
-const BERTH_CODE = /^[a-z][a-z_]*$/;
 
 /**
  * The one translation of a thrown error into what clients see, shared by GraphQL and the REST
@@ -11,7 +9,7 @@ const BERTH_CODE = /^[a-z][a-z_]*$/;
  * errors of the request itself (parse, validation, variables) get code `invalid` unless they
  * carry one of Berth's; anything unexpected is logged and shown as a generic internal error.
  * Messages are bounded (a client's 5 MB value never comes back whole). No HTTP status here: each
- * transport decides its own (src/graphql/request-errors.ts, src/rest/status.ts).
+ * transport takes its own from the code's row of src/kernel/error-codes.ts.
  */
 export function toClientError(error: unknown, log: (msg: string, err: unknown) => void = console.error): GraphQLError {
   const gqlError = error instanceof GraphQLError ? error : undefined;
@@ -25,10 +23,16 @@ export function toClientError(error: unknown, log: (msg: string, err: unknown) =
   }
   if (gqlError && (!original || !gqlError.path)) {
     // Parse, validation and variable-coercion errors (no path: nothing ran): the request was wrong.
-    const code =
-      typeof gqlError.extensions.code === 'string' && BERTH_CODE.test(gqlError.extensions.code) ? gqlError.extensions.code : 'invalid';
+    // Codes of the table are Berth's own; others (graphql-js, yoga, plugins) are not.
+    const code: ErrorCode = isErrorCode(gqlError.extensions.code) ? gqlError.extensions.code : 'invalid';
     return new GraphQLError(boundMessage(gqlError.message), { ...at, extensions: { ...gqlError.extensions, code } });
   }
   log('unexpected error', original ?? error);
-  return new GraphQLError('internal error', { ...at, extensions: { code: 'internal' } });
+  const code: ErrorCode = 'internal';
+  return new GraphQLError('internal error', { ...at, extensions: { code } });
+}
+
+/** The code of an error toClientError made. */
+export function clientCodeOf(error: GraphQLError): ErrorCode {
+  return isErrorCode(error.extensions.code) ? error.extensions.code : 'internal';
 }

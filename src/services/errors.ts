@@ -1,11 +1,13 @@
-// Typed domain errors. Services throw them with a machine-readable code and no transport detail;
-// each edge maps them to its own shape: GraphQL puts `code` in extensions, REST turns the code into
-// the HTTP status (src/rest/status.ts) and `{error, code}`.
+import type { ErrorCode } from '../kernel/error-codes';
+
+// Typed domain errors. Services throw them with a code of src/kernel/error-codes.ts and no
+// transport detail; each edge shapes them its own way from that table: GraphQL puts `code` in
+// extensions, REST answers the code's HTTP status and `{error, code}`.
 
 export class DomainError extends Error {
   constructor(
     message: string,
-    readonly code: string,
+    readonly code: ErrorCode,
   ) {
     super(message);
   }
@@ -21,7 +23,7 @@ export class ValidationError extends DomainError {
 }
 
 export class BadRequestError extends DomainError {
-  constructor(message: string, code = 'bad_request') {
+  constructor(message: string, code: ErrorCode = 'bad_request') {
     super(message, code);
   }
 }
@@ -39,19 +41,19 @@ export class ForbiddenError extends DomainError {
 }
 
 export class NotFoundError extends DomainError {
-  constructor(what: string, code = 'not_found') {
+  constructor(what: string, code: ErrorCode = 'not_found') {
     super(`${what} not found`, code);
   }
 }
 
 export class ConflictError extends DomainError {
-  constructor(message: string, code = 'conflict') {
+  constructor(message: string, code: ErrorCode = 'conflict') {
     super(message, code);
   }
 }
 
 export class GoneError extends DomainError {
-  constructor(message: string, code = 'gone') {
+  constructor(message: string, code: ErrorCode = 'gone') {
     super(message, code);
   }
 }
@@ -66,7 +68,7 @@ export class RateLimitedError extends DomainError {
   constructor(
     message: string,
     readonly retryAfterSeconds: number,
-    code = 'rate_limited',
+    code: ErrorCode = 'rate_limited',
   ) {
     super(message, code);
   }
@@ -80,7 +82,7 @@ export class QuotaExceededError extends DomainError {
 }
 
 export class UnavailableError extends DomainError {
-  constructor(message: string, code = 'unavailable') {
+  constructor(message: string, code: ErrorCode = 'unavailable') {
     super(message, code);
   }
 }

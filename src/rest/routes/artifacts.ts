@@ -89,7 +89,7 @@ async function sendContent(req: IncomingMessage, res: ServerResponse, deps: Deps
   let range = parseRange(req.headers.range, size);
   if (ifRange !== undefined && ifRange !== etag && ifRange !== lastModified) range = undefined;
   if (range === 'unsatisfiable') {
-    sendError(res, 416, `the range ${req.headers.range} is not satisfiable for ${size} bytes`, 'range_not_satisfiable', {
+    sendError(res, 'range_not_satisfiable', `the range ${req.headers.range} is not satisfiable for ${size} bytes`, {
       'content-range': `bytes */${size}`,
     });
     return;
