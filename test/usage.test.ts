@@ -351,6 +351,9 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
     const admin = client(() => s.url, BOOTSTRAP);
 
     beforeAll(async () => {
+      // A disk count looks at 50 entries a sample (src/node/disk-count.ts): a share of a few
+      // hundred files takes several samples, as one of millions would at the real budget.
+      process.env.BERTH_DISK_COUNT_ENTRIES = '50';
       dir = await mkdtemp(join(tmpdir(), 'berth-usage-containers-'));
       const pool = kind === 'berth node' ? 'remote' : 'default';
       const shares = [{ name: 'out', direction: 'out', envPath: '/workspace/out' }];
@@ -388,6 +391,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       await node?.kill();
       await s?.stop();
       await rm(dir, { recursive: true, force: true });
+      delete process.env.BERTH_DISK_COUNT_ENTRIES;
     });
 
     async function until(id: string, ...states: string[]): Promise<Record<string, any>> {
@@ -441,6 +445,19 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const snapshots = (await admin.get(`/v1/snapshots?prefix=${key}`)).body.snapshots;
       expect(snapshots).toHaveLength(1);
       expect(snapshots[0]).toMatchObject({ key, files: 1 });
+    });
+
+    it('counts a big file behind more files than one sample looks at', async () => {
+      const env = await lease('small');
+      expect(env.state).toBe('ready');
+      // Six times the entries a sample counts, then the big file in a folder read after them.
+      await sh(
+        env.id,
+        'mkdir -p /workspace/out/many/deep && cd /workspace/out/many && i=0; while [ $i -lt 300 ]; do : > f$i; i=$((i+1)); done; dd if=/dev/zero of=deep/big bs=1M count=3',
+      );
+      const ended = await until(env.id, 'failed', 'stopped');
+      expect(ended.state).toBe('failed');
+      expect(ended.error).toMatch(DISK_ERROR);
     });
   });
 }

@@ -15,7 +15,7 @@
 // per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
 // cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
-import { lchown, lstat, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { lchown, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { Duplex } from 'node:stream';
@@ -24,6 +24,7 @@ import type Dockerode from 'dockerode';
 import { environmentRoot, shareDir } from '../dataplane/layout';
 import { formatSize, parseSize } from '../services/sizes';
 import type { Command, SessionOptions } from './command';
+import { DiskCount } from './disk-count';
 import { type Engine, engineMessage, type RunningExec } from './engine';
 import { EnvdChannel } from './envd-channel';
 
@@ -56,8 +57,6 @@ export interface NodeUsage {
   disk: number;
 }
 
-/** Entries a disk count looks at before it stops (a share of millions of files must not stall sampling). */
-export const MAX_COUNTED_ENTRIES = 100_000;
 /** Environments sampled at once. */
 const SAMPLED_AT_ONCE = 8;
 const ENVIRONMENT_FOLDER = /^env_[A-Za-z0-9]{1,64}$/;
@@ -125,6 +124,8 @@ export class NodeRuntime {
   private sampling = false;
   /** The CPU time of each container at its last sample: cores are the difference over time. */
   private readonly cpuSeen = new Map<string, { ns: number; at: number }>();
+  /** Each environment's disk count, carried from one sample to the next (src/node/disk-count.ts). */
+  private readonly diskCounts = new Map<string, DiskCount>();
   /** Environments whose last sample failed (logged once until one succeeds again). */
   private readonly sampleFailed = new Set<string>();
   /** Images queued or being pulled ahead of leases (prepull), and the queue's tail: one pull at a time. */
@@ -305,7 +306,6 @@ export class NodeRuntime {
       if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
     }
     this.watch(spec.id, spec.resources.memory);
-    this.channel(spec.id).catch(() => undefined);
     return 'container';
   }
 
@@ -414,6 +414,11 @@ export class NodeRuntime {
       const ids = (await readdir(this.options.dir).catch(() => [] as string[])).filter((name) => ENVIRONMENT_FOLDER.test(name));
       const present = new Set(ids);
       for (const id of this.cpuSeen.keys()) if (!present.has(id)) this.cpuSeen.delete(id);
+      for (const [id, count] of this.diskCounts) {
+        if (present.has(id)) continue;
+        count.close();
+        this.diskCounts.delete(id);
+      }
       for (const id of this.sampleFailed) if (!present.has(id)) this.sampleFailed.delete(id);
       for (let i = 0; i < ids.length; i += SAMPLED_AT_ONCE) {
         await Promise.all(ids.slice(i, i + SAMPLED_AT_ONCE).map((id) => this.sampleOne(id)));
@@ -441,7 +446,12 @@ export class NodeRuntime {
    * memory and processes.
    */
   async sample(id: string): Promise<NodeUsage> {
-    const files = await countBytes(this.root(id));
+    let count = this.diskCounts.get(id);
+    if (!count) {
+      count = new DiskCount(this.root(id));
+      this.diskCounts.set(id, count);
+    }
+    const files = await count.step();
     const engine = this.options.engine;
     const container = engine ? await engine.usage(containerName(id)) : null;
     if (!container) return { cpu: null, memory: null, pids: null, disk: files };
@@ -653,25 +663,4 @@ function networkOf(cidr: string): string {
   const mask = Number(bits) === 0 ? 0 : (0xffffffff << (32 - Number(bits))) >>> 0;
   const net = (n & mask) >>> 0;
   return `${[24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.')}/${bits}`;
-}
-
-/**
- * Bytes of the regular files under `dir`, never following links, looking at no more than
- * MAX_COUNTED_ENTRIES entries (past that the count is a lower bound). A folder that vanishes
- * meanwhile counts as empty.
- */
-export async function countBytes(dir: string): Promise<number> {
-  let bytes = 0;
-  let entries = 0;
-  const folders = [dir];
-  for (let folder = folders.pop(); folder !== undefined && entries < MAX_COUNTED_ENTRIES; folder = folders.pop()) {
-    const found = await readdir(folder, { withFileTypes: true }).catch(() => []);
-    for (const entry of found) {
-      if (++entries > MAX_COUNTED_ENTRIES) break;
-      const path = join(folder, entry.name);
-      if (entry.isDirectory()) folders.push(path);
-      else if (entry.isFile()) bytes += (await lstat(path).catch(() => null))?.size ?? 0;
-    }
-  }
-  return bytes;
 }
