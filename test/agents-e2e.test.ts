@@ -18,8 +18,6 @@ import {
 } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
 
-const _root = new URL('..', import.meta.url).pathname;
-
 /** Files under `dir` (recursively) whose bytes contain `needle`. */
 async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
   const hits: string[] = [];
