@@ -28,6 +28,7 @@ import { createRestHandler } from './rest/adapter';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from './rest/node-channel';
 import { buildRoutes } from './rest/routes';
 import { prepullBuiltin } from './scheduler/builtin-node';
+import { warmNodeMessages } from './scheduler/warm-job';
 import { schema } from './schema';
 import { ensureDefaultOrganization } from './services/organizations';
 
@@ -177,7 +178,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
-  const nodeChannel = serveNodeChannel(deps, log);
+  const nodeChannel = serveNodeChannel(deps, log, warmNodeMessages);
   const relay = createRelayServer(deps, log);
   const sessions = createSessionServer(deps, cors, log);
   const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {

@@ -28,7 +28,7 @@ import { type RelayJob, serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
 import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
-import { type EnvironmentSpec, NodeRuntime } from '../node/runtime';
+import { type EnvironmentSpec, NodeRuntime, type WarmSpec } from '../node/runtime';
 import { normalizeImage } from '../services/image-ref';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
 import { type SyncRules, selectFiles } from '../services/sync-rules';
@@ -45,6 +45,9 @@ export interface NodeAgentOptions {
   engine: Engine | null;
   log?: (line: string) => void;
 }
+
+/** A prepare's environment; `warm`: the slot's warm container it claims (`claim`) or evicts. */
+type PrepareMessage = EnvironmentSpec & { warm?: { slot: string; hash: string; claim: boolean } };
 
 interface ReleaseMessage {
   id: string;
@@ -77,6 +80,8 @@ export class NodeAgent {
   private readonly log: (line: string) => void;
   readonly runtime: NodeRuntime;
   private readonly commands = new Map<string, Command>();
+  /** The warm containers this process holds, by slot: which making of it (`since`), made or being made. */
+  private readonly warm = new Map<string, { since: string; hash: string; ready: boolean }>();
   private checks: NodeJS.Timeout | undefined;
   /** The machine's CPUs and memory, said in every hello: the engine's when there is one, else the host's. */
   private capacity: { cpus: number; memory: number } | undefined;
@@ -262,7 +267,7 @@ export class NodeAgent {
         return;
       case 'prepare':
         return this.answer(message, () =>
-          this.once(`prepare:${(message.environment as EnvironmentSpec).id}`, () => this.prepare(message.environment as EnvironmentSpec)),
+          this.once(`prepare:${(message.environment as EnvironmentSpec).id}`, () => this.prepare(message.environment as PrepareMessage)),
         );
       case 'release':
         return this.answer(message, () =>
@@ -298,6 +303,14 @@ export class NodeAgent {
       }
       case 'relay':
         return this.relay(message);
+      case 'warm':
+        return this.makeWarm(message.warm as WarmSpec & { since: string });
+      case 'warm-drop': {
+        const slot = String(message.slot);
+        this.warm.delete(slot);
+        await this.runtime.dropWarm(slot);
+        return;
+      }
       default:
         this.log(`ignored a message of unknown type ${JSON.stringify(message.type)}`);
     }
@@ -372,17 +385,49 @@ export class NodeAgent {
    * environments this node does not hold are removed. A prepare in flight holds its environment.
    */
   private async checkContainers(): Promise<void> {
-    const { ended } = await this.runtime.reconcile(async (ids) => {
-      return new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined]));
-    });
+    const { ended } = await this.runtime.reconcile(
+      async (ids) => new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined])),
+      // Warm containers: those being made, and the made ones of their spec that run.
+      async (found) => {
+        const seen = new Map(found.map((f) => [f.slot, f]));
+        const keep = new Set<string>();
+        for (const [slot, w] of this.warm) {
+          const there = seen.get(slot);
+          if (!w.ready || (there?.running && there.hash === w.hash)) keep.add(slot);
+          else this.warm.delete(slot);
+        }
+        return keep;
+      },
+    );
     for (const [id, reason] of ended) this.send({ type: 'ended', environment: id, reason });
+    // The server forgets the warm containers this node no longer holds (after a restart: none).
+    this.send({ type: 'warm-held', slots: [...this.warm].map(([slot, w]) => ({ slot, since: w.since })) });
   }
 
-  private async prepare(env: EnvironmentSpec): Promise<{ runtime: string }> {
+  /** Makes a slot's warm container, then says whether it is ready (that making of it, `since`). */
+  private async makeWarm(spec: WarmSpec & { since: string }): Promise<void> {
+    const { since, ...warm } = spec;
+    this.warm.set(spec.slot, { since, hash: spec.hash, ready: false });
+    try {
+      await this.once(`warm:${spec.slot}`, () => this.runtime.warm(warm));
+    } catch (error) {
+      if (this.warm.get(spec.slot)?.since === since) this.warm.delete(spec.slot);
+      this.log(`the warm container of ${spec.template} on slot ${spec.slot} failed: ${(error as Error).message}`);
+      this.send({ type: 'warm-failed', slot: spec.slot, since, error: (error as Error).message });
+      return;
+    }
+    // Dropped or made again meanwhile: that making is not this node's to report.
+    if (this.warm.get(spec.slot)?.since !== since) return;
+    this.warm.set(spec.slot, { since, hash: spec.hash, ready: true });
+    this.send({ type: 'warm-ready', slot: spec.slot, since });
+  }
+
+  private async prepare(message: PrepareMessage): Promise<{ runtime: string }> {
     // Only a claim that crossed the `leaving` message: the server ends it.
     if (this.leaving) throw new Error('the node is shutting down');
+    const { warm, ...env } = message;
     this.held.add(env.id);
-    const runtime = await this.runtime.prepare(env, async (root) => {
+    const restore = async (root: string) => {
       const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
       if (planned.status === 204) return;
       const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
@@ -398,8 +443,15 @@ export class NodeAgent {
         type: 'application/json',
       });
       this.log(`${env.id}: ${files} files restored from ${plan.key}`);
-    });
-    this.log(`${env.id} prepared (${runtime === 'container' ? `a container of ${env.image}` : 'files only'})`);
+    };
+    if (warm) this.warm.delete(warm.slot);
+    if (warm && !warm.claim) await this.runtime.dropWarm(warm.slot);
+    const runtime = warm?.claim
+      ? await this.runtime.claimWarm(warm.slot, warm.hash, env, restore)
+      : await this.runtime.prepare(env, restore);
+    this.log(
+      `${env.id} prepared${warm?.claim ? ' (claimed a warm container)' : ''} (${runtime === 'container' ? `a container of ${env.image}` : 'files only'})`,
+    );
     return { runtime };
   }
 

@@ -110,6 +110,23 @@ export function createMetrics(prisma: Prisma): Metrics {
       );
     },
   );
+  fromDatabase(
+    'berth_warm_containers',
+    'Warm containers slots keep for templates (`warm`), by pool, template and state: starting, ready or failed (from the database).',
+    ['pool', 'template', 'state'],
+    async () => {
+      const rows = await prisma.node.groupBy({
+        by: ['pool', 'warmTemplate', 'warmState'],
+        where: { warmState: { not: null } },
+        _count: { _all: true },
+      });
+      return tally(
+        rows,
+        (r) => ({ pool: r.pool, template: r.warmTemplate ?? '', state: r.warmState ?? '' }),
+        (r) => r._count._all,
+      );
+    },
+  );
   const subscriptions = new Map<'websocket' | 'sse', () => number>();
   new Gauge({
     name: 'berth_subscriptions',

@@ -31,7 +31,14 @@ export const remoteProvider: NodeProvider = {
     const reply = await askNode(
       deps,
       env.nodeId!,
-      { type: 'prepare', environment: await environmentSpec(deps, env) },
+      {
+        type: 'prepare',
+        environment: {
+          ...(await environmentSpec(deps, env)),
+          // The slot's warm container it claims, or evicts (src/scheduler/warm-job.ts).
+          ...(env.warmSlot ? { warm: { slot: env.warmSlot, hash: env.specHash ?? '', claim: env.warmClaimed } } : {}),
+        },
+      },
       { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting') },
     );
     return reply.runtime === 'container' ? 'container' : 'files';

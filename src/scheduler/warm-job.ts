@@ -13,8 +13,9 @@
 // - A container whose template changed (another spec hash), went away, or asks fewer is removed;
 //   one that failed is tried again after a backoff that doubles up to WARM_BACKOFF_MAX_MS, its
 //   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
-import type { Deps } from '../context';
+import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
+import { ValidationError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
 import { WARM_JOB } from '../services/templates';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../services/templates-file';
@@ -209,10 +210,10 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
   });
 }
 
-/** The node made the slot's container (that making of it): it may be claimed now. */
-export async function warmReady(deps: Deps, slot: string, since: Date): Promise<boolean> {
+/** The node made the slot's container (that making of it): it may be claimed now. `remoteId`: only a slot of that node. */
+export async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string | null = null): Promise<boolean> {
   const { count } = await deps.prisma.node.updateMany({
-    where: { id: slot, warmSince: since, warmState: 'starting', environmentId: null },
+    where: { id: slot, remoteId, warmSince: since, warmState: 'starting', environmentId: null },
     data: { warmState: 'ready', warmError: null, warmFailures: 0 },
   });
   if (count === 1) deps.background.nudge('environments');
@@ -223,9 +224,19 @@ export async function warmReady(deps: Deps, slot: string, since: Date): Promise<
  * The node could not make the slot's container: tried again after a backoff, the error kept for
  * operators. `log` says so where the node's log is (the server's for the built-in pool).
  */
-export async function warmFailed(deps: Deps, slot: string, since: Date, error: string, log?: (line: string) => void): Promise<void> {
-  const row = await deps.prisma.node.findUnique({ where: { id: slot }, select: { warmFailures: true, warmTemplate: true } });
-  if (!row) return;
+export async function warmFailed(
+  deps: Deps,
+  slot: string,
+  since: Date,
+  error: string,
+  log?: (line: string) => void,
+  remoteId: string | null = null,
+): Promise<void> {
+  const row = await deps.prisma.node.findUnique({
+    where: { id: slot },
+    select: { warmFailures: true, warmTemplate: true, remoteId: true },
+  });
+  if (!row || row.remoteId !== remoteId) return;
   const backoff = Math.min(WARM_BACKOFF_MAX_MS, WARM_BACKOFF_MIN_MS * 2 ** row.warmFailures);
   const now = deps.clock.now();
   const { count } = await deps.prisma.node.updateMany({
@@ -286,5 +297,54 @@ export const warmJob: BackgroundJob = {
     // Remote nodes make theirs on their own machines; the built-in ones one after another here.
     for (const m of make.filter((m) => m.remoteId)) await tellNode(deps, m);
     for (const m of make.filter((m) => !m.remoteId)) await tellNode(deps, m);
+  },
+};
+
+/** How long a making the node did not mention yet may be on its way to the node (its message crossed the report). */
+const IN_FLIGHT_MS = 30_000;
+
+const sinceOf = (value: unknown): Date => {
+  const at = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
+  if (Number.isNaN(at.getTime())) throw new ValidationError('since: must be the time the server sent with the warm message', 'since');
+  return at;
+};
+const slotOf = (value: unknown): string => {
+  if (typeof value !== 'string' || value.length > 200) throw new ValidationError("slot: must be one of the node's slots", 'slot');
+  return value;
+};
+
+/** A remote node's answers about its warm containers (src/agent/node-agent.ts), each about a slot of its own only. */
+export const warmNodeMessages: Record<string, (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>> = {
+  async 'warm-ready'(deps, actor, message) {
+    await warmReady(deps, slotOf(message.slot), sinceOf(message.since), actor.nodeId!);
+  },
+  async 'warm-failed'(deps, actor, message) {
+    await warmFailed(
+      deps,
+      slotOf(message.slot),
+      sinceOf(message.since),
+      String(message.error ?? 'unknown error'),
+      undefined,
+      actor.nodeId!,
+    );
+  },
+  /** The warm containers the node holds (after its restart: none): any other of its slots' is made again. */
+  async 'warm-held'(deps, actor, message) {
+    const held = Array.isArray(message.slots) ? message.slots.slice(0, 10_000) : [];
+    const holds = new Set(held.map((h: { slot?: unknown; since?: unknown }) => `${String(h?.slot)}@${String(h?.since)}`));
+    const now = deps.clock.now();
+    const slots = await deps.prisma.node.findMany({
+      where: { remoteId: actor.nodeId!, environmentId: null, warmState: { in: ['starting', 'ready'] } },
+      select: { id: true, warmSince: true, warmState: true },
+    });
+    for (const slot of slots) {
+      if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
+      if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
+      await deps.prisma.node.updateMany({
+        where: { id: slot.id, warmSince: slot.warmSince },
+        data: { warmState: 'failed', warmError: 'the node no longer holds it', warmRetry: now },
+      });
+    }
+    if (slots.length) deps.background.nudge(WARM_JOB);
   },
 };

@@ -1,4 +1,5 @@
 import { type Allocation, createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from '../services/nodes';
+import { type WarmContainer, warmContainers } from '../services/warm';
 import { builder } from './builder';
 import { EnvironmentRef } from './environments';
 
@@ -18,6 +19,19 @@ const NodeAllocationRef = builder.objectRef<Allocation>('NodeAllocation').implem
     unlimited: t.exposeInt('unlimited', {
       description: 'How many of them lack a CPU or a memory limit (what they use of the missing one is in no sum)',
     }),
+  }),
+});
+
+const WarmContainerRef = builder.objectRef<WarmContainer>('WarmContainer').implement({
+  description: "A started, unclaimed container a slot keeps for a template's leases (a template's `warm`)",
+  fields: (t) => ({
+    slot: t.exposeString('slot'),
+    template: t.exposeString('template'),
+    state: t.exposeString('state', {
+      description: 'starting (being made), ready (a lease claims it) or failed (tried again after a backoff; `error` says why)',
+    }),
+    since: t.expose('since', { type: 'DateTime', nullable: true, description: 'When its making started' }),
+    error: t.exposeString('error', { nullable: true, description: 'Why its last making failed' }),
   }),
 });
 
@@ -45,6 +59,11 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
       resolve: (n) => n.capacity,
     }),
     allocated: t.field({ type: NodeAllocationRef, description: 'What its live environments are allowed', resolve: (n) => n.allocated }),
+    warm: t.field({
+      type: [WarmContainerRef],
+      description: "The warm containers its free slots keep for its organization's templates",
+      resolve: (n, _args, ctx) => warmContainers(ctx.deps.prisma, n.id),
+    }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),
     created: t.expose('created', { type: 'DateTime' }),

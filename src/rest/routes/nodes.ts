@@ -15,7 +15,8 @@ import type { Route } from '../route';
 
 graphql(`
   fragment NodeFields on Node {
-    id name pool state slots environments capacity { cpus memory } allocated { cpus memory unlimited } lastSeen createdBy created
+    id name pool state slots environments capacity { cpus memory } allocated { cpus memory unlimited }
+    warm { slot template state since error } lastSeen createdBy created
   }
 `);
 

@@ -1,0 +1,115 @@
+// Warm templates on a remote node (a real `berth node` with the test engine): the node keeps the
+// template's warm containers on its free slots, GET /v1/nodes shows them, a lease claims one and
+// the node makes another; another organization sees none of it; after a kill -9 of the node the
+// restarted one removes what it held and makes them again, leaving no orphan.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { createOrganization } from '../src/services/organizations';
+import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
+import { berthExec, type Proc, spawnNode } from './helpers/processes';
+import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+
+const WAIT = { timeout: 60_000, interval: 100 };
+
+describeContainers('warm containers on a remote node', () => {
+  let s: TestServer;
+  let dir: string;
+  let node: Proc | undefined;
+  let secret = '';
+  const admin = client(() => s.url, BOOTSTRAP);
+  const startNode = () =>
+    spawnNode(['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, 'node'), '--slots', '3', '--engine', engine()], {
+      BERTH_NODE_TOKEN: secret,
+    });
+  /** The engine's warm containers of the pool (unclaimed), by name. */
+  const warmNames = () =>
+    podman('ps', '-a', '--filter', 'label=berth.warm', '--filter', 'label=berth.pool=remote', '--format', '{{.Names}}')
+      .split('\n')
+      .filter((n) => n.startsWith('berth-warm-'))
+      .sort();
+  const readyOnNode = async () => {
+    const [listed] = (await admin.get('/v1/nodes')).body.nodes;
+    return listed.warm.filter((w: { state: string }) => w.state === 'ready');
+  };
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-warm-nodes-'));
+    const templates = await writeCatalog(dir, [], [{ name: 'remote', hotNodes: 0, maxQueued: 10 }]);
+    s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: 'none', NODE_HEARTBEAT_MS: '250' });
+    const created = await admin.post('/v1/nodes', { pool: 'remote', name: 'warmer' });
+    secret = created.body.secret;
+    node = startNode();
+    await node.waitFor(/online as warmer/);
+  }, 60_000);
+  afterAll(async () => {
+    await node?.kill('SIGKILL');
+    const left = podman('ps', '-aq', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
+    if (left.length) podman('rm', '-f', ...left);
+    await s?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('keeps them on its free slots, shows them, and a lease claims one', async () => {
+    const body = {
+      pool: 'remote',
+      image: TEST_IMAGE,
+      idle: '30m',
+      hard: '2h',
+      warm: 2,
+      shares: [{ name: 'src', direction: 'in', envPath: '/src' }],
+    };
+    expect((await admin.put('/v1/templates/nodebox', body)).status).toBe(200);
+    await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
+    expect(warmNames()).toHaveLength(2);
+    const [listed] = (await admin.get('/v1/nodes')).body.nodes;
+    expect(listed.warm[0]).toMatchObject({ template: 'nodebox', state: 'ready', slot: expect.stringMatching(/-\d+$/) });
+
+    // Another organization sees no node, no warm container, and cannot lease the template.
+    const other = await createOrganization(s.app.deps.prisma, 'warmnodes', 'boss@nodes.example');
+    const them = client(() => s.url, other.secret);
+    expect((await them.get('/v1/nodes')).body.nodes).toEqual([]);
+    expect((await them.post('/v1/environments', { template: 'nodebox' })).body.code).toBe('no_template');
+
+    const before = warmNames();
+    const made = await admin.post('/v1/environments', { template: 'nodebox' });
+    const id = made.body.environment.id as string;
+    const env = await vi.waitFor(async () => {
+      const now = (await admin.get(`/v1/environments/${id}`)).body;
+      expect(now.state).toBe('ready');
+      return now;
+    }, WAIT);
+    expect(env.readyMs).toEqual(expect.any(Number));
+    const labels = podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}');
+    expect(before.some((name) => labels.includes(`berth.warm:${name.slice('berth-warm-'.length)}`))).toBe(true);
+    expect(await berthExec(s.url, BOOTSTRAP, id, 'sh', '-c', 'ls -d /src && hostname')).toMatchObject({
+      code: 0,
+      stdout: '/src\nnodebox\n',
+    });
+    // The third slot gets a warm container in its place.
+    await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
+    await admin.del(`/v1/environments/${id}`);
+    await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('stopped'), WAIT);
+    expect(podman('ps', '-aq', '--filter', `name=^berth-${id}$`)).toBe('');
+  });
+
+  it('after a kill -9 of the node, the restarted one makes them again and leaves no orphan', async () => {
+    await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
+    const before = podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
+    expect(before).toHaveLength(2);
+    await node!.kill('SIGKILL');
+    node = startNode();
+    await node.waitFor(/online as warmer/);
+    await vi.waitFor(async () => {
+      expect(await readyOnNode()).toHaveLength(2);
+      expect(warmNames()).toHaveLength(2);
+    }, WAIT);
+    // The containers are new ones (the old were removed when the node started again).
+    const after = podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
+    expect(after).toHaveLength(2);
+    expect(after.filter((id) => before.includes(id))).toEqual([]);
+    expect(node.output()).toMatch(/removed the warm container of slot/);
+  });
+});
