@@ -306,6 +306,7 @@ export class NodeRuntime {
       if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
     }
     this.watch(spec.id, spec.resources.memory);
+    this.channel(spec.id).catch(() => undefined);
     return 'container';
   }
 
