@@ -4,8 +4,8 @@ import { shareDir } from '../dataplane/layout';
 import type { Environment } from '../generated/prisma/client';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../kernel/environment-states';
 import { formatDuration } from '../services/durations';
-import { announceEnvironment, recordEvent } from '../services/environment-events';
-import { ENVIRONMENT_JOB, transition } from '../services/environments';
+import { announceEnvironment } from '../services/environment-events';
+import { ENVIRONMENT_JOB, transition, transitionIn } from '../services/environments';
 import { syncOf } from '../services/json-columns';
 import { awaitingOutSync } from '../services/relay';
 import { notifySandboxConfig } from '../services/sandbox-wiring';
@@ -14,7 +14,6 @@ import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapsh
 import { type SyncRules, selectFiles } from '../services/sync-rules';
 import { WARM_JOB } from '../services/templates';
 import { HISTORY_MS } from '../services/usage';
-import { emitEnvironmentState } from '../services/webhook-events';
 import { nudgeWebhooks } from '../services/webhooks';
 import type { BackgroundJob } from './background';
 import { environmentSpec } from './node-specs';
@@ -151,23 +150,19 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
             }
           }
           const now = deps.clock.now();
+          // The state machine's pending → starting, in this transaction: the lease and its node
+          // change together. The lock taken above keeps it pending until then.
+          const moved = await transitionIn(deps, tx, pending.id, ['pending'], 'starting', () => ({
+            node: slot.name,
+            nodeId: slot.remoteId,
+            starting: now,
+            warmSlot: slot.warmState ? slot.id : null,
+            warmClaimed: slot === warm,
+          }));
+          if (!moved) continue;
           await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
-          const updated = await tx.environment.update({
-            where: { id: pending.id },
-            data: {
-              state: 'starting',
-              node: slot.name,
-              nodeId: slot.remoteId,
-              starting: now,
-              waiting: null,
-              warmSlot: slot.warmState ? slot.id : null,
-              warmClaimed: slot === warm,
-              version: { increment: 1 },
-            },
-          });
-          await recordEvent(tx, updated);
-          hooked = (await emitEnvironmentState(tx, updated, now)) || hooked;
-          return updated;
+          hooked = moved.hooked || hooked;
+          return moved.env;
         }
         return null;
       });

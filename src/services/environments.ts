@@ -206,7 +206,8 @@ async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Pro
 /**
  * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
  * guard: a transition that no longer applies changes nothing) and logs the new version, and
- * `audit`'s event when a caller asked for it. `from` → `to` must be in the state machine's table
+ * `audit`'s event when a caller asked for it. Every state change goes through here or, for one
+ * that commits with other writes, transitionIn. `from` → `to` must be in the state machine's table
  * (src/kernel/environment-states.ts): a pair it lacks does not compile, or throws at once.
  */
 export async function transition<To extends EnvironmentState>(
@@ -220,29 +221,17 @@ export async function transition<To extends EnvironmentState>(
   assertTransitions(from, to);
   let hooked = false;
   const env = await deps.prisma.$transaction(async (tx) => {
-    // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
-    // then sees the state it left instead of silently missing it.
-    await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
-    const current = await tx.environment.findUnique({ where: { id } });
-    if (!current || !(from as readonly string[]).includes(current.state)) return null;
-    const now = deps.clock.now();
-    await tx.environment.update({
-      where: { id },
-      // Only a pending environment waits: every transition leads out of pending.
-      data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
-    });
-    if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
-    const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
-    await recordEvent(tx, updated);
-    hooked = await emitEnvironmentState(tx, updated, now);
+    const moved = await transitionIn(deps, tx, id, from, to, data);
+    if (!moved) return null;
+    hooked = moved.hooked;
     if (audit) {
       await recordAudit(deps, tx, audit.actor, {
         action: audit.action,
         target: { kind: 'environment', id },
-        detail: { name: updated.name },
+        detail: { name: moved.env.name },
       });
     }
-    return updated;
+    return moved.env;
   });
   if (env) {
     nudgeWebhooks(deps, hooked);
@@ -251,6 +240,38 @@ export async function transition<To extends EnvironmentState>(
     await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   }
   return env;
+}
+
+/**
+ * transition() inside the caller's transaction, for a change of state that must commit with other
+ * writes (the claim of a queued environment takes its node in the same transaction). The caller
+ * announces it once committed: announceEnvironment, notifySandboxConfig, and nudgeWebhooks with
+ * `hooked`.
+ */
+export async function transitionIn<To extends EnvironmentState>(
+  deps: Deps,
+  tx: Tx,
+  id: string,
+  from: readonly NoInfer<SourceOf<To>>[],
+  to: To,
+  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
+): Promise<{ env: Environment; hooked: boolean } | null> {
+  assertTransitions(from, to);
+  // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
+  // then sees the state it left instead of silently missing it.
+  await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
+  const current = await tx.environment.findUnique({ where: { id } });
+  if (!current || !(from as readonly string[]).includes(current.state)) return null;
+  const now = deps.clock.now();
+  await tx.environment.update({
+    where: { id },
+    // Only a pending environment waits: every transition leads out of pending.
+    data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
+  });
+  if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
+  const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
+  await recordEvent(tx, updated);
+  return { env: updated, hooked: await emitEnvironmentState(tx, updated, now) };
 }
 
 /** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
