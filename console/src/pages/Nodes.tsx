@@ -10,6 +10,7 @@ const NodeList = graphql(`
     nodes {
       id name pool state slots lastSeen liveEnvironments { id name }
       capacity { cpus memory } allocated { cpus memory unlimited }
+      warm { slot template state error }
     }
   }
 `);
@@ -44,8 +45,8 @@ export function NodesPage() {
     <Page title="Nodes">
       <p className="muted">
         The organization's build machines running <code>berth node</code>, each serving one pool: an environment of that pool's templates
-        takes one of its slots while it is live, and its template's CPU and memory limits count as allocated. The built-in hot pool is not
-        listed.
+        takes one of its slots while it is live, and its template's CPU and memory limits count as allocated. Free slots may keep warm
+        containers of templates with <code>warm</code>, which leases claim. The built-in hot pool is not listed.
       </p>
       <LiveNotice error={nodeError ?? envError} />
       <QueryState
@@ -60,7 +61,10 @@ export function NodesPage() {
         }
       >
         {(data) => (
-          <Table label="Nodes" head={['Name', 'Pool', 'State', 'Slots in use', 'Allocated', 'Last seen', 'Environments']}>
+          <Table
+            label="Nodes"
+            head={['Name', 'Pool', 'State', 'Slots in use', 'Allocated', 'Warm containers', 'Last seen', 'Environments']}
+          >
             {data.nodes.map((node) => (
               <tr key={node.id}>
                 <th scope="row">{node.name}</th>
@@ -72,6 +76,19 @@ export function NodesPage() {
                   {node.liveEnvironments.length} of {node.slots}
                 </td>
                 <td>{allocation(node)}</td>
+                <td>
+                  {node.warm.length ? (
+                    <ul className="inline-list">
+                      {node.warm.map((w) => (
+                        <li key={w.slot} title={w.error ?? undefined}>
+                          {w.template}: {w.state}
+                        </li>
+                      ))}
+                    </ul>
+                  ) : (
+                    '–'
+                  )}
+                </td>
                 <td>{node.lastSeen ? when(node.lastSeen) : 'never'}</td>
                 <td>
                   {node.liveEnvironments.length ? (

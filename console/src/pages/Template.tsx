@@ -7,7 +7,7 @@ import { graphql } from '../generated/gql';
 const TemplateDetail = graphql(`
   query TemplateDetail {
     templates {
-      name description pool image network workdir shell env idle hard startMs
+      name description pool image network workdir shell env idle hard startMs warm
       resources { cpus memory disk pids }
       shares { name direction envPath }
       services { service target }
@@ -46,6 +46,7 @@ export function TemplatePage({ name }: { name: string }) {
                   ['Idle time-out', t.idle],
                   ['Hard time-out', t.hard],
                   ['Start time', millis(t.startMs)],
+                  ['Warm containers', String(t.warm)],
                 ]}
               />
               <Section title="Shares">
