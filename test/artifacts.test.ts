@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { issueCliToken } from '../src/services/credentials';
 import { graphql } from './gql';
 import { type Azurite, startAzurite } from './helpers/azurite';
@@ -63,14 +63,8 @@ async function blobFiles(dataDir: string): Promise<string[]> {
   return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(root.length + 1));
 }
 
-async function eventually(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+/** How long the server may take to finish what a test waits for (an upload's clean-up, a sweep). */
+const SETTLED = { timeout: 10_000, interval: 25 };
 
 interface RawUpload {
   response: Promise<{ status: number; body: string; headers: Record<string, unknown> }>;
@@ -259,8 +253,8 @@ describeBackends('artifacts', (backend) => {
     expect(res.status).toBe(413);
     expect(JSON.parse(res.body).code).toBe('too_large');
     expect(sent).toBeLessThan(64 * LIMIT); // refused while the body was still coming (never ended)
-    await eventually(async () => (await s.app.deps.prisma.artifact.count()) === count, 'no record');
-    await eventually(async () => (await blobFiles(s.dataDir)).length === before.length, 'no objects');
+    await vi.waitFor(async () => expect(await s.app.deps.prisma.artifact.count()).toBe(count), SETTLED);
+    await vi.waitFor(async () => expect((await blobFiles(s.dataDir)).length).toBe(before.length), SETTLED);
     expect(await blobFiles(s.dataDir)).toEqual(before);
     // A body of exactly the limit is fine.
     const exact = await upload('?name=exact', randomBytes(LIMIT));
@@ -275,17 +269,17 @@ describeBackends('artifacts', (backend) => {
 
     const aborted = rawUpload(s.url, '?name=partial');
     await aborted.write(randomBytes(20 * CHUNK)); // several segments stored already
-    await eventually(async () => (await blobFiles(s.dataDir)).length > before.length, 'segments written');
+    await vi.waitFor(async () => expect((await blobFiles(s.dataDir)).length).toBeGreaterThan(before.length), SETTLED);
     expect(await s.app.deps.prisma.artifact.count({ where: { status: 'uploading' } })).toBe(1);
     expect(await listed()).toBe(0);
     aborted.destroy();
-    await eventually(async () => (await s.app.deps.prisma.artifact.count()) === count, 'the record removed');
-    await eventually(async () => (await blobFiles(s.dataDir)).length === before.length, 'the objects removed');
+    await vi.waitFor(async () => expect(await s.app.deps.prisma.artifact.count()).toBe(count), SETTLED);
+    await vi.waitFor(async () => expect((await blobFiles(s.dataDir)).length).toBe(before.length), SETTLED);
 
     const slow = rawUpload(s.url, '?name=partial');
     const data = randomBytes(9 * CHUNK);
     await slow.write(data.subarray(0, 5 * CHUNK));
-    await eventually(async () => (await s.app.deps.prisma.artifact.count({ where: { status: 'uploading' } })) === 1, 'upload started');
+    await vi.waitFor(async () => expect(await s.app.deps.prisma.artifact.count({ where: { status: 'uploading' } })).toBe(1), SETTLED);
     expect(await listed()).toBe(0);
     await slow.write(data.subarray(5 * CHUNK));
     slow.end();
@@ -613,7 +607,7 @@ describeBackends('artifacts', (backend) => {
       rawUpload(s.url, `?name=stalled-${i}`, { 'transfer-encoding': 'chunked' }),
     );
     for (const u of stalled) await u.write(Buffer.from('part'));
-    await eventually(async () => (await inFlight()) === 8, 'eight uploads in flight');
+    await vi.waitFor(async () => expect(await inFlight()).toBe(8), SETTLED);
     const refused = await upload('?name=ninth', Buffer.from('x'));
     expect(refused.status).toBe(429);
     expect(refused.body).toMatchObject({ code: 'too_many_uploads' });
@@ -630,7 +624,7 @@ describeBackends('artifacts', (backend) => {
     expect((await stalled[0]!.response).status).toBe(201);
     expect((await upload('?name=ninth', Buffer.from('x'))).status).toBe(201);
     for (const u of stalled.slice(1)) u.destroy();
-    await eventually(async () => (await inFlight()) === 0, 'the stalled uploads gone');
+    await vi.waitFor(async () => expect(await inFlight()).toBe(0), SETTLED);
   });
 
   it('refuses requests without a bearer token', async () => {
@@ -695,7 +689,7 @@ describe('artifacts on Azure Blob Storage (Azurite)', () => {
     for (let sent = 0; !answered && sent < 64 * LIMIT; sent += 16 * 1024) await up.write(randomBytes(16 * 1024));
     expect((await up.response).status).toBe(413);
     up.destroy();
-    await eventually(async () => (await objects('artifacts/')).length === 0, 'no objects');
+    await vi.waitFor(async () => expect((await objects('artifacts/')).length).toBe(0), SETTLED);
     expect(await s.app.deps.prisma.artifact.count()).toBe(0);
   });
 });

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/services/organizations';
 import { rawRequest } from './helpers/raw-http';
@@ -245,14 +245,8 @@ function lyingLengths(doc: Doc, credentials: Record<Kind, Credential>, host: str
   return out;
 }
 
-/** Polls until `probe` answers something, for at most 20 s. */
-async function until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>): Promise<T> {
-  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) {
-    const value = await probe();
-    if (value !== undefined) return value;
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+/** How long the server may take to move an environment along. */
+const MOVED = { timeout: 20_000, interval: 50 };
 
 /**
  * A node agent's stand-in on the control channel (docs/agents.md): it says hello, keeps its
@@ -261,17 +255,31 @@ async function until<T>(what: string, probe: () => T | undefined | Promise<T | u
  */
 async function fakeNode(url: string, secret: string) {
   const ws = new WebSocket(`${url.replace(/^http/, 'ws')}/v1/nodes/channel`, { headers: { authorization: `Bearer ${secret}` } });
-  const frames: { type: string; reply?: string; environment?: { id: string }; [k: string]: unknown }[] = [];
+  type Frame = { type: string; reply?: string; environment?: { id: string }; [k: string]: unknown };
+  const frames: Frame[] = [];
   ws.on('message', (data) => frames.push(JSON.parse(String(data))));
+  /** The first frame since `from` that `match`es, as soon as it arrives. */
+  const frame = (match: (f: Frame) => boolean, from = 0) =>
+    new Promise<Frame>((resolve) => {
+      const check = () => {
+        const found = frames.slice(from).find(match);
+        if (!found) return;
+        ws.off('message', check);
+        resolve(found);
+      };
+      ws.on('message', check);
+      check();
+    });
   await once(ws, 'open');
   ws.send(JSON.stringify({ type: 'hello', slots: 2, environments: [] }));
-  await until('welcome', () => frames.find((f) => f.type === 'welcome'));
+  await frame((f) => f.type === 'welcome');
   const heartbeat = setInterval(() => ws.send('{"type":"heartbeat"}'), 1000);
   const answer = (question: { reply?: string }) => ws.send(JSON.stringify({ type: 'reply', reply: question.reply }));
   return {
     ws,
     frames,
-    asked: (type: string, id: string) => until(`${type} ${id}`, () => frames.find((f) => f.type === type && f.environment?.id === id)),
+    frame,
+    asked: (type: string, id: string) => frame((f) => f.type === type && f.environment?.id === id),
     answer,
     answerAll: () => frames.filter((f) => f.reply).forEach(answer),
     close() {
@@ -317,7 +325,7 @@ describeBackends('bad-request corpus', (backend) => {
     node = await fakeNode(s.url, created.body.secret);
     const lease = async (body: object): Promise<string> => (await admin.post('/v1/environments', body)).body.environment.id;
     const inState = (id: string, state: string) =>
-      until(`${id} ${state}`, async () => (await admin.get(`/v1/environments/${id}`)).body.state === state || undefined);
+      vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe(state), MOVED);
     stopping = await lease({ template: 'now', snapshot: 'corpus' });
     node.answer(await node.asked('prepare', stopping));
     await inState(stopping, 'ready');
@@ -340,7 +348,7 @@ describeBackends('bad-request corpus', (backend) => {
     // The held release is answered and done first: the server's stop waits for the job that asked.
     node?.answerAll();
     if (stopping)
-      await until('the release', async () => (await admin.get(`/v1/environments/${stopping}`)).body.state !== 'stopping' || undefined);
+      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${stopping}`)).body.state).not.toBe('stopping'), MOVED);
     node?.close();
     await s?.stop();
     await rm(dir, { recursive: true, force: true });
@@ -473,7 +481,7 @@ describeBackends('bad-request corpus', (backend) => {
       node!.ws.send(frame);
       // Frames are handled in order: the answer to this one comes before the sentinel's.
       node!.ws.send(JSON.stringify({ type: `corpus-${i}` }));
-      await until(`sentinel ${i}`, () => node!.frames.slice(from).find((f) => String(f.error).includes(`corpus-${i}`)));
+      await node!.frame((f) => String(f.error).includes(`corpus-${i}`), from);
       const answers = node!.frames.slice(from).filter((f) => !String(f.error).includes(`corpus-${i}`));
       if (answers.length !== 1 || answers[0]!.type !== 'error' || typeof answers[0]!.error !== 'string' || answers[0]!.code === 'internal')
         problems.push(`${frame.slice(0, 60)}: ${JSON.stringify(answers).slice(0, 200)}`);

@@ -6,7 +6,7 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -285,12 +285,15 @@ describe('berth env and berth artifact', () => {
     const api = client(() => s.url, BOOTSTRAP);
     const waiting = start(env, ['env', 'create', '--template', 'nodeless', '--wait']);
     // No node serves the pool: the lease stays pending until someone ends it.
-    let pending: { id: string; name: string } | undefined;
-    while (!pending) {
-      const list = await api.get('/v1/environments?template=nodeless&state=pending');
-      pending = list.body.environments[0];
-      if (!pending) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    const pending = await vi.waitFor(
+      async () => {
+        const found: { id: string; name: string } | undefined = (await api.get('/v1/environments?template=nodeless&state=pending')).body
+          .environments[0];
+        if (!found) throw new Error('no pending environment yet');
+        return found;
+      },
+      { timeout: 20_000, interval: 50 },
+    );
     expect((await api.del(`/v1/environments/${pending.id}`)).status).toBe(200);
     const run = await waiting.done;
     expect(run.code).toBe(1);
@@ -415,7 +418,10 @@ describe('berth env and berth artifact', () => {
     const stalled = await cuttingProxy(s.url, 1024 * 1024, 'hold');
     try {
       const pulling = start({ ...env, BERTH_URL: stalled.url }, ['artifact', 'pull', id, '-o', target]);
-      while (!(await readdir(folder)).some((f) => f.endsWith('.part'))) await new Promise((resolve) => setTimeout(resolve, 20));
+      await vi.waitFor(async () => expect((await readdir(folder)).some((f) => f.endsWith('.part'))).toBe(true), {
+        timeout: 20_000,
+        interval: 20,
+      });
       pulling.child.kill('SIGINT');
       const interrupted = await pulling.done;
       expect(interrupted).toMatchObject({ code: 1, stderr: 'berth: interrupted: nothing was saved\n' });

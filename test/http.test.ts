@@ -4,6 +4,10 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { nextListener } from './helpers/subscriptions';
+
+/** The bus topic of an organization's credential changes (credentialsChanged). */
+const CREDENTIALS = /:credentials$/;
 
 const CredentialsChanged = graphql(`subscription TestCredentialsChanged { credentialsChanged { kind action id } }`);
 
@@ -65,6 +69,7 @@ describeBackends('HTTP edges', (backend) => {
       retryAttempts: 0,
     });
     const events: unknown[] = [];
+    const listening = nextListener(s.app.deps, CREDENTIALS);
     const done = new Promise<void>((resolve, reject) => {
       const unsubscribe = ws.subscribe<{ credentialsChanged: unknown }>(
         { query: print(CredentialsChanged) },
@@ -81,7 +86,7 @@ describeBackends('HTTP edges', (backend) => {
         },
       );
     });
-    await new Promise((r) => setTimeout(r, 300));
+    await listening;
     const key = await admin.post('/v1/keys', { name: 'watched' });
     await admin.del(`/v1/keys/${key.body.key.id}`);
     await done;
@@ -104,6 +109,7 @@ describeBackends('HTTP edges', (backend) => {
 
   it('delivers subscriptions over server-sent events', async () => {
     const controller = new AbortController();
+    const listening = nextListener(s.app.deps, CREDENTIALS);
     const res = await fetch(`${url()}/graphql`, {
       method: 'POST',
       headers: { authorization: `Bearer ${BOOTSTRAP}`, 'content-type': 'application/json', accept: 'text/event-stream' },
@@ -112,7 +118,7 @@ describeBackends('HTTP edges', (backend) => {
     });
     expect(res.headers.get('content-type')).toContain('text/event-stream');
     const reader = res.body!.getReader();
-    await new Promise((r) => setTimeout(r, 300));
+    await listening;
     const key = await admin.post('/v1/keys', { name: 'sse' });
     let text = '';
     while (!text.includes(key.body.key.id)) {

@@ -1,10 +1,14 @@
 import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
+import { primeSubscribers } from './helpers/subscriptions';
+
+/** How long an environment of these templates may take to become ready. */
+const READY = { timeout: 15_000, interval: 50 };
 
 const templatesFile = new URL('./fixtures/templates-small.json', import.meta.url).pathname;
 const WatchEnvironment = graphql(`subscription TestWatchEnvironment($id: String!) { environment(id: $id) { id state node error } }`);
@@ -110,15 +114,21 @@ describeBackends('queue, quotas and live state', (backend) => {
     const org: Seen[] = [];
     let id: string | undefined;
     const orgDone = watch(print(WatchOrg), { template: 'many' }, org, () => id);
-    await new Promise((r) => setTimeout(r, 300));
+    // graphql-ws acknowledges no subscription: leases made and ended until the watcher has seen one.
+    await primeSubscribers(
+      async () => {
+        const primer = (await admin.post('/v1/environments', { template: 'many' })).body.environment.id;
+        await admin.del(`/v1/environments/${primer}`);
+      },
+      () => org.length > 0,
+    );
     const env = (await admin.post('/v1/environments', { template: 'many' })).body.environment;
     id = env.id;
     const one: Seen[] = [];
     const oneDone = watch(print(WatchEnvironment), { id: env.name }, one, () => env.id);
-    await new Promise((r) => setTimeout(r, 300));
-    for (let i = 0; i < 100 && (await admin.get(`/v1/environments/${env.id}`)).body.state !== 'ready'; i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    // Watching one environment starts with its state then.
+    await vi.waitFor(() => expect(one.length).toBeGreaterThan(0), READY);
+    await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${env.id}`)).body.state).toBe('ready'), READY);
     await admin.del(`/v1/environments/${env.id}`);
     await Promise.all([orgDone, oneDone]);
     await ws.dispose();
@@ -234,7 +244,18 @@ describeBackends('queue, quotas and live state', (backend) => {
         },
       );
     });
-    await new Promise((r) => setTimeout(r, 300));
+    const primers = await primeSubscribers(
+      async () => {
+        const primer = (await onPeer.post('/v1/environments', { template: 'many' })).body.environment.id as string;
+        await onPeer.del(`/v1/environments/${primer}`);
+        return primer;
+      },
+      () => seen.length > 0,
+    );
+    // Ended before the quota is counted.
+    for (const primer of primers) {
+      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${primer}`)).body.state).toBe('stopped'), READY);
+    }
     const live = (await admin.get('/v1/quotas')).body.quotas.find((q: { template: string }) => q.template === 'many').running;
     const racing = await Promise.all(
       Array.from({ length: 20 }, (_, i) => (i % 2 ? admin : onPeer).post('/v1/environments', { template: 'many' })),
@@ -242,9 +263,7 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect(racing.filter((r) => r.status === 202)).toHaveLength(6 - live);
     const env = racing.find((r) => r.status === 202)!.body.environment;
     target = env.id;
-    for (let i = 0; i < 100 && (await onPeer.get(`/v1/environments/${env.id}`)).body.state !== 'ready'; i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await vi.waitFor(async () => expect((await onPeer.get(`/v1/environments/${env.id}`)).body.state).toBe('ready'), READY);
     await admin.del(`/v1/environments/${env.id}`);
     await done;
     await ws.dispose();

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { SEAL_OVERHEAD, SealError } from '../src/crypto/seal';
 import { BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/store';
 import { AzureBlobStore } from '../src/store/azure-store';
@@ -413,8 +413,7 @@ describe('pack/unpack on the filesystem store', () => {
       source.write(randomBytes(10 * CHUNK)); // then nothing more arrives
       const ac = new AbortController();
       const packing = pack(ctx, Buffer.alloc(0), { prefix, source, signal: ac.signal });
-      await new Promise((r) => setTimeout(r, 50));
-      expect((await names(ctx.store, `${prefix}/`)).length).toBeGreaterThan(0); // segments were written
+      await vi.waitFor(async () => expect((await names(ctx.store, `${prefix}/`)).length).toBeGreaterThan(0)); // segments were written
       ac.abort();
       await expect(packing).rejects.toBeInstanceOf(PackAbortedError);
       expect(await names(ctx.store, `${prefix}/`)).toEqual([]);

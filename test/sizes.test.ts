@@ -22,7 +22,8 @@ describe('parseSize reads a number and a binary unit', () => {
   const bad = ['', '12XB', '4GB', '4gib', '4 GiB', '-1MiB', '.5GiB', '1.GiB', 'GiB', '1e3B', ' 1MiB', '1MiB ', '0x10B', '1,5GiB'];
   it.each(bad)('refuses %j, naming the field', (text) => {
     const err = thrown(() => parseSize(text, 'resources.memory'));
-    expect(err.message).toBe(`resources.memory: ${JSON.stringify(text)} is not a size such as "512MiB" or "8GiB"`);
+    expect(err.message).toMatch(/^resources\.memory: /);
+    expect(err.message).toContain('is not a size');
     expect(err.field).toBe('resources.memory');
   });
 

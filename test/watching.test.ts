@@ -2,10 +2,11 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { print } from 'graphql';
 import { type Client, createClient } from 'graphql-ws';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { primeSubscribers } from './helpers/subscriptions';
 
 const WatchOne = graphql(`subscription TestWatchOneEnvironment($id: String!) { environment(id: $id) { id state } }`);
 const WatchAll = graphql(`
@@ -35,6 +36,8 @@ interface Filter {
   project?: string;
 }
 
+/** How long events may take to reach every subscriber. */
+const DELIVERED = { timeout: 20_000, interval: 20 };
 const LIVE = ['pending', 'starting', 'ready', 'stopping'];
 const ENDED = ['stopped', 'failed'];
 const same = (a: Seen) => (b: Seen) => a.id === b.id && a.state === b.state;
@@ -310,19 +313,14 @@ describeBackends('watching environments', (backend) => {
       );
       return { seen, stop };
     }) as { seen: Watched[]; stop: () => void }[];
-    const settle = () => new Promise((r) => setTimeout(r, 50));
-    // graphql-ws acknowledges no subscription: changes until every subscriber has had one.
-    const primers = { a: [] as string[], b: [] as string[] };
-    const primed = () => a1!.seen.length > 0 && a2!.seen.length > 0 && b1!.seen.length > 0;
-    while (!primed()) {
-      primers.a.push(
-        (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
-      );
-      primers.b.push(
-        (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id,
-      );
-      for (let i = 0; i < 40 && !primed(); i++) await settle();
-    }
+    // Changes until every subscriber has had one.
+    const lease = async (api: typeof admin) =>
+      (await api.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment.id as string;
+    const made = await primeSubscribers(
+      async () => [await lease(admin), await lease(theirAdmin)],
+      () => a1!.seen.length > 0 && a2!.seen.length > 0 && b1!.seen.length > 0,
+    );
+    const primers = { a: made.map(([a]) => a!), b: made.map(([, b]) => b!) };
     // Out of the pool's way.
     for (const id of primers.a) await admin.del(`/v1/environments/${id}`);
     for (const id of primers.b) await theirAdmin.del(`/v1/environments/${id}`);
@@ -332,7 +330,7 @@ describeBackends('watching environments', (backend) => {
     await admin.del(`/v1/environments/${x.id}`);
     await until(x.id, 'stopped');
     const hasX = (w: { seen: Watched[] }) => w.seen.some((e) => e.id === x.id && e.state === 'stopped');
-    while (!hasX(a1!) || !hasX(a2!) || !b1!.seen.some((e) => e.id === y.id)) await settle();
+    await vi.waitFor(() => expect(hasX(a1!) && hasX(a2!) && b1!.seen.some((e) => e.id === y.id)).toBe(true), DELIVERED);
     const states = (w: { seen: Watched[] }) => w.seen.filter((e) => e.id === x.id).map((e) => e.state);
     expect(states(a1!)).toEqual(['pending', 'starting', 'ready', 'stopping', 'stopped']);
     expect(a2!.seen.filter((e) => e.id === x.id)).toEqual(a1!.seen.filter((e) => e.id === x.id));
@@ -384,19 +382,14 @@ describeBackends('watching environments', (backend) => {
       await admin.del(`/v1/environments/${id}`);
       return id;
     };
-    const wait = () => new Promise((r) => setTimeout(r, 50));
-    const primers: string[] = [];
-    while (got.length === 0 || healthy.length === 0) {
-      primers.push(await churn());
-      for (let i = 0; i < 40 && (got.length === 0 || healthy.length === 0); i++) await wait();
-    }
+    const primers = await primeSubscribers(churn, () => got.length > 0 && healthy.length > 0);
     const primed = (k: string) => primers.includes(k.split(' ')[0]!);
     slow.pause();
     const created: string[] = [];
     for (let i = 0; i < 150; i++) created.push(await churn());
     // The reading subscriber gets every one of them: two events each at least.
     const seenTwice = () => created.every((id) => healthy.filter((k) => k.startsWith(`${id} `)).length >= 2);
-    while (!seenTwice()) await wait();
+    await vi.waitFor(() => expect(seenTwice()).toBe(true), DELIVERED);
     slow.resume();
     expect(await closed).toBe(1008);
     // The dropped one got what it was sent, in order, once each, and then nothing.
