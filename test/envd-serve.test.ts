@@ -131,6 +131,18 @@ describe.skipIf(!existsSync(ENVD_BINARY))('berth-envd serve', () => {
     await vi.waitFor(() => expect(pids.map(gone)).toEqual([true, true]), WAIT);
   });
 
+  it('ends every command it started when what it sends can no longer be delivered', async () => {
+    const { channel, process } = serve();
+    const tree = run(channel, ['sh', '-c', 'sleep 300 & echo $!; read x; echo more; wait'], { pipe: true });
+    await vi.waitFor(() => expect(tree.out.stdout).toMatch(/^\d+\n$/), WAIT);
+    const pid = Number(tree.out.stdout);
+    // The node stops reading the line while its input stays open; the command's next output is undeliverable.
+    process.stdout!.destroy();
+    tree.command.input(Buffer.from('go\n'), () => undefined);
+    await once(process, 'exit');
+    await vi.waitFor(() => expect(gone(pid)).toBe(true), WAIT);
+  });
+
   it('ends, with every command on it, at a frame out of protocol', async () => {
     const { channel, process, closed } = serve();
     const tree = run(channel, ['sh', '-c', 'echo $$; exec sleep 300']);

@@ -180,13 +180,18 @@ static uint32_t get32(const unsigned char *p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
+static void kill_all(void);
+
 static void write_all(int fd, const void *data, size_t length) {
   const unsigned char *p = data;
   while (length > 0) {
     ssize_t w = write(fd, p, length);
     if (w < 0 && errno == EINTR) continue;
-    // The node's line is gone: nothing can be told any more.
-    if (w <= 0) _exit(0);
+    // The node's line is gone: so is every command it started.
+    if (w <= 0) {
+      kill_all();
+      _exit(0);
+    }
     p += w;
     length -= (size_t)w;
   }
