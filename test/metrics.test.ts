@@ -98,6 +98,7 @@ describeBackends('metrics', (backend) => {
       berth_environment_start_duration_seconds: 'histogram',
       berth_nodes: 'gauge',
       berth_node_slots: 'gauge',
+      berth_warm_containers: 'gauge',
       berth_subscriptions: 'gauge',
       berth_artifact_bytes_total: 'counter',
       berth_webhook_deliveries_total: 'counter',

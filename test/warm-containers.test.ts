@@ -14,6 +14,7 @@ import { containersOf, describeContainers, engine, TEST_IMAGE, TEST_USER_IMAGE, 
 import { podman } from './helpers/engine-setup';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
+const METRICS_TOKEN = 'warm-containers-metrics-0123456789abcdef';
 const SHARED = [{ name: 'src', direction: 'in', envPath: '/workspace/src' }];
 
 /** The engine's warm containers (not yet claimed) of `template`: name, whether it runs, spec label. */
@@ -62,7 +63,7 @@ describeContainers('warm containers on the built-in pool', () => {
         { name: 'tiny', hotNodes: 1, maxQueued: 10 },
       ],
     );
-    s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: engine(), POOL_ORG_SHARE: '0.5' });
+    s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: engine(), POOL_ORG_SHARE: '0.5', METRICS_TOKEN });
   }, 60_000);
   afterAll(async () => {
     const live = await admin.get('/v1/environments?state=live');
@@ -111,8 +112,12 @@ describeContainers('warm containers on the built-in pool', () => {
   it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', async () => {
     const wait = { timeout: 60_000, interval: 100 };
     await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
-    // Never an environment.
+    // Never an environment; operators see them in the metrics.
     expect((await admin.get('/v1/environments?state=live')).body.environments).toEqual([]);
+    await vi.waitFor(async () => {
+      const scraped = await (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
+      expect(scraped).toMatch(/^berth_warm_containers\{pool="default",template="warmbox",state="ready"\} 2$/m);
+    }, wait);
 
     // A first lease saves a file to its snapshot; the next claims a warm container and gets it back.
     const first = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });

@@ -173,8 +173,6 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
     }
   }
   nudgeWebhooks(deps, hooked);
-  // A claimed or evicted warm container is made again on another free slot.
-  if (claimed.some((env) => env.warmSlot)) deps.background.nudge(WARM_JOB);
   return claimed;
 }
 
@@ -259,6 +257,9 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     idleUntil: pushedIdleUntil(current, at),
   }));
   if (ready?.readyMs != null) deps.metrics.environmentStart.observe({ template: ready.template, pool: ready.pool }, ready.readyMs / 1000);
+  // A claimed or evicted warm container is made again on another free slot: only now, so making it
+  // does not compete with the claim for the engine.
+  if (env.warmSlot) deps.background.nudge(WARM_JOB);
   // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
   if (!ready) await discardIfEnded(deps, provider, id);
 }
