@@ -348,6 +348,8 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
       await enforceTimeouts(deps);
       const outSync = await finishStopping(deps, provider);
       const claimed = await claimQueued(deps);
+      // A claimed warm container is ready in milliseconds: before anything else waits on it.
+      for (const env of claimed) if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
       // Before the (possibly long) preparations: what still waits says why at once.
       await explainWaiting(deps, outSync);
       await advanceStarting(deps, provider);
