@@ -9,6 +9,9 @@
  * - Lease to ready: BENCH_LEASES (20) leases one after another, each ended before the next; the
  *   environment's own `readyMs` (lease to ready, measured by the server), against `podman run -d`
  *   of the same image with the same limits (wall time of the command).
+ * - Warm lease to ready: the same BENCH_LEASES on a template of the same image and limits with
+ *   `warm: 2` (docs/environments.md, "Warm templates"), each after the pool has refilled (as the
+ *   `berth_warm_containers` gauge says), against the cold leases above: readyMs p50 and the ratio.
  * - Exec round trip: BENCH_EXECS (50) `POST /v1/environments/{id}/exec` of `true`, read to the end
  *   by this client, against `podman exec <its container> true`.
  * Both report p50 and p90 and the ratio of the p50s (lower is better for Berth).
@@ -24,6 +27,7 @@ import { type BerthProc, startBerth } from '../test/helpers/processes';
 
 const run = promisify(execFile);
 const TOKEN = 'bct_bench-containers-0123456789abcdef';
+const METRICS = 'bench-containers-metrics-0123456789abcdef';
 const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LEASES = num('BENCH_LEASES', 20);
 const EXECS = num('BENCH_EXECS', 50);
@@ -52,6 +56,18 @@ async function until(berth: BerthProc, id: string, state: string): Promise<{ rea
   }
 }
 
+/** Waits until the built-in pool holds `n` ready warm containers of warmbox (berth_warm_containers). */
+async function untilWarm(berth: BerthProc, n: number): Promise<void> {
+  for (;;) {
+    const res = await fetch(`${berth.url}/metrics`, { headers: { authorization: `Bearer ${METRICS}` } });
+    const line = (await res.text())
+      .split('\n')
+      .find((l) => l.startsWith('berth_warm_containers{') && l.includes('template="warmbox"') && l.includes('state="ready"'));
+    if (line && Number(line.split(' ').pop()) >= n) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** One exec of `true` through Berth, read to its last line; milliseconds. */
 async function execOnce(berth: BerthProc, id: string): Promise<number> {
   const start = performance.now();
@@ -75,8 +91,17 @@ async function main() {
   const { engine, stop } = await benchEngine();
   const base = await mkdtemp(join(tmpdir(), 'berth-bench-containers-'));
   const limits = { memory: '256MiB', pids: 256, cpus: 1 };
-  const templates = await writeCatalog(base, [{ name: 'box', image: TEST_IMAGE, startMs: 0, resources: limits }]);
-  const berth = await startBerth({ DATA_DIR: join(base, 'data'), BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, DOCKER_HOST: engine });
+  const templates = await writeCatalog(base, [
+    { name: 'box', image: TEST_IMAGE, startMs: 0, resources: limits },
+    { name: 'warmbox', image: TEST_IMAGE, startMs: 0, resources: limits, warm: 2 },
+  ]);
+  const berth = await startBerth({
+    DATA_DIR: join(base, 'data'),
+    BOOTSTRAP_TOKEN: TOKEN,
+    METRICS_TOKEN: METRICS,
+    TEMPLATES_FILE: templates,
+    DOCKER_HOST: engine,
+  });
   const peers: string[] = [];
   try {
     const ready: number[] = [];
@@ -91,6 +116,13 @@ async function main() {
       peers.push(name);
       podmanRun.push(await timed([...runArgs, ...ulimits, '--name', name, TEST_IMAGE, 'sleep', '600']));
       podman('rm', '-f', '--time', '0', name);
+    }
+    const warm: number[] = [];
+    for (let i = 0; i < LEASES; i++) {
+      await untilWarm(berth, 2);
+      const created = await api<{ environment: { id: string } }>(berth, 'POST', '/v1/environments', { template: 'warmbox' });
+      warm.push((await until(berth, created.environment.id, 'ready')).readyMs);
+      await api(berth, 'DELETE', `/v1/environments/${created.environment.id}`);
     }
     const created = await api<{ environment: { id: string } }>(berth, 'POST', '/v1/environments', { template: 'box' });
     const id = created.environment.id;
@@ -110,6 +142,10 @@ async function main() {
     console.log(
       `  lease to ready (readyMs, n=${LEASES}): p50 ${f(pct(ready, 50))} ms, p90 ${f(pct(ready, 90))} ms; ` +
         `podman run -d: p50 ${f(pct(podmanRun, 50))} ms, p90 ${f(pct(podmanRun, 90))} ms; ratio ${(pct(ready, 50) / pct(podmanRun, 50)).toFixed(2)}x`,
+    );
+    console.log(
+      `  warm lease to ready (readyMs, n=${LEASES}): p50 ${f(pct(warm, 50))} ms, p90 ${f(pct(warm, 90))} ms; ` +
+        `ratio to cold ${(pct(warm, 50) / pct(ready, 50)).toFixed(2)}x`,
     );
     console.log(
       `  exec round trip (n=${EXECS}): p50 ${f(pct(berthExec, 50))} ms, p90 ${f(pct(berthExec, 90))} ms; ` +
