@@ -177,13 +177,13 @@ describe('web console: nodes and templates', () => {
     // Registered, never heard from: lost, no slots yet.
     await row.waitFor();
     const cells = () => row.getByRole('cell').allTextContents();
-    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'not reported yet', 'never', '–']);
+    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'not reported yet', '–', 'never', '–']);
 
     await startAgent();
     await row.getByText('online', { exact: true }).waitFor();
     // Without an engine its capacity is the host's (this machine's).
     const machine = `${availableParallelism()} CPUs, 0 B of ${bytes(totalmem())}`;
-    await expect.poll(cells).toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, expect.not.stringMatching(/^never$/), '–']);
+    await expect.poll(cells).toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, '–', expect.not.stringMatching(/^never$/), '–']);
     await screenshot(page, 'nodes-online');
 
     // An environment of its pool takes a slot; its name links to its page.
@@ -201,7 +201,7 @@ describe('web console: nodes and templates', () => {
     await agent!.kill('SIGKILL');
     s.clock.advance(NODE_LOST_MS + 1000);
     await row.getByText('lost', { exact: true }).waitFor();
-    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', `0 of ${machine}`, expect.any(String), '–']);
+    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', `0 of ${machine}`, '–', expect.any(String), '–']);
     expect((await admin.get(`/v1/environments/${env.id}`)).body).toMatchObject({ state: 'failed', error: expect.stringContaining('lost') });
     await screenshot(page, 'nodes-lost');
 
