@@ -78,6 +78,8 @@ async function wantedTemplates(deps: Deps): Promise<Wanted[]> {
  */
 async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake[]; drop: Slot[] }> {
   const wanted = await wantedTemplates(deps);
+  // Nothing asked and nothing kept (most deployments): no transaction every interval.
+  if (wanted.length === 0 && (await deps.prisma.node.count({ where: { warmState: { not: null } } })) === 0) return { make: [], drop: [] };
   const byKey = new Map(wanted.map((w) => [keyOf(w.orgId, w.spec.name), w]));
   const hasEngine = deps.node.engine !== null;
   return deps.prisma.$transaction(async (tx) => {
