@@ -5,7 +5,7 @@ import type { Environment } from '../generated/prisma/client';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../kernel/environment-states';
 import { formatDuration } from '../services/durations';
 import { announceEnvironment } from '../services/environment-events';
-import { ENVIRONMENT_JOB, transition, transitionIn } from '../services/environments';
+import { CLAIM_JOB, ENVIRONMENT_JOB, transition, transitionIn } from '../services/environments';
 import { syncOf } from '../services/json-columns';
 import { awaitingOutSync } from '../services/relay';
 import { notifySandboxConfig } from '../services/sandbox-wiring';
@@ -87,7 +87,7 @@ async function isDir(path: string): Promise<boolean> {
  * apart. A built-in hot node serves every organization; a remote node's slot only its own
  * organization's leases, and only while the node is online and not draining.
  */
-async function claimQueued(deps: Deps): Promise<Environment[]> {
+async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
   const claimed: Environment[] = [];
   let hooked = false;
   for (const pool of deps.catalog.pools) {
@@ -170,6 +170,7 @@ async function claimQueued(deps: Deps): Promise<Environment[]> {
       claimed.push(env);
       await announceEnvironment(deps, env.orgId);
       await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+      await onClaim?.(env);
     }
   }
   nudgeWebhooks(deps, hooked);
@@ -355,6 +356,27 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
       await advanceStarting(deps, provider);
       // The database holds every deadline; this only wakes the job near the next one.
       for (const env of claimed) deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
+    },
+  };
+}
+
+/**
+ * Claims queued leases the moment one is created or a warm container is ready, and readies at once
+ * those that took a warm container: apart from the environment job, whose release of another lease
+ * (seconds on a busy engine) would otherwise hold up a claim of milliseconds. A claim is the same
+ * SKIP LOCKED transaction as between instances, a preparation is taken with claimWork; the
+ * environment job still claims every second, so this interval is only a backstop.
+ */
+export function claimJob(provider: NodeProvider): BackgroundJob {
+  return {
+    name: CLAIM_JOB,
+    intervalMs: 60_000,
+    async run(deps) {
+      // Each one as it is claimed: a warm container is ready before the next claim is looked for.
+      await claimQueued(deps, async (env) => {
+        if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
+        else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
+      });
     },
   };
 }

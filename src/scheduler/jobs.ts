@@ -5,13 +5,14 @@ import { shredJob } from '../services/shredding';
 import { webhookJob, webhookPruneJob } from '../services/webhooks';
 import type { BackgroundJob } from './background';
 import { builtinNodeJob } from './builtin-node';
-import { environmentJob, eventPruneJob } from './environment-job';
+import { claimJob, environmentJob, eventPruneJob } from './environment-job';
 import { nodeJob, nodeProvider } from './remote-nodes';
 import { warmJob } from './warm-job';
 
 /** Every periodic job of a Berth instance. */
 export const backgroundJobs: BackgroundJob[] = [
   environmentJob(nodeProvider),
+  claimJob(nodeProvider),
   nodeJob,
   eventPruneJob,
   builtinNodeJob,

@@ -15,6 +15,7 @@
 //   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
+import { CLAIM_JOB } from '../services/environments';
 import { ValidationError } from '../services/errors';
 import { sendToNode } from '../services/node-messages';
 import { WARM_JOB } from '../services/templates';
@@ -218,7 +219,7 @@ export async function warmReady(deps: Deps, slot: string, since: Date, remoteId:
     where: { id: slot, remoteId, warmSince: since, warmState: 'starting', environmentId: null },
     data: { warmState: 'ready', warmError: null, warmFailures: 0 },
   });
-  if (count === 1) deps.background.nudge('environments');
+  if (count === 1) deps.background.nudge(CLAIM_JOB);
   return count === 1;
 }
 

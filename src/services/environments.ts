@@ -31,6 +31,8 @@ import { nudgeWebhooks } from './webhooks';
 
 export const DEFAULT_PROJECT = 'default';
 export const ENVIRONMENT_JOB = 'environments';
+/** Claims queued leases apart from ENVIRONMENT_JOB's releases and preparations (environment-job.ts). */
+export const CLAIM_JOB = 'environment-claims';
 
 export interface CreateEnvironmentInput extends WiringInput {
   template: string;
@@ -143,6 +145,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   if (env.state === 'failed') {
     throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
   }
+  deps.background.nudge(CLAIM_JOB);
   deps.background.nudge(ENVIRONMENT_JOB);
   if (!env.sandboxId) return { environment: env, sandboxConfig: null };
   await notifySandboxConfig(deps, env.orgId, env.sandboxId);
