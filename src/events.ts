@@ -1,17 +1,55 @@
 import pg from 'pg';
 
 /** Topics carry small JSON payloads; subscribers load what they show from the database. */
-export type EventPayload = Record<string, unknown>;
+type EventPayload = object;
+
+declare const payloadOf: unique symbol;
+/**
+ * A topic name built by `topics` (the only place that spells them), carrying the type of what is
+ * published on it: a misspelled topic or the wrong payload does not compile.
+ */
+export type Topic<P extends EventPayload> = string & { readonly [payloadOf]: P };
+const topic = <P extends EventPayload>(name: string) => name as Topic<P>;
+
+/** A message to or from a node's agent, dispatched by `type` (docs/agents.md, "Control channel"). */
+export type NodeMessage = { type: string } & Record<string, unknown>;
+
+/** Every topic family and the payload published on it. */
+export const topics = {
+  /** An organization's environments changed: subscribers read the event log (seq > last). */
+  environments: (orgId: string) => topic<Record<string, never>>(`org:${orgId}:environments`),
+  /** A node's state after a change. */
+  nodes: (orgId: string) =>
+    topic<{ id: string; name: string; state: 'online' | 'lost' | 'draining' | 'offline' | 'removed' }>(`org:${orgId}:nodes`),
+  /** A token or key created or revoked. */
+  credentials: (orgId: string) => topic<{ kind: 'token' | 'key'; action: 'created' | 'revoked'; id: string }>(`org:${orgId}:credentials`),
+  /** Every instance's credential cache: what to forget or lock; `nonce` lets the sender hear its echo. */
+  credentialCache: () =>
+    topic<{ credentials?: string[]; sandbox?: string; blocked?: { address: string; until: number }; nonce?: string }>('berth:credentials'),
+  /** A command recorded for the environment. */
+  execs: (environmentId: string) => topic<{ id: number }>(`env:${environmentId}:execs`),
+  /** A usage sample recorded for the environment (`sampled` as ISO text). */
+  usage: (environmentId: string) =>
+    topic<{ cpu: number | null; memory: number | null; pids: number | null; disk: number; sampled: string }>(`env:${environmentId}:usage`),
+  /** The sandbox's configuration changed to this version. */
+  sandboxConfig: (sandboxId: string) => topic<{ version: number }>(`sandbox:${sandboxId}:config`),
+  /** Messages for the node, forwarded by the instance holding its control channel. */
+  node: (nodeId: string) => topic<NodeMessage>(`node:${nodeId}`),
+  /** A node's answer to one question; null when `name` is not such a topic (a node sent it). */
+  nodeReply: (name: string) => (name.startsWith('node-reply:') ? topic<NodeMessage>(name) : null),
+  /** A command's output, input credit and exit, from the node that runs it. */
+  exec: (nodeId: string, run: string) => topic<NodeMessage>(`exec:${nodeId}:${run}`),
+};
 
 export interface Events {
   /** Delivers to subscribers on every Berth instance sharing this database. */
-  publish(topic: string, payload: EventPayload): Promise<void>;
-  subscribe(topic: string): AsyncIterable<EventPayload>;
+  publish<P extends EventPayload>(topic: Topic<P>, payload: P): Promise<void>;
+  subscribe<P extends EventPayload>(topic: Topic<P>): AsyncIterable<P>;
   /**
    * Calls `handler` synchronously for every payload of `topic`, from this instance or another,
    * as it arrives (before the subscribers' iterators see it). Returns the function that stops it.
    */
-  listen(topic: string, handler: (payload: EventPayload) => void): () => void;
+  listen<P extends EventPayload>(topic: Topic<P>, handler: (payload: P) => void): () => void;
   /**
    * True while payloads published by other instances are being received: always on the embedded
    * database (one instance), and on PostgreSQL until the LISTEN connection fails. What caches
@@ -133,7 +171,9 @@ function localTopics(log: (message: string, error: unknown) => void) {
       if (set.size === 0) handlers.delete(topic);
     };
   };
-  return { deliver, subscribe, listen };
+  // The one place payloads meet their topic's type: what is published on a Topic<P> is a P
+  // (publish takes only that), and JSON through NOTIFY keeps its shape.
+  return { deliver, subscribe: subscribe as Events['subscribe'], listen: listen as Events['listen'] };
 }
 
 /**

@@ -20,7 +20,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps } from '../context';
 import type { Log } from '../deps';
-import type { EventPayload } from '../events';
+import { type NodeMessage, topics } from '../events';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { findTextIssue } from '../http/text';
@@ -29,8 +29,6 @@ import { tagUpgrades } from '../observability/requests';
 import { clientCodeOf, toClientError } from '../schema/errors';
 import { authenticate } from '../services/auth';
 import { DomainError, ForbiddenError, ValidationError } from '../services/errors';
-import { execTopic } from '../services/exec';
-import { nodeTopic } from '../services/node-messages';
 import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../services/nodes';
 import { recordUsage } from '../services/usage';
 
@@ -52,7 +50,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
 
   function serve(ws: WebSocket, actor: Actor): void {
     const nodeId = actor.nodeId!;
-    const send = (message: EventPayload) => {
+    const send = (message: NodeMessage) => {
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
     };
     const fail = (error: unknown) => {
@@ -60,7 +58,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
       send({ type: 'error', error: err.message, code: String(err.extensions.code ?? 'internal') });
     };
     // Messages for this node from any instance.
-    const inbox = deps.events.subscribe(nodeTopic(nodeId))[Symbol.asyncIterator]();
+    const inbox = deps.events.subscribe(topics.node(nodeId))[Symbol.asyncIterator]();
     void (async () => {
       for (let next = await inbox.next(); !next.done; next = await inbox.next()) {
         if (next.value.type === 'revoked') {
@@ -104,12 +102,12 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               else if (state === 'offline') send({ type: 'drained' });
               return;
             }
-            case 'reply':
-              if (typeof message.reply !== 'string' || !message.reply.startsWith('node-reply:')) {
-                throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
-              }
-              await deps.events.publish(message.reply, message);
+            case 'reply': {
+              const reply = typeof message.reply === 'string' ? topics.nodeReply(message.reply) : null;
+              if (!reply) throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
+              await deps.events.publish(reply, { ...message, type: message.type });
               return;
+            }
             case 'ended':
               await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
               return;
@@ -126,7 +124,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
               if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {
                 throw new DomainError('exec: must be the id of the exec message answered', 'invalid');
               }
-              await deps.events.publish(execTopic(nodeId, message.exec), message);
+              await deps.events.publish(topics.exec(nodeId, message.exec), { ...message, type: message.type });
               return;
             default: {
               const handler = handlers[String(message.type)];

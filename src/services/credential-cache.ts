@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock';
 import type { Actor } from '../context';
-import type { EventPayload, Events } from '../events';
+import { type Events, topics } from '../events';
 
 /** The topic of every change that makes a remembered credential or address lock stale. */
-export const CREDENTIALS_TOPIC = 'berth:credentials';
 
 /** What is remembered of a credential that authenticated: enough to authenticate it again. */
 export interface CachedCredential {
@@ -15,7 +14,7 @@ export interface CachedCredential {
   lastUsed: number | null;
 }
 
-/** What makes entries stale, as published on CREDENTIALS_TOPIC to every instance. */
+/** What makes entries stale, as published on topics.credentialCache() to every instance. */
 export interface CredentialChange {
   /** Credentials revoked, expired early or removed. */
   credentials?: string[];
@@ -62,7 +61,7 @@ export class CredentialCache {
     private readonly events: Events,
     private readonly clock: Clock,
   ) {
-    this.stop = events.listen(CREDENTIALS_TOPIC, (payload) => this.receive(payload));
+    this.stop = events.listen(topics.credentialCache(), (payload) => this.receive(payload));
   }
 
   /**
@@ -149,7 +148,7 @@ export class CredentialCache {
    */
   async publish(change: CredentialChange): Promise<void> {
     this.apply(change);
-    if (!this.events.shared) return this.events.publish(CREDENTIALS_TOPIC, { ...change });
+    if (!this.events.shared) return this.events.publish(topics.credentialCache(), { ...change });
     const nonce = randomUUID();
     let timer: NodeJS.Timeout | undefined;
     const echoed = new Promise<void>((resolve) => {
@@ -162,7 +161,7 @@ export class CredentialCache {
       timer.unref();
     });
     try {
-      await this.events.publish(CREDENTIALS_TOPIC, { ...change, nonce });
+      await this.events.publish(topics.credentialCache(), { ...change, nonce });
       await echoed;
     } finally {
       clearTimeout(timer);
@@ -184,8 +183,8 @@ export class CredentialCache {
     this.entries.clear();
   }
 
-  private receive(payload: EventPayload): void {
-    this.apply(payload as CredentialChange);
+  private receive(payload: CredentialChange & { nonce?: string }): void {
+    this.apply(payload);
     const nonce = payload.nonce;
     if (typeof nonce === 'string') this.echoes.get(nonce)?.();
   }

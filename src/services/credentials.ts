@@ -2,6 +2,7 @@ import { map } from 'graphql-yoga';
 import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor, type Prisma } from '../db';
+import { topics } from '../events';
 import { requireAdmin, requireMember } from './access';
 import { checkAudited, recordAudit } from './audit';
 import { parseDuration } from './durations';
@@ -157,12 +158,10 @@ export async function createApiKey(deps: Deps, actor: Actor, input: NewKeyInput)
   return { secret, credential };
 }
 
-export const credentialTopic = (orgId: string) => `org:${orgId}:credentials`;
-
 /** Every creation and revocation of the organization's tokens and keys (admins only). */
 export function watchCredentials(deps: Deps, actor: Actor): AsyncIterable<CredentialEvent> {
   requireAdmin(actor, 'only admins can watch tokens and keys');
-  return map((event) => CredentialEvent.parse(event))(deps.events.subscribe(credentialTopic(actor.orgId)));
+  return map((event) => CredentialEvent.parse(event))(deps.events.subscribe(topics.credentials(actor.orgId)));
 }
 
 const CredentialEvent = z.object({ kind: z.enum(['token', 'key']), action: z.enum(['created', 'revoked']), id: z.string() });
@@ -170,7 +169,7 @@ export type CredentialEvent = z.infer<typeof CredentialEvent>;
 
 function announce(deps: Deps, orgId: string, kind: CredentialEvent['kind'], action: CredentialEvent['action'], id: string) {
   const event: CredentialEvent = { kind, action, id };
-  return deps.events.publish(credentialTopic(orgId), event);
+  return deps.events.publish(topics.credentials(orgId), event);
 }
 
 /** Admins see every token of the organization; others their own. */

@@ -1,9 +1,8 @@
 import type { Deps } from '../context';
 import { lockFor, type Tx } from '../db';
+import { topics } from '../events';
 import type { Environment } from '../generated/prisma/client';
 import { environmentPayload } from './json-columns';
-
-export const environmentsTopic = (orgId: string) => `org:${orgId}:environments`;
 
 /**
  * Appends the environment's new version to the event log, inside the transition's transaction.
@@ -19,5 +18,5 @@ export async function recordEvent(tx: Tx, env: Environment): Promise<void> {
 
 /** Wakes subscribers (on every instance) after the transaction committed. */
 export async function announceEnvironment(deps: Deps, orgId: string): Promise<void> {
-  await deps.events.publish(environmentsTopic(orgId), {});
+  await deps.events.publish(topics.environments(orgId), {});
 }

@@ -1,6 +1,6 @@
 import type { Deps } from '../context';
+import { topics } from '../events';
 import type { Environment } from '../generated/prisma/client';
-import { environmentsTopic } from './environment-events';
 import { environmentFromPayload } from './json-columns';
 
 export interface FeedEvent {
@@ -28,7 +28,7 @@ class OrgFeed {
     private readonly orgId: string,
     private readonly onEmpty: () => void,
   ) {
-    this.wakeups = deps.events.subscribe(environmentsTopic(orgId))[Symbol.asyncIterator]();
+    this.wakeups = deps.events.subscribe(topics.environments(orgId))[Symbol.asyncIterator]();
     const first = this.wakeups.next();
     this.ready = deps.prisma.environmentEvent.aggregate({ _max: { seq: true }, where: { orgId } }).then((r) => {
       this.last = r._max.seq ?? 0n;

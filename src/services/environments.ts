@@ -1,5 +1,6 @@
 import type { Actor, Deps } from '../context';
 import { lockFor, type Tx } from '../db';
+import { topics } from '../events';
 import type { Environment, Exec, Prisma as P } from '../generated/prisma/client';
 import {
   assertTransitions,
@@ -359,7 +360,7 @@ export async function recordExecRow(deps: Deps, actor: Actor, envId: string, inp
     });
     return row;
   });
-  await deps.events.publish(execsTopic(envId), { id: exec.id });
+  await deps.events.publish(topics.execs(envId), { id: exec.id });
   return exec;
 }
 
@@ -369,8 +370,6 @@ export async function listExecs(deps: Deps, actor: Actor, idOrName: string) {
   return deps.prisma.exec.findMany({ where: { environmentId: env.id }, orderBy: { id: 'desc' } });
 }
 
-const execsTopic = (environmentId: string) => `env:${environmentId}:execs`;
-
 /**
  * Every command recorded for the environment from now on (on any instance). With `after` (the
  * newest id the caller has), first the ones recorded since, so none falls between a caller's
@@ -379,7 +378,7 @@ const execsTopic = (environmentId: string) => `env:${environmentId}:execs`;
 export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, after?: number | null): Promise<AsyncIterable<Exec>> {
   requireMember(actor);
   const env = await findEnvironment(deps, actor, idOrName);
-  const recorded = deps.events.subscribe(execsTopic(env.id))[Symbol.asyncIterator]();
+  const recorded = deps.events.subscribe(topics.execs(env.id))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the catch-up read.
   const first = recorded.next();
   return (async function* () {
@@ -393,7 +392,7 @@ export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, aft
         }
       }
       for (let next = await first; !next.done; next = await recorded.next()) {
-        const id = next.value.id as number;
+        const id = next.value.id;
         if (replayed.has(id)) continue;
         const exec = await deps.prisma.exec.findUnique({ where: { id } });
         if (exec) yield exec;

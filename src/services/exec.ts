@@ -11,7 +11,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../context';
 import { EXEC_CHUNK, EXEC_GRANT, execOutput, SESSION_INPUT_WINDOW } from '../dataplane/protocol';
-import type { EventPayload } from '../events';
+import { type NodeMessage, topics } from '../events';
 import type { Environment, Exec } from '../generated/prisma/client';
 import { type Command, type SessionOptions, type TermSize, whenStarted } from '../node/command';
 import { requireMember, requireOwner } from './access';
@@ -26,8 +26,6 @@ const MAX_ARGS = 1024;
 const MAX_COMMAND = 64 * 1024;
 /** The hot pool's own node name in exec topics. */
 const HOT = 'hot';
-
-export const execTopic = (node: string, run: string) => `exec:${node}:${run}`;
 
 /** `argv` as one line a shell would read back the same (what the Exec row's `command` shows). */
 export function commandLine(argv: string[]): string {
@@ -133,7 +131,7 @@ export async function startCommand(
   const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
   const run = randomUUID();
   const node = env.nodeId ?? HOT;
-  const events = deps.events.subscribe(execTopic(node, run))[Symbol.asyncIterator]();
+  const events = deps.events.subscribe(topics.exec(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();
   const started = Date.now();
@@ -151,7 +149,7 @@ export async function startCommand(
     local = runOnBuiltinNode(deps, env, run, argv, session);
   }
   let finished = false;
-  const toNode = (message: EventPayload & { type: string }) => {
+  const toNode = (message: NodeMessage) => {
     if (env.nodeId) sendToNode(deps, env.nodeId, { ...message, exec: run }).catch(() => undefined);
   };
   const stop = () => {
@@ -270,7 +268,7 @@ export async function startCommand(
 
 /** The built-in node's runner: the command in the environment's container, events on the same topic. */
 function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[], session?: SessionOptions): Command {
-  const topic = execTopic(HOT, run);
+  const topic = topics.exec(HOT, run);
   let chain = Promise.resolve();
   const publish = (payload: Record<string, unknown>) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);

@@ -4,13 +4,11 @@
 // `{type: 'reply', reply, error?}` on its channel and the instance holding it publishes that there.
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../context';
-import type { EventPayload } from '../events';
-
-export const nodeTopic = (nodeId: string) => `node:${nodeId}`;
+import { type NodeMessage, topics } from '../events';
 
 /** A message for the node's agent (dispatched there by `type`). Dropped when the node is not connected. */
-export async function sendToNode(deps: Deps, nodeId: string, message: EventPayload & { type: string }): Promise<void> {
-  await deps.events.publish(nodeTopic(nodeId), message);
+export async function sendToNode(deps: Deps, nodeId: string, message: NodeMessage): Promise<void> {
+  await deps.events.publish(topics.node(nodeId), message);
 }
 
 export class NodeUnreachableError extends Error {}
@@ -23,11 +21,11 @@ export class NodeUnreachableError extends Error {}
 export async function askNode(
   deps: Deps,
   nodeId: string,
-  message: EventPayload & { type: string },
+  message: NodeMessage,
   opts: { timeoutMs: number; pollMs?: number; check: () => Promise<string | null> },
-): Promise<EventPayload> {
+): Promise<NodeMessage> {
   const reply = `node-reply:${randomUUID()}`;
-  const answers = deps.events.subscribe(reply)[Symbol.asyncIterator]();
+  const answers = deps.events.subscribe(topics.nodeReply(reply)!)[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the message goes out.
   const answer = answers.next();
   const deadline = Date.now() + opts.timeoutMs;

@@ -6,11 +6,13 @@
 // and heartbeats; everything about a node is in the database (RemoteNode, its Node slot rows, the
 // environments' `nodeId`), so any instance can claim onto it, fail it or revoke it. Every change
 // of a node's state is announced on its organization's topic (`nodesChanged`).
+
 import type { Readable } from 'node:stream';
 import { map } from 'graphql-yoga';
 import { z } from 'zod';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
+import { topics } from '../events';
 import type { Environment, RemoteNode, Snapshot } from '../generated/prisma/client';
 import { isLive, LIVE_STATES, ON_NODE, RUNNING } from '../kernel/environment-states';
 import { resourcesOf } from '../scheduler/node-specs';
@@ -119,15 +121,13 @@ async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
   });
 }
 
-export const nodesTopic = (orgId: string) => `org:${orgId}:nodes`;
-
 const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'offline', 'removed']) });
 /** A node's state after a change; `removed` once it is revoked (gone from the list). */
 export type NodeEvent = z.infer<typeof NodeEvent>;
 
 function announce(deps: Deps, node: { orgId: string; id: string; name: string }, state: NodeEvent['state']): Promise<void> {
   const event: NodeEvent = { id: node.id, name: node.name, state };
-  return deps.events.publish(nodesTopic(node.orgId), event);
+  return deps.events.publish(topics.nodes(node.orgId), event);
 }
 
 /**
@@ -136,7 +136,7 @@ function announce(deps: Deps, node: { orgId: string; id: string; name: string },
  */
 export function watchNodes(deps: Deps, actor: Actor): AsyncIterable<NodeEvent> {
   requireMember(actor);
-  return map((event) => NodeEvent.parse(event))(deps.events.subscribe(nodesTopic(actor.orgId)));
+  return map((event) => NodeEvent.parse(event))(deps.events.subscribe(topics.nodes(actor.orgId)));
 }
 
 /** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */

@@ -4,8 +4,10 @@
 // files and sync rules against the template, locks the sandbox row and picks loopback ports that
 // no live environment of the sandbox holds. sandboxConfig builds what the agent runs from the live
 // environments wired to it; notifySandboxConfig bumps the config version and wakes subscribers.
+
 import type { Actor, Deps } from '../context';
 import type { Tx } from '../db';
+import { topics } from '../events';
 import { Prisma as P } from '../generated/prisma/client';
 import { LIVE_STATES } from '../kernel/environment-states';
 import { requireSandboxOwner } from './access';
@@ -36,8 +38,6 @@ export interface Wiring {
 export const PORT_MIN = 10_000;
 export const PORT_MAX = 29_999;
 export const MAX_EXTRA_FILES = 100;
-
-export const sandboxConfigTopic = (sandboxId: string) => `sandbox:${sandboxId}:config`;
 
 type Db = Pick<Tx, '$queryRaw'>;
 
@@ -324,5 +324,5 @@ export async function notifySandboxConfig(deps: Deps, orgId: string, sandboxId: 
   if (!sandboxId) return;
   const rows = await deps.prisma.$queryRaw<{ version: number }[]>`
     UPDATE "Sandbox" SET version = version + 1 WHERE id = ${sandboxId} AND "orgId" = ${orgId} RETURNING version`;
-  if (rows[0]) await deps.events.publish(sandboxConfigTopic(sandboxId), { version: rows[0].version });
+  if (rows[0]) await deps.events.publish(topics.sandboxConfig(sandboxId), { version: rows[0].version });
 }

@@ -4,9 +4,11 @@
 // SHA-256, valid one hour, usable once). The agent on the machine spends the key without any
 // other credential and gets a sandbox credential (`bsc_…`) that may only read and watch its own
 // configuration and report that it is alive.
+
 import { Repeater } from 'graphql-yoga';
 import type { Actor, Deps } from '../context';
 import { lockFor } from '../db';
+import { topics } from '../events';
 import { Prisma as P } from '../generated/prisma/client';
 import { LIVE_STATES } from '../kernel/environment-states';
 import { principalOf, requireMember, requireOwner, requireSandboxAgent, SANDBOX_ONLY_OWN } from './access';
@@ -15,7 +17,7 @@ import { assertNotBlocked, recordFailure } from './auth';
 import { HOUR_MS } from './durations';
 import { ConflictError, ForbiddenError, GoneError, NotFoundError, UnauthorizedError, ValidationError } from './errors';
 import { generateName, newId } from './names';
-import { findSandboxRow, notifySandboxConfig, type SandboxConfig, sandboxConfig, sandboxConfigTopic } from './sandbox-wiring';
+import { findSandboxRow, notifySandboxConfig, type SandboxConfig, sandboxConfig } from './sandbox-wiring';
 import { hashSecret, newSecret, secretPrefix } from './secrets';
 
 /** A DNS label: what the machine is called on the private network. */
@@ -257,7 +259,7 @@ export async function watchSandboxConfig(deps: Deps, actor: Actor, ref: string):
   const id = await requireSandbox(deps, actor, ref);
   await touch(deps, actor, id);
   return new Repeater<SandboxConfig>(async (push, stop) => {
-    const events = deps.events.subscribe(sandboxConfigTopic(id))[Symbol.asyncIterator]();
+    const events = deps.events.subscribe(topics.sandboxConfig(id))[Symbol.asyncIterator]();
     // The first next() starts listening, before the first read, so no change falls in between.
     let next = events.next();
     void stop.then(() => events.return?.());

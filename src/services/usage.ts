@@ -4,9 +4,11 @@
 // last five minutes, the first of each minute before, nothing older than an hour. Each one is
 // published on the environment's topic, and one over the template's `resources.disk` ends the
 // environment failed.
+
 import DataLoader from 'dataloader';
 import { z } from 'zod';
 import type { Actor, Deps } from '../context';
+import { topics } from '../events';
 import type { UsageSample } from '../generated/prisma/client';
 import { isEnded, RUNNING } from '../kernel/environment-states';
 import { requireMember } from './access';
@@ -29,8 +31,6 @@ export interface Usage {
 export const RECENT_MS = 5 * 60_000;
 export const HISTORY_MS = 60 * 60_000;
 const MINUTE_MS = 60_000;
-
-const usageTopic = (environmentId: string) => `env:${environmentId}:usage`;
 
 /** What a node may report, bounded: finite, non-negative, within what a machine can have. */
 export const UsageReport = z
@@ -134,7 +134,7 @@ export async function watchUsage(deps: Deps, actor: Actor, idOrName: string): Pr
     stopSamples();
     leaveFeed();
   });
-  stopSamples = deps.events.listen(usageTopic(env.id), (payload) => {
+  stopSamples = deps.events.listen(topics.usage(env.id), (payload) => {
     const parsed = Published.safeParse(payload);
     if (parsed.success) channel.push(parsed.data);
   });
@@ -223,7 +223,7 @@ export async function storeUsage(deps: Deps, environmentId: string, report: Usag
         AND date_trunc('minute', o.sampled) = date_trunc('minute', u.sampled))))`,
     values: [environmentId, new Date(at - HISTORY_MS), new Date(at - RECENT_MS)],
   });
-  await deps.events.publish(usageTopic(environmentId), { ...sample, sampled: sample.sampled.toISOString() });
+  await deps.events.publish(topics.usage(environmentId), { ...sample, sampled: sample.sampled.toISOString() });
   return sample;
 }
 
