@@ -378,7 +378,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       await sh(a.id, 'echo secret > /workspace/src/mine; setsid sh -c "sleep 120 </dev/null >/dev/null 2>&1 &"; echo started');
       const seen = await sh(b.id, 'ls -A /workspace/src; ps -o args | grep -c "^sleep 120" || true');
       expect(seen.stdout).toBe('0\n');
-      expect((await sh(a.id, 'ps -o args | grep -c "^sleep 120"')).stdout).toBe('1\n');
+      // The whole answer, so a failure shows its status, error and exit code too.
+      expect(await sh(a.id, 'ps -o args | grep -c "^sleep 120"')).toMatchObject({ status: 200, stdout: '1\n', exitCode: 0 });
     });
 
     it('network none has only loopback and reaches neither the server nor this machine', async () => {
