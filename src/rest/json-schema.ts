@@ -1,12 +1,9 @@
 import {
   type FragmentDefinitionNode,
-  type GraphQLInputType,
   type GraphQLOutputType,
   type GraphQLSchema,
-  getNamedType,
   getNullableType,
   isEnumType,
-  isInputObjectType,
   isListType,
   isNonNullType,
   isObjectType,
@@ -66,27 +63,6 @@ export function selectionSchema(
   };
   visit(selectionSet);
   return { type: 'object', properties, required, additionalProperties: false };
-}
-
-/** JSON Schema of a GraphQL input type, for request bodies. */
-export function inputSchema(type: GraphQLInputType): JsonSchema {
-  const inner = getNullableType(type);
-  if (isListType(inner)) return { type: 'array', items: inputSchema(inner.ofType) };
-  if (isScalarType(inner)) return scalar(inner.name);
-  if (isEnumType(inner)) return { type: 'string', enum: inner.getValues().map((v) => v.value as string) };
-  if (!isInputObjectType(inner)) return {};
-  const properties: Record<string, JsonSchema> = {};
-  const required: string[] = [];
-  for (const [name, field] of Object.entries(inner.getFields())) {
-    properties[name] = { ...inputSchema(field.type), ...(field.description ? { description: field.description } : {}) };
-    if (isNonNullType(field.type)) required.push(name);
-  }
-  // Unknown fields are refused (src/rest/body.ts).
-  return { type: 'object', properties, required, additionalProperties: false };
-}
-
-export function namedTypeName(type: GraphQLInputType): string {
-  return getNamedType(type).name;
 }
 
 export type { GraphQLSchema };

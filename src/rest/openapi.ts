@@ -1,6 +1,7 @@
-import type { GraphQLSchema } from 'graphql';
+import { GraphQLNonNull, type GraphQLSchema, isInputObjectType } from 'graphql';
 import { fragmentsOf, operationOf } from './adapter';
-import { inputSchema, type JsonSchema, selectionSchema } from './json-schema';
+import { inputSchema } from './body';
+import { type JsonSchema, selectionSchema } from './json-schema';
 import { isStreamRoute, type OperationRoute, type Route } from './route';
 
 const ERROR: JsonSchema = {
@@ -40,10 +41,10 @@ function requestBody(schema: GraphQLSchema, route: OperationRoute): JsonSchema |
   const def = op.variableDefinitions?.find((v) => v.variable.name.value === route.body!.variable);
   const typeName = def && (def.type.kind === 'NonNullType' ? def.type.type : def.type);
   const type = typeName && typeName.kind === 'NamedType' ? schema.getType(typeName.name.value) : undefined;
-  if (!type || !('getFields' in type)) return undefined;
+  if (!isInputObjectType(type)) return undefined;
   return {
     required: route.body.required === true,
-    content: { 'application/json': { schema: inputSchema(type as never) } },
+    content: { 'application/json': { schema: inputSchema(new GraphQLNonNull(type)) } },
   };
 }
 

@@ -8,7 +8,7 @@ import { BadRequestError, DomainError } from '../../services/errors';
 import { execRecord, runCommand } from '../../services/exec';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../services/nodes';
 import { ARCHIVE_CONTENT_TYPE } from '../../services/snapshot-archive';
-import { checkBodyFields } from '../body';
+import { bodyFields } from '../body';
 import { readJsonBody, UPLOAD_IDLE_MS } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
@@ -65,6 +65,12 @@ function requireArchive(req: IncomingMessage): void {
     throw new BadRequestError(`expected Content-Type ${ARCHIVE_CONTENT_TYPE}, got "${type || 'none'}"`, 'bad_content_type');
   }
 }
+
+const RESTORED_BODY = bodyFields({
+  root: { type: new GraphQLNonNull(GraphQLString) },
+  files: { type: new GraphQLNonNull(GraphQLInt) },
+});
+const EXEC_BODY = bodyFields({ command: { type: new GraphQLNonNull(new GraphQLList(new GraphQLNonNull(GraphQLString))) } });
 
 const NODE_ONLY = 'Node credentials (bnd_) only, for an environment currently on that node; others 403.';
 
@@ -191,17 +197,12 @@ export const nodeRoutes: Route[] = [
     description: `${NODE_ONLY} Body: {root, files}. 200 {id, name, state, node, restored}; only while the environment is starting.`,
     auth: 'bearer',
     openapi: {
-      requestBody: {
-        contentType: 'application/json',
-        type: 'object',
-        properties: { root: { type: 'string' }, files: { type: 'integer' } },
-        required: ['root', 'files'],
-      },
+      requestBody: RESTORED_BODY.schema,
       responses: { '200': { description: 'Recorded', schema: { type: 'object' } } },
     },
     async handle(req, res, { ctx, params }) {
       const body = await readJsonBody(req);
-      checkBodyFields(body, { root: new GraphQLNonNull(GraphQLString), files: new GraphQLNonNull(GraphQLInt) });
+      RESTORED_BODY.check(body);
       const env = await nodeRecordRestored(ctx!.deps, ctx!.actor, params.id!, body);
       sendJson(res, 200, { id: env.id, name: env.name, state: env.state, node: env.node, restored: env.restored });
     },
@@ -220,17 +221,12 @@ export const execRoute: Route = {
     'could not finish (the node was lost). Closing the request stops the command.',
   auth: 'bearer',
   openapi: {
-    requestBody: {
-      contentType: 'application/json',
-      type: 'object',
-      properties: { command: { type: 'array', items: { type: 'string' } } },
-      required: ['command'],
-    },
+    requestBody: EXEC_BODY.schema,
     responses: { '200': { description: 'Output lines, then the exit', contentType: 'application/x-ndjson', schema: { type: 'string' } } },
   },
   async handle(req, res, { ctx, params }) {
     const body = await readJsonBody(req);
-    checkBodyFields(body, { command: new GraphQLNonNull(new GraphQLList(new GraphQLNonNull(GraphQLString))) });
+    EXEC_BODY.check(body);
     const gone = new AbortController();
     res.once('close', () => gone.abort());
     const events = await runCommand(ctx!.deps, ctx!.actor, params.id!, body.command, gone.signal);

@@ -2,7 +2,7 @@ import { GraphQLNonNull, GraphQLString } from 'graphql';
 import { graphql } from '../../generated/gql';
 import { sendJson } from '../../http/respond';
 import { joinSandbox, type SandboxRecord } from '../../services/sandboxes';
-import { checkBodyFields } from '../body';
+import { bodyFields } from '../body';
 import { readJsonBody, stripNulls } from '../http';
 import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
@@ -45,6 +45,10 @@ function sandboxJson(s: SandboxRecord) {
   };
 }
 
+const JOIN_BODY = bodyFields({
+  key: { type: new GraphQLNonNull(GraphQLString), description: 'The join key from POST /v1/sandboxes' },
+});
+
 export const sandboxRoutes: Route[] = [
   {
     method: 'POST',
@@ -72,12 +76,7 @@ export const sandboxRoutes: Route[] = [
       "sandbox's 410 sandbox_removed; an unknown key is 401 and counts toward the 429 lock.",
     auth: 'none',
     openapi: {
-      requestBody: {
-        contentType: 'application/json',
-        type: 'object',
-        properties: { key: { type: 'string', description: 'The join key from POST /v1/sandboxes' } },
-        required: ['key'],
-      },
+      requestBody: JOIN_BODY.schema,
       responses: {
         '201': {
           description: 'Joined: a new sandbox credential',
@@ -92,7 +91,7 @@ export const sandboxRoutes: Route[] = [
     },
     handle: async (req, res, { deps, clientAddress }) => {
       const body = await readJsonBody(req);
-      checkBodyFields(body, { key: new GraphQLNonNull(GraphQLString) });
+      JOIN_BODY.check(body);
       const joined = await joinSandbox(deps, { key: body.key }, { address: clientAddress });
       sendJson(res, 201, stripNulls({ sandbox: sandboxJson(joined.sandbox), config: joined.config, credential: joined.credential }));
     },
