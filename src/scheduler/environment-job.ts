@@ -19,6 +19,7 @@ import type { BackgroundJob } from './background';
 import { environmentSpec } from './node-specs';
 import type { NodeProvider } from './provider';
 import { explainWaiting } from './waiting';
+import { NO_WARM } from './warm-job';
 
 /** The longest a start may take before the environment fails: 10× the template's start, at least a minute. */
 export function startBound(startMs: number): number {
@@ -187,18 +188,6 @@ interface Slot {
   warmSpec: string | null;
   warmState: string | null;
 }
-
-/** A slot's warm columns, cleared: the slot now holds an environment. */
-const NO_WARM = {
-  warmTemplate: null,
-  warmOrg: null,
-  warmSpec: null,
-  warmState: null,
-  warmSince: null,
-  warmError: null,
-  warmRetry: null,
-  warmFailures: 0,
-};
 
 /** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
 function leastWarm(slots: Slot[]): Slot | undefined {

@@ -23,6 +23,18 @@ import { type TemplateSpec, templateFromJson, warmSpecHash } from '../services/t
 import type { BackgroundJob } from './background';
 import { warmEnvironmentSpec } from './node-specs';
 
+/** A slot's warm columns, cleared: it keeps no warm container (now empty, or holding an environment). */
+export const NO_WARM = {
+  warmTemplate: null,
+  warmOrg: null,
+  warmSpec: null,
+  warmState: null,
+  warmSince: null,
+  warmError: null,
+  warmRetry: null,
+  warmFailures: 0,
+};
+
 /** A making of a warm container not answered within this long is done again (its instance or node died). */
 export const WARM_START_MS = 5 * 60_000;
 const WARM_BACKOFF_MIN_MS = 5_000;
@@ -125,16 +137,7 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
     const clear = async (slot: Slot) => {
       await tx.node.update({
         where: { id: slot.id },
-        data: {
-          warmTemplate: null,
-          warmOrg: null,
-          warmSpec: null,
-          warmState: null,
-          warmSince: null,
-          warmError: null,
-          warmRetry: null,
-          warmFailures: 0,
-        },
+        data: NO_WARM,
       });
       drop.push({ ...slot });
       slot.warmState = null;
