@@ -11,7 +11,7 @@ const config: CodegenConfig = {
   ignoreNoDocuments: true,
   generates: {
     'src/generated/gql/': {
-      documents: ['src/rest/**/*.ts'],
+      documents: ['src/edges/rest/**/*.ts'],
       preset: 'client',
       presetConfig,
       config: pluginConfig,

@@ -4,7 +4,7 @@
  *
  *   npm run bench:containers
  *
- * Berth runs as `npm start` does (src/main.ts, PGlite, a temp folder) with the built-in pool on a
+ * Berth runs as `npm start` does (src/app/main.ts, PGlite, a temp folder) with the built-in pool on a
  * Podman service of its own (BENCH_ENGINE names another), and the offline busybox test image.
  * - Lease to ready: BENCH_LEASES (20) leases one after another, each ended before the next; the
  *   environment's own `readyMs` (lease to ready, measured by the server), against `podman run -d`

@@ -1,5 +1,5 @@
 /**
- * The packer alone (src/store/pack.ts: SHA-256 and AES-256-GCM on the sealing threads, the filesystem
+ * The packer alone (src/platform/store/pack.ts: SHA-256 and AES-256-GCM on the sealing threads, the filesystem
  * store with fdatasync), no HTTP and no database, against the artifact benchmark's one-thread
  * limit (bench/limit.ts) measured in the same run: how much of the artifact path's gap to that
  * limit is the packer's own.
@@ -11,8 +11,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { FsBlobStore } from '../src/store/fs-store';
-import { packStream, unpackStream } from '../src/store/pack';
+import { FsBlobStore } from '../src/platform/store/fs-store';
+import { packStream, unpackStream } from '../src/platform/store/pack';
 import { limitMs } from './limit';
 
 const MB = 1e6;

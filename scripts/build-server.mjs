@@ -1,4 +1,4 @@
-// Bundles the server (src/main.ts) into dist/server/ for `npm start`, when any of its sources is
+// Bundles the server (src/app/main.ts) into dist/server/ for `npm start`, when any of its sources is
 // newer than the bundle. Running the bundle instead of src/ through tsx's loader saves the loader's
 // thread and its source maps: about 50 MiB of an idle server's memory and a second of its start
 // (docs/benchmarks.md, goal 5). Packages stay external (node_modules), and modules that are loaded
@@ -23,9 +23,9 @@ if (built <= newestMtime(root, ['src', 'package.json', 'tsconfig.json', 'scripts
   await build({
     ...NODE_BUNDLE,
     absWorkingDir: root,
-    // The sealing threads' code is an entry of its own: src/crypto/chunk-sealer.ts starts it from
+    // The sealing threads' code is an entry of its own: src/platform/crypto/chunk-sealer.ts starts it from
     // dist/server/seal-worker.js.
-    entryPoints: { main: 'src/main.ts', 'seal-worker': 'src/crypto/seal-worker.ts' },
+    entryPoints: { main: 'src/app/main.ts', 'seal-worker': 'src/platform/crypto/seal-worker.ts' },
     outdir: 'dist/server',
     logLevel: 'warning',
   });

@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { CONSOLE_DIR } from '../src/console';
+import { CONSOLE_DIR } from '../src/edges/console';
 
 export interface FirstPage {
   /** Files index.html loads, with their plain and gzipped sizes in bytes. */

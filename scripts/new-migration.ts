@@ -4,8 +4,8 @@
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MIGRATIONS_DIR } from '../src/db/migrate.js';
-import { diffMigrationsToSchema, MIGRATION_LOCK } from '../src/db/schema-engine.js';
+import { MIGRATIONS_DIR } from '../src/platform/db/migrate.js';
+import { diffMigrationsToSchema, MIGRATION_LOCK } from './schema-engine.js';
 
 function utcStamp(d = new Date()): string {
   return d.toISOString().replace(/[-:T]/g, '').slice(0, 14);

@@ -1,7 +1,7 @@
 // Prints the Pothos schema to schema.graphql (or, with --check, fails when the file differs).
 import { readFile, writeFile } from 'node:fs/promises';
 import { lexicographicSortSchema, printSchema } from 'graphql';
-import { schema } from '../src/schema';
+import { schema } from '../src/edges/schema';
 
 const file = new URL('../schema.graphql', import.meta.url);
 const printed = `${printSchema(lexicographicSortSchema(schema))}\n`;

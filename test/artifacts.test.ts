@@ -3,7 +3,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { issueCliToken } from '../src/services/credentials';
+import { issueCliToken } from '../src/modules/credentials/service';
 import { graphql } from './gql';
 import { type Azurite, startAzurite } from './helpers/azurite';
 import { openApiValidator } from './helpers/openapi';

@@ -3,8 +3,8 @@
 import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { loadConfig } from '../src/config';
-import { createOrganization } from '../src/services/organizations';
+import { loadConfig } from '../src/app/config';
+import { createOrganization } from '../src/modules/organizations/service';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 

@@ -176,7 +176,7 @@ describeBackends('authentication and identity', (backend) => {
     const person = await s.app.deps.prisma.person.create({
       data: { id: 'usr_other', orgId: org.id, email: 'boss@other.test', admin: true },
     });
-    const { issueCliToken } = await import('../src/services/credentials');
+    const { issueCliToken } = await import('../src/modules/credentials/service');
     const { secret } = await issueCliToken(s.app.deps.prisma, person, { name: 't', createdBy: 'test', expires: null });
     const other = client(url, secret);
     const theirs = await other.post('/v1/keys', { name: 'theirs' });

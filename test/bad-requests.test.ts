@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { rawRequest } from './helpers/raw-http';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 

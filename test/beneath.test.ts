@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { duplexPair, receiveFolder, sendFolder } from '../src/dataplane/folder-sync';
-import { archiveStream, extractArchive } from '../src/services/snapshot-archive';
+import { archiveStream, extractArchive } from '../src/protocol/snapshot-archive';
 
 let dir: string;
 let share: string;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { openSlot, releaseSlot, SlotHash, sealSlot, slotData, slotSealed, takeSlot } from '../src/crypto/chunk-sealer';
-import { openRaw, SEAL_OVERHEAD, SealError, sealRaw } from '../src/crypto/seal';
+import { openSlot, releaseSlot, SlotHash, sealSlot, slotData, slotSealed, takeSlot } from '../src/platform/crypto/chunk-sealer';
+import { openRaw, SEAL_OVERHEAD, SealError, sealRaw } from '../src/platform/crypto/seal';
 
 const key = randomBytes(32);
 const aad = Buffer.from('berth.test\0chunk 1');

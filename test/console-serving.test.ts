@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { firstPage } from '../scripts/console-size';
-import { createConsoleHandler } from '../src/console';
+import { createConsoleHandler } from '../src/edges/console';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
 const HTML = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' };
@@ -82,7 +82,7 @@ describe('the web console, as served', () => {
     expect(image.status).toBe(404);
     expect(await image.json()).toMatchObject({ code: 'not_found' });
     // Paths that climb out of the console's folder (sent as is: fetch would resolve them).
-    for (const path of ['/%2e%2e/package.json', '/assets/..%2f..%2fpackage.json', '/..%2f..%2fsrc/console.ts']) {
+    for (const path of ['/%2e%2e/package.json', '/assets/..%2f..%2fpackage.json', '/..%2f..%2fsrc/edges/console.ts']) {
       const res = await rawGet(s.url, path, HTML);
       expect(res.status, path).toBe(404);
       expect(JSON.parse(res.body.toString())).toMatchObject({ code: 'not_found' });

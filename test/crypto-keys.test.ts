@@ -3,9 +3,17 @@ import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { dataKeyAad, KeyUnwrapError, keyFingerprint, newDataKey, unwrapKey, WRAPPED_KEY_BYTES, wrapKey } from '../src/crypto/data-keys';
-import { loadMasterKey, MasterKeyError } from '../src/crypto/master-key';
-import { type ChunkAad, openChunk, SEAL_OVERHEAD, SealError, sealChunk } from '../src/crypto/seal';
+import {
+  dataKeyAad,
+  KeyUnwrapError,
+  keyFingerprint,
+  newDataKey,
+  unwrapKey,
+  WRAPPED_KEY_BYTES,
+  wrapKey,
+} from '../src/platform/crypto/data-keys';
+import { loadMasterKey, MasterKeyError } from '../src/platform/crypto/master-key';
+import { type ChunkAad, openChunk, SEAL_OVERHEAD, SealError, sealChunk } from '../src/platform/crypto/seal';
 
 describe('loadMasterKey', () => {
   let dir: string;

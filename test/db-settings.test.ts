@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { openDatabase, PGLITE_SETTINGS } from '../src/db';
+import { openDatabase, PGLITE_SETTINGS } from '../src/platform/db';
 
 describe('the embedded database', () => {
   const dirs: string[] = [];

@@ -9,8 +9,8 @@ import {
   MINUTE_MS,
   parseDuration,
   parseDurationMax,
-} from '../src/services/durations';
-import { ValidationError } from '../src/services/errors';
+} from '../src/kernel/durations';
+import { ValidationError } from '../src/kernel/errors';
 import { thrown } from './helpers/thrown';
 
 describe('parseDuration accepts Go-style durations plus days', () => {

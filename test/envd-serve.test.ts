@@ -5,10 +5,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { EXEC_WINDOW } from '../src/dataplane/protocol';
 import type { Command } from '../src/node/command';
 import { EnvdChannel, LINE_BACKLOG_MAX, SERVE_INPUT_WINDOW } from '../src/node/envd-channel';
 import { ENVD_BINARY } from '../src/node/runtime';
+import { EXEC_WINDOW } from '../src/protocol/dataplane';
 
 interface Served {
   channel: EnvdChannel;

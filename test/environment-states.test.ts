@@ -2,7 +2,7 @@
 // allowed or refused as docs/environments.md says, refused pairs failing to compile and throwing
 // before transition() touches the database, and the named source lists and the idle push.
 import { describe, expect, it } from 'vitest';
-import type { Deps } from '../src/context';
+import type { Deps } from '../src/app/context';
 import {
   allowed,
   assertTransitions,
@@ -17,7 +17,7 @@ import {
   STATES,
   STOPPABLE,
 } from '../src/kernel/environment-states';
-import { transition } from '../src/services/environments';
+import { transition } from '../src/modules/environments/service';
 
 // Written out apart from the table, as docs/environments.md lists them.
 const EXPECTED = new Set([

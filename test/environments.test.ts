@@ -211,7 +211,7 @@ describeBackends('environments', (backend) => {
 
   it('keeps other organizations out', async () => {
     const { body } = await admin.post('/v1/environments', { template: 'default' });
-    const { createOrganization } = await import('../src/services/organizations');
+    const { createOrganization } = await import('../src/modules/organizations/service');
     const other = client(url, (await createOrganization(s.app.deps.prisma, `iso-${backend}`, 'x@iso.test')).secret);
     const foreign = await other.get(`/v1/environments/${body.environment.id}`);
     const unknown = await other.get('/v1/environments/env_doesnotexist');
@@ -331,7 +331,7 @@ describeBackends('environments', (backend) => {
     };
     expect((await admin.put('/v1/templates/rust', own)).status).toBe(200);
     expect((await admin.put('/v1/templates/mine-only', own)).status).toBe(200);
-    const { createOrganization } = await import('../src/services/organizations');
+    const { createOrganization } = await import('../src/modules/organizations/service');
     const other = client(url, (await createOrganization(s.app.deps.prisma, `rt-${backend}`, 'x@rt.test')).secret);
     const listed = await other.get('/v1/templates');
     check('GET', '/v1/templates', listed);

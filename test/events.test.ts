@@ -1,8 +1,8 @@
-// The in-process event bus (src/events.ts): what a slow subscriber or a faulty handler may do to
+// The in-process event bus (src/platform/events.ts): what a slow subscriber or a faulty handler may do to
 // the publisher — nothing. Before, a subscriber that left 1024 payloads unread made the publish
 // throw inside PostgreSQL's notification listener, which ended the process for every tenant.
 import { expect, it } from 'vitest';
-import { createEvents, MAX_UNREAD, SubscriberOverflowError, type Topic } from '../src/events';
+import { createEvents, MAX_UNREAD, SubscriberOverflowError, type Topic } from '../src/platform/events';
 
 // A topic of these tests' own (real topics are built by `topics` only).
 const t = 't' as Topic<{ i?: number; n?: number }>;

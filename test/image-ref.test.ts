@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { normalizeImage, parseImageRef } from '../src/services/image-ref';
+import { normalizeImage, parseImageRef } from '../src/kernel/image-ref';
 import { thrown } from './helpers/thrown';
 
 const DIGEST = `sha256:${'0123456789abcdef'.repeat(4)}`;

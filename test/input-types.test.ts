@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 // The OpenAPI request schemas and the server's body checks come from one interpreter of the
-// GraphQL input types (src/rest/body.ts); here the boundary values of every documented JSON body
+// GraphQL input types (src/edges/rest/body.ts); here the boundary values of every documented JSON body
 // go to both, and both must give the same verdict.
 
 type Schema = {

@@ -8,9 +8,9 @@ import {
   validateName,
   validateProjectName,
   validateSnapshotKey,
-} from '../src/services/labels';
+} from '../src/kernel/labels';
 // names.ts has no test file of its own; its few checks live here.
-import { GENERATED_NAME, generateName, isId, NAME_WORDS, newId, randomBase32 } from '../src/services/names';
+import { GENERATED_NAME, generateName, isId, NAME_WORDS, newId, randomBase32 } from '../src/kernel/names';
 import { thrown } from './helpers/thrown';
 
 const n63 = 'a'.repeat(63);

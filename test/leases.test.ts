@@ -212,7 +212,7 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect(env).toMatchObject({ template: 'cache', idle: '5m0s', hard: '1h0m0s' });
     await admin.del(`/v1/environments/${env.id}`);
     // Another organization does not see it.
-    const { createOrganization } = await import('../src/services/organizations');
+    const { createOrganization } = await import('../src/modules/organizations/service');
     const other = client(url, (await createOrganization(s.app.deps.prisma, `tpl-${backend}`, 'o@tpl.test')).secret);
     expect((await other.get('/v1/templates')).body.templates.map((t: { name: string }) => t.name)).not.toContain('cache');
     expect((await other.post('/v1/environments', { template: 'cache' })).body.code).toBe('no_template');

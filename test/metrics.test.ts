@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import type { Prisma } from '../src/db';
 import { createMetrics } from '../src/observability/metrics';
+import type { Prisma } from '../src/platform/db';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const TOKEN = 'metrics-test-token-0123456789abcdef';

@@ -6,8 +6,8 @@ import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { applyMigrations, MIGRATIONS_DIR } from '../src/db/migrate.js';
-import { diagnoseMigrationHistory, diffMigrationsToSchema } from '../src/db/schema-engine.js';
+import { diagnoseMigrationHistory, diffMigrationsToSchema } from '../scripts/schema-engine.js';
+import { applyMigrations, MIGRATIONS_DIR } from '../src/platform/db/migrate.js';
 
 const checkedIn = (await readdir(MIGRATIONS_DIR, { withFileTypes: true }))
   .filter((e) => e.isDirectory())

@@ -6,7 +6,7 @@ import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { eventually, type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 

@@ -4,7 +4,7 @@
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 

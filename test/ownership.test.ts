@@ -2,7 +2,7 @@
 // organization but change only what they created; admins and API keys change everything; a
 // sandbox is wired only by whoever registered it, admins included.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 
 describe('ownership', () => {

@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { PassThrough, Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { SEAL_OVERHEAD, SealError } from '../src/crypto/seal';
-import { BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/store';
-import { AzureBlobStore } from '../src/store/azure-store';
+import { SEAL_OVERHEAD, SealError } from '../src/platform/crypto/seal';
+import { BlobNotFoundError, type BlobStore, type ByteRange, FsBlobStore } from '../src/platform/store';
+import { AzureBlobStore } from '../src/platform/store/azure-store';
 import {
   deletePacked,
   EMPTY_SHA256,
@@ -20,7 +20,7 @@ import {
   readManifest,
   TooLargeError,
   unpackStream,
-} from '../src/store/pack';
+} from '../src/platform/store/pack';
 import { type Azurite, startAzurite } from './helpers/azurite';
 
 const CHUNK = 1024;

@@ -1,7 +1,7 @@
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import type { App } from '../src/server';
+import type { App } from '../src/app/server';
 import { BOOTSTRAP, client, describeBackends, type Reply, startServer, type TestServer } from './helpers/server';
 
 /**

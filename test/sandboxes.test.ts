@@ -2,12 +2,12 @@ import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import type { Actor } from '../src/context';
-import { authenticate } from '../src/services/auth';
-import { newId } from '../src/services/names';
-import { notifySandboxConfig, planWiring, sandboxConfig, type Wiring, type WiringInput } from '../src/services/sandbox-wiring';
-import { DEFAULT_IGNORES } from '../src/services/sync-rules';
-import type { TemplateSpec } from '../src/services/templates-file';
+import type { Actor } from '../src/app/context';
+import { newId } from '../src/kernel/names';
+import { DEFAULT_IGNORES } from '../src/kernel/sync-rules';
+import { authenticate } from '../src/modules/credentials/auth';
+import { notifySandboxConfig, planWiring, sandboxConfig, type Wiring, type WiringInput } from '../src/modules/sandboxes/wiring';
+import type { TemplateSpec } from '../src/modules/templates/catalog';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
@@ -380,7 +380,7 @@ describeBackends('sandboxes', (backend) => {
     expect(config.environments[1].imports.map((i: { listen: string }) => i.listen)).toEqual(['127.0.0.1:25432', '127.0.0.1:28080']);
 
     // The keyring holds the current data key of each project, the same one the server seals with.
-    const { currentKey } = await import('../src/services/project-keys');
+    const { currentKey } = await import('../src/kernel/project-keys');
     const expected = await Promise.all(
       ['default', 'payments'].map(async (project) => {
         const k = await currentKey(s.app.deps, orgId, project);
@@ -573,7 +573,7 @@ describeBackends('sandboxes', (backend) => {
     const person = await s.app.deps.prisma.person.create({
       data: { id: newId('usr'), orgId: theirs.id, email: 'boss@tenant.test', admin: true },
     });
-    const { issueCliToken } = await import('../src/services/credentials');
+    const { issueCliToken } = await import('../src/modules/credentials/service');
     const other = client(url, (await issueCliToken(s.app.deps.prisma, person, { name: 't', createdBy: 'test', expires: null })).secret);
     const mine = await joined('tenant-mine');
     const reg = await other.post('/v1/sandboxes', { name: 'tenant-mine' });

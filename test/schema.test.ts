@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { lexicographicSortSchema, printSchema } from 'graphql';
 import { expect, it } from 'vitest';
-import { schema } from '../src/schema';
+import { schema } from '../src/edges/schema';
 
 it('schema.graphql matches the Pothos schema (run `npm run schema:print` after changing it)', async () => {
   const checkedIn = await readFile(new URL('../schema.graphql', import.meta.url), 'utf8');

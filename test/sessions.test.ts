@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { eventually, type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';

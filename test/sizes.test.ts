@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatSize, GIB, KIB, MIB, parseSize, TIB } from '../src/services/sizes';
+import { formatSize, GIB, KIB, MIB, parseSize, TIB } from '../src/kernel/sizes';
 import { thrown } from './helpers/thrown';
 
 describe('parseSize reads a number and a binary unit', () => {

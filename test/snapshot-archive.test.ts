@@ -7,8 +7,8 @@ import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
 import * as tar from 'tar-stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ArchiveCounter, archiveStream, extractArchive } from '../src/services/snapshot-archive';
-import { selectFiles } from '../src/services/sync-rules';
+import { selectFiles } from '../src/kernel/sync-rules';
+import { ArchiveCounter, archiveStream, extractArchive } from '../src/protocol/snapshot-archive';
 
 const run = promisify(execFile);
 

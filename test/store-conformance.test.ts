@@ -14,8 +14,8 @@ import {
   FsBlobStore,
   InvalidBlobNameError,
   openBlobWriter,
-} from '../src/store';
-import { AzureBlobStore } from '../src/store/azure-store';
+} from '../src/platform/store';
+import { AzureBlobStore } from '../src/platform/store/azure-store';
 import { type Azurite, startAzurite } from './helpers/azurite';
 
 async function readAll(stream: Readable): Promise<Buffer> {

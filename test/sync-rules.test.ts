@@ -2,8 +2,8 @@ import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ValidationError } from '../src/services/errors';
-import { Glob, GlobSyntaxError } from '../src/services/glob';
+import { ValidationError } from '../src/kernel/errors';
+import { Glob, GlobSyntaxError } from '../src/kernel/glob';
 import {
   DEFAULT_IGNORES,
   rebaseGitignore,
@@ -11,7 +11,7 @@ import {
   selectFiles,
   validateInclude,
   validateRelativePath,
-} from '../src/services/sync-rules';
+} from '../src/kernel/sync-rules';
 import { thrown } from './helpers/thrown';
 
 // Record which folders the walk reads, to check that excluded folders are not read needlessly,

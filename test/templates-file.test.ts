@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ValidationError } from '../src/services/errors';
-import { type Catalog, loadCatalog, parseCatalog, validateHostPort, validateTemplateSpec } from '../src/services/templates-file';
+import { ValidationError } from '../src/kernel/errors';
+import { type Catalog, loadCatalog, parseCatalog, validateHostPort, validateTemplateSpec } from '../src/modules/templates/catalog';
 
 const HOUR = 3_600_000;
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { TextCache } from '../src/graphql/text-cache';
+import { TextCache } from '../src/edges/graphql/text-cache';
 
 // The caches of parsed documents (yoga's parser cache, the POST path's compiled documents) are
 // bounded by the text they keep: a few large documents must not hold the server's memory.

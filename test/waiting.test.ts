@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { print } from 'graphql';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { graphql } from './gql';
 import { writeCatalog } from './helpers/catalog';
 import { openApiValidator } from './helpers/openapi';

@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
-import { createOrganization } from '../src/services/organizations';
+import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { berthExec, type Proc, spawnNode } from './helpers/processes';

@@ -288,7 +288,7 @@ describeBackends('watching environments', (backend) => {
   });
 
   it('gives graphql-ws subscribers of one selection the same events, in order, once each, and none of another organization', async () => {
-    const { createOrganization } = await import('../src/services/organizations');
+    const { createOrganization } = await import('../src/modules/organizations/service');
     const other = await createOrganization(s.app.deps.prisma, `share-other-${backend}`, 'x@share.test');
     const theirAdmin = client(url, other.secret);
     const connect = (token: string) =>
@@ -404,7 +404,7 @@ describeBackends('watching environments', (backend) => {
   it("refuses to watch an unknown environment or another organization's", async () => {
     const error = await watchOne('env_doesnotexist').catch((e: Error) => e.message);
     expect(error).toContain('not_found');
-    const { createOrganization } = await import('../src/services/organizations');
+    const { createOrganization } = await import('../src/modules/organizations/service');
     const other = await createOrganization(s.app.deps.prisma, `watch-other-${backend}`, 'x@watch.test');
     const theirs = (await client(url, other.secret).post('/v1/environments', { template: 'default' })).body.environment;
     expect(await watchOne(theirs.id).catch((e: Error) => e.message)).toContain('not_found');

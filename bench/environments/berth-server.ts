@@ -4,7 +4,7 @@
  *  - bare: node:http + pg, no authentication, `SELECT * FROM "Environment" WHERE id = $1` as JSON;
  *  - bare + auth: the same plus one more indexed query for the credential (its secret's hash is
  *    unique), refusing unknown, revoked and expired credentials;
- *  - bare + Berth's auth statement: the same with the very statement of src/services/auth.ts
+ *  - bare + Berth's auth statement: the same with the very statement of src/modules/credentials/auth.ts
  *    (the credential joined with its person, its sandbox and the address's failure counter),
  *    sent as Prisma's `$queryRaw` sends it (an unnamed statement, planned on every execution) and
  *    as a named statement (prepared once per connection; PostgreSQL then reuses its plan).
@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
-import type { App } from '../../src/server';
+import type { App } from '../../src/app/server';
 import { measuringHandlers, serve } from './common';
 
 export interface BerthStart {
@@ -72,8 +72,8 @@ serve({
   async start(p: BerthStart): Promise<BerthUrls> {
     // Berth as deployed: the schema reads NODE_ENV when it is built, at import.
     process.env.NODE_ENV ??= 'production';
-    const { loadConfig } = await import('../../src/config');
-    const { startApp } = await import('../../src/server');
+    const { loadConfig } = await import('../../src/app/config');
+    const { startApp } = await import('../../src/app/server');
     const { createLogger } = await import('../../src/observability/log');
     app = await startApp({
       config: loadConfig({

@@ -2,7 +2,7 @@
  * Goal 5, the embedded default as a user runs it: `npm start` (PGlite, filesystem blobs) spawned
  * with a fresh PORT. Time from spawn to the first 200 of /healthz, first on an empty DATA_DIR
  * (migrations, keys, the default organization), then again on that now existing DATA_DIR; idle
- * RSS of the server process (the node process running dist/server/main.js, the bundle of src/main.ts) once it has answered and
+ * RSS of the server process (the node process running dist/server/main.js, the bundle of src/app/main.ts) once it has answered and
  * settled, and of the whole process tree `npm start` makes (npm and the server; sh and a launcher
  * too if the start script had them) as the sum of RSS and of PSS (shared pages counted once).
  */

@@ -1,6 +1,6 @@
 // GraphQL over HTTP: a root field that fails (not found, forbidden, a bad argument) is null, its
 // error in `errors`, beside its siblings' data (every root query and mutation field is nullable:
-// src/schema/nullable-roots.ts). Pages read answers through these hooks, so that an answer
+// src/edges/schema/nullable-roots.ts). Pages read answers through these hooks, so that an answer
 // missing a root field is their error state, with that field's error, and never data with a
 // hole in it.
 import { type AnyVariables, CombinedError, type DocumentInput, type OperationContext } from '@urql/core';

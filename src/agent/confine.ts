@@ -3,7 +3,7 @@
 // check, for links planted in the folder (a share folder that is a link to ~/.ssh).
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { inAgentFolder } from '../services/agent-folder';
+import { inAgentFolder } from '../protocol/agent-folder';
 
 /** The real path of `p`: its longest existing prefix resolved through links, the rest appended. */
 async function realPathOf(p: string): Promise<string> {

@@ -23,15 +23,15 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
-import { execOutput, MAX_POOL_IMAGES, NODE_CHANNEL_PATH } from '../dataplane/protocol';
 import { type RelayJob, serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
+import { normalizeImage } from '../kernel/image-ref';
+import { type SyncRules, selectFiles } from '../kernel/sync-rules';
 import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
 import { type EnvironmentSpec, NodeRuntime, type WarmSpec } from '../node/runtime';
-import { normalizeImage } from '../services/image-ref';
-import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../services/snapshot-archive';
-import { type SyncRules, selectFiles } from '../services/sync-rules';
+import { execOutput, MAX_POOL_IMAGES, NODE_CHANNEL_PATH } from '../protocol/dataplane';
+import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../protocol/snapshot-archive';
 
 export interface NodeAgentOptions {
   /** The Berth server's base URL, e.g. http://127.0.0.1:8080. */

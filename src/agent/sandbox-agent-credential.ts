@@ -1,7 +1,7 @@
 // The sandbox agent's stored credential: DIR/.berth/sandbox.json (folder 0700, file 0600).
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { AGENT_FOLDER } from '../services/agent-folder';
+import { AGENT_FOLDER } from '../protocol/agent-folder';
 
 export interface StoredSandbox {
   /** The Berth server the credential belongs to. */

@@ -11,8 +11,8 @@ import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync'
 import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
-import { AGENT_FOLDER } from '../services/agent-folder';
-import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../services/sandbox-wiring';
+import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../modules/sandboxes';
+import { AGENT_FOLDER } from '../protocol/agent-folder';
 import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
 

@@ -5,8 +5,8 @@
 //   berth env rm ID|NAME
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
+import { parseDuration } from '../kernel/durations';
 import { isStoppable } from '../kernel/environment-states';
-import { parseDuration } from '../services/durations';
 import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
 import { CommandError } from './errors';
 import { age, json, table } from './format';

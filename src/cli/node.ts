@@ -5,8 +5,8 @@
 import { constants } from 'node:os';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
-import { MAX_SLOTS } from '../dataplane/protocol';
 import type { Engine } from '../node/engine';
+import { MAX_SLOTS } from '../protocol/dataplane';
 import { CommandError } from './errors';
 
 function port(value: string): number {

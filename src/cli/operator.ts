@@ -8,18 +8,18 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import type { Config } from '../config';
-import type { Prisma } from '../db';
-import type { OrgLimitsReply } from '../operator';
+import type { Config } from '../app/config';
+import type { OrgLimitsReply } from '../app/operator';
+import type { Prisma } from '../platform/db';
 import { CommandError } from './errors';
 
 /** Runs a command through the server on DATA_DIR when one runs there (PGlite has one owner), else on the database itself. */
 async function run<T>(path: string, body: Record<string, unknown>, local: (prisma: Prisma, config: Config) => Promise<T>): Promise<T> {
   const [{ loadConfig }, { openDatabase }, { callOperatorSocket }, { DomainError }] = await Promise.all([
-    import('../config'),
-    import('../db'),
-    import('../operator'),
-    import('../services/errors'),
+    import('../app/config'),
+    import('../platform/db'),
+    import('../app/operator'),
+    import('../kernel/errors'),
   ]);
   const config = loadConfig();
   if (!config.databaseUrl) {
@@ -53,8 +53,8 @@ export function registerOperatorCommands(program: Command): void {
     .option('--storage <size>', 'sealed bytes its artifacts and snapshots may take, such as 1TiB (ORG_STORAGE_LIMIT)')
     .option('--pool-share <fraction>', "of a shared pool's hot nodes and queue it may hold, above 0 and at most 1 (POOL_ORG_SHARE)")
     .action(async (name: string, options: { storage?: string; poolShare?: string }) => {
-      const { setOrgLimits } = await import('../services/org-limits');
-      const { formatSize } = await import('../services/sizes');
+      const { setOrgLimits } = await import('../app/operator');
+      const { formatSize } = await import('../kernel/sizes');
       const body = { org: name, storage: options.storage, poolShare: options.poolShare };
       const limits = await run<OrgLimitsReply>('/org-limits', body, (p, config) =>
         setOrgLimits({ config }, p, name, { storage: options.storage, poolShare: options.poolShare }),
@@ -69,7 +69,7 @@ export function registerOperatorCommands(program: Command): void {
     .description('create an organization and its first admin; prints the admin token once')
     .requiredOption('--admin <email>', "the first admin's email")
     .action(async (name: string, options: { admin: string }) => {
-      const { createOrganization } = await import('../services/organizations');
+      const { createOrganization } = await import('../app/operator');
       const { org, person, secret } = await run('/orgs', { name, admin: options.admin }, (p) => createOrganization(p, name, options.admin));
       console.log(`created organization ${org.name} (${org.id}) with admin ${person.email}`);
       console.log(`admin token (shown once): ${secret}`);
@@ -84,7 +84,7 @@ export function registerOperatorCommands(program: Command): void {
     .requiredOption('--admin', 'the token acts as an admin')
     .option('--email <email>', "the admin's email (default: the organization's first admin)")
     .action(async (options: { org: string; email?: string }) => {
-      const { issueAdminToken } = await import('../services/organizations');
+      const { issueAdminToken } = await import('../app/operator');
       const issued = await run('/tokens', { org: options.org, email: options.email }, (p) =>
         issueAdminToken(p, options.org, options.email),
       );

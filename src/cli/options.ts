@@ -1,7 +1,7 @@
 // Parsers of repeatable and typed options shared by the `berth` commands; a bad value is a usage
 // error (exit 2), raised through commander's InvalidArgumentError.
 import { InvalidArgumentError } from 'commander';
-import { parseDuration } from '../services/durations';
+import { parseDuration } from '../kernel/durations';
 
 /** A commander collector for repeatable `key=value` options into an object; a key given twice is a usage error. */
 export function pairs(what: string) {

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { Duplex } from 'node:stream';
 import { type FSWatcher, watch } from 'chokidar';
 import * as tar from 'tar-stream';
-import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } from '../services/sync-rules';
+import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } from '../kernel/sync-rules';
 import { Beneath } from './beneath';
 
 /** Files up to this size are read whole; larger ones are streamed. */

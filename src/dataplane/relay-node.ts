@@ -6,7 +6,7 @@
 // folder-sync.ts (in: the node receives; out: the node sends).
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
-import type { SyncRules } from '../services/sync-rules';
+import type { SyncRules } from '../kernel/sync-rules';
 import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
 import { shareDir } from './layout';
 import { type BridgeEnd, bridge, CLOSE, closeReason } from './ws-bridge';

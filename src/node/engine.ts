@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { type Duplex, PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
-import { beforeDeadline } from '../services/deadline';
+import { beforeDeadline } from '../kernel/deadline';
 
 /** The most one engine call (not a stream) may take. Pulls are streams and are not bounded here. */
 export const CALL_MS = 20_000;

@@ -9,7 +9,7 @@
 // never holds more than those windows.
 
 import type { Readable, Writable } from 'node:stream';
-import { EXEC_WINDOW } from '../dataplane/protocol';
+import { EXEC_WINDOW } from '../protocol/dataplane';
 import { type Command, type SessionOptions, sessionMode } from './command';
 
 /** The running `serve` (an engine exec, src/node/engine.ts; in tests a local process). */

@@ -22,7 +22,7 @@ import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
 import { environmentRoot, shareDir } from '../dataplane/layout';
-import { formatSize, parseSize } from '../services/sizes';
+import { formatSize, parseSize } from '../kernel/sizes';
 import type { Command, SessionOptions } from './command';
 import { DiskCount } from './disk-count';
 import { type Engine, engineMessage, type RunningExec } from './engine';
@@ -49,7 +49,7 @@ const ALWAYS_BLOCKED = ['169.254.0.0/16', 'fe80::/10'];
 
 export type RuntimeKind = 'container' | 'files';
 
-/** One sample of an environment's usage (src/services/usage.ts); null: not measured. */
+/** One sample of an environment's usage (src/modules/environments/usage.ts); null: not measured. */
 export interface NodeUsage {
   cpu: number | null;
   memory: number | null;
@@ -75,7 +75,7 @@ export interface EnvironmentSpec {
   env: Record<string, string>;
 }
 
-/** A warm container of a template, kept by one slot (src/scheduler/warm-job.ts). */
+/** A warm container of a template, kept by one slot (src/modules/nodes/warm-job.ts). */
 export interface WarmSpec extends Omit<EnvironmentSpec, 'id'> {
   slot: string;
   pool: string;

@@ -4,7 +4,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { sendError } from '../http/respond';
+import { sendError } from '../edges/http/respond';
 
 export const METRICS_PATH = '/metrics';
 

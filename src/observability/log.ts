@@ -2,8 +2,8 @@
 // lines on a terminal. Nothing here is given headers, and paths pass through `loggedPath`, so no
 // credential reaches a line.
 import pino, { type DestinationStream, type Logger } from 'pino';
-import type { LogFormat, LogLevel } from '../config';
-import type { Log } from '../deps';
+import type { LogFormat, LogLevel } from '../app/config';
+import type { Log } from '../app/context';
 import { currentRequest } from './requests';
 
 export type { Logger };

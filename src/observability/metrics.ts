@@ -3,8 +3,8 @@
 // global registry would refuse the second definition and mix their counts. Labels are bounded:
 // route templates, states, catalog names; never ids, emails or secrets.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import type { Prisma } from '../db';
 import { LIVE_STATES } from '../kernel/environment-states';
+import type { Prisma } from '../platform/db';
 
 /** Lease to ready: a hot start is seconds, a pulled image minutes. */
 const START_BUCKETS = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
@@ -18,7 +18,7 @@ export interface Metrics {
   environmentStart: Histogram<'template' | 'pool'>;
   /**
    * Subscriptions open on this instance, counted at scrape time by the transport that holds them
-   * (`websocket`: graphql-ws, src/graphql/ws.ts; `sse`: src/graphql/yoga.ts).
+   * (`websocket`: graphql-ws, src/edges/graphql/ws.ts; `sse`: src/edges/graphql/yoga.ts).
    */
   subscriptions: Map<'websocket' | 'sse', () => number>;
   /** Artifact bytes through this instance: `upload` or `download`. */
@@ -87,7 +87,7 @@ export function createMetrics(prisma: Prisma): Metrics {
     ['pool', 'state'],
     async () => {
       const rows = await prisma.remoteNode.groupBy({ by: ['pool', 'state', 'draining'], where: { revoked: null }, _count: { _all: true } });
-      // The same states GET /v1/nodes shows (src/services/nodes.ts stateOf).
+      // The same states GET /v1/nodes shows (src/modules/nodes/service.ts stateOf).
       const stateOf = (r: (typeof rows)[number]) =>
         r.draining || r.state === 'leaving' ? 'draining' : r.state === 'online' || r.state === 'offline' ? r.state : 'lost';
       return tally(

@@ -1,12 +1,12 @@
 // What one request (or WebSocket session) is known by while it runs: its id, route template and
 // caller. The edges note what they learn (the REST table its route, authentication its actor);
-// the server writes the one log line and the metrics when it ends (src/server.ts).
+// the server writes the one log line and the metrics when it ends (src/app/server.ts).
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocketServer } from 'ws';
-import type { Actor } from '../context';
+import type { Actor } from '../app/context';
 
 export interface RequestInfo {
   id: string;

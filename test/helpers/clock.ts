@@ -1,4 +1,4 @@
-import type { Clock } from '../../src/clock';
+import type { Clock } from '../../src/platform/clock';
 
 /** Wall-clock time plus an offset the test moves forward. */
 export class ManualClock implements Clock {

@@ -63,9 +63,9 @@ export interface BerthProc extends Proc {
   url: string;
 }
 
-/** Starts `npm start`'s program (src/main.ts) on a free port; resolves once it listens. */
+/** Starts `npm start`'s program (src/app/main.ts) on a free port; resolves once it listens. */
 export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
-  const p = spawnNode(['--import', 'tsx', 'src/main.ts'], { PORT: '0', HOST: '127.0.0.1', NODE_ENV: 'test', ...env });
+  const p = spawnNode(['--import', 'tsx', 'src/app/main.ts'], { PORT: '0', HOST: '127.0.0.1', NODE_ENV: 'test', ...env });
   const m = await p.waitFor(/Berth listening on (http:\/\/\S+)/);
   return { ...p, url: m[1]! };
 }

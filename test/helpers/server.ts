@@ -6,9 +6,9 @@ import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { print } from 'graphql';
 import pg from 'pg';
 import { describe } from 'vitest';
-import { loadConfig } from '../../src/config';
+import { loadConfig } from '../../src/app/config';
+import { type App, startApp } from '../../src/app/server';
 import { createLogger } from '../../src/observability/log';
-import { type App, startApp } from '../../src/server';
 import { ManualClock } from './clock';
 
 export const BOOTSTRAP = 'bct_test-bootstrap-token-0123456789';

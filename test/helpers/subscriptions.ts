@@ -1,7 +1,7 @@
 // Handshakes for tests of subscriptions: a change made before the server listens is not delivered,
 // so a test waits until it listens instead of sleeping.
 import { vi } from 'vitest';
-import type { Events } from '../../src/events';
+import type { Events } from '../../src/platform/events';
 
 /**
  * Resolves once the next subscription to a topic matching `topic` listens on the bus (its first

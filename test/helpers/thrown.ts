@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { ValidationError } from '../../src/services/errors';
+import { ValidationError } from '../../src/kernel/errors';
 
 /** The ValidationError `fn` throws; fails the test when it throws nothing or something else. */
 export function thrown(fn: () => unknown): ValidationError {

@@ -138,7 +138,7 @@ const shown = (n: number) => bytes(n).replace('.0 ', ' ');
 
 const UNITS: Record<string, number> = { B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30, TiB: 2 ** 40 };
 
-/** A template's size as written (`512MiB`, `1.5GiB`, as src/services/sizes.ts reads them). */
+/** A template's size as written (`512MiB`, `1.5GiB`, as src/kernel/sizes.ts reads them). */
 function size(text: string | null | undefined): { bytes?: number; text: string } | undefined {
   if (!text) return undefined;
   const m = /^(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)$/.exec(text);

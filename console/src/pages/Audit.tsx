@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { AUDIT_ACTIONS } from '../../../src/services/event-names';
+import { AUDIT_ACTIONS } from '../../../src/kernel/event-names';
 import { useQueryAnswer } from '../answers';
 import { Field, Page, Pager, QueryState, Section, Table, usePager } from '../components/ui';
 import { when } from '../format';

@@ -1,7 +1,7 @@
 // The Webhooks section of Settings (admins): register and remove endpoints, see the signing
 // secret once, which endpoints are failing and their recent deliveries (docs/operations.md#webhooks).
 import { type FormEvent, useId, useState } from 'react';
-import { WEBHOOK_EVENTS, type WebhookEvent } from '../../../src/services/event-names';
+import { WEBHOOK_EVENTS, type WebhookEvent } from '../../../src/kernel/event-names';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
 import { formErrors } from '../api';
 import { Copyable, Failure, Field, QueryState, Section, Table, useForm } from '../components/ui';

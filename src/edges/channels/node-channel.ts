@@ -1,0 +1,159 @@
+// The node control channel (docs/agents.md): a WebSocket at /v1/nodes/channel that a node agent
+// opens with its node credential (`Authorization: Bearer bnd_…` on the upgrade). Frames are JSON
+// text, one message each, dispatched by `type`:
+//
+//   agent → server  {type: 'hello', slots, environments, leaving?}   {type: 'heartbeat'}   {type: 'leaving'}
+//                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
+//                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
+//                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
+//                   {type: 'ended', environment, reason}   (its container ended on its own)
+//                   {type: 'usage', environment, sample: {cpu, memory, pids, disk}}   (every USAGE_SAMPLE_MS)
+//   server → agent  {type: 'welcome', node, heartbeatMs, usageSampleMs, environments, images}   {type: 'hello-again'}   {type: 'drained'}
+//                   {type: 'images', images}   (a template of its pool changed: pull ahead)
+//                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
+//                   {type: 'error', error, code}
+//
+// This instance forwards what any instance publishes for the node while the socket is open; the
+// node's liveness is its `lastSeen` in the database, not this socket.
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocket, WebSocketServer } from 'ws';
+import type { Actor, Deps, Log } from '../../app/context';
+import { closeCodeOf } from '../../kernel/error-codes';
+import { DomainError, ForbiddenError, ValidationError } from '../../kernel/errors';
+import { authenticate } from '../../modules/credentials';
+import { recordUsage } from '../../modules/environments';
+import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../../modules/nodes';
+import { tagUpgrades } from '../../observability/requests';
+import { type NodeMessage, topics } from '../../platform/events';
+import { clientAddress } from '../http/client-address';
+import { endWithError } from '../http/protocol-errors';
+import { findTextIssue } from '../http/text';
+import { clientCodeOf, toClientError } from '../schema/errors';
+
+export { NODE_CHANNEL_PATH } from '../../protocol/dataplane';
+
+/** Agent → server messages this edge handles itself; any other type goes to `handlers`. */
+export type NodeMessageHandler = (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>;
+
+export interface NodeChannel {
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  close(): Promise<void>;
+}
+
+const MAX_FRAME = 1024 * 1024;
+
+export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, NodeMessageHandler> = {}): NodeChannel {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME });
+  tagUpgrades(wss);
+
+  function serve(ws: WebSocket, actor: Actor): void {
+    const nodeId = actor.nodeId!;
+    const send = (message: NodeMessage) => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
+    };
+    const fail = (error: unknown) => {
+      const err = toClientError(error, log);
+      send({ type: 'error', error: err.message, code: String(err.extensions.code ?? 'internal') });
+    };
+    // Messages for this node from any instance.
+    const inbox = deps.events.subscribe(topics.node(nodeId))[Symbol.asyncIterator]();
+    void (async () => {
+      for (let next = await inbox.next(); !next.done; next = await inbox.next()) {
+        if (next.value.type === 'revoked') {
+          ws.close(closeCodeOf('unauthorized'), 'this node was removed');
+          break;
+        }
+        send(next.value);
+      }
+    })().catch((err) => log('node channel forwarding failed', err));
+    // Revoking the node's credential (its removal) closes the channel at once, on every instance.
+    const release = deps.credentials.hold(actor, () => ws.close(closeCodeOf('unauthorized'), 'this node was removed'));
+    ws.on('close', () => {
+      release();
+      void inbox.return?.();
+    });
+    let queue = Promise.resolve();
+    ws.on('message', (data, isBinary) => {
+      // One message at a time, in order.
+      queue = queue.then(async () => {
+        let message: Record<string, unknown>;
+        try {
+          const parsed: unknown = isBinary ? undefined : JSON.parse(data.toString());
+          if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not a JSON object');
+          message = parsed as Record<string, unknown>;
+        } catch {
+          return fail(new DomainError('every frame must be one JSON object with a type', 'bad_request'));
+        }
+        // As at every edge (src/edges/http/text.ts): a string PostgreSQL cannot store is refused here,
+        // before a query fails on it (a NUL in a hello's environments was an internal error).
+        const issue = findTextIssue(message, '');
+        if (issue) return fail(new ValidationError(`${issue.field || 'frame'}: ${issue.problem}`, issue.field));
+        try {
+          switch (message.type) {
+            case 'hello':
+              send({ type: 'welcome', ...(await nodeHello(deps, actor, message as never)) });
+              return;
+            case 'heartbeat': {
+              const state = await nodeHeartbeat(deps, nodeId);
+              if (state === 'revoked') ws.close(closeCodeOf('unauthorized'), 'this node was removed');
+              else if (state === 'lost') send({ type: 'hello-again' });
+              else if (state === 'offline') send({ type: 'drained' });
+              return;
+            }
+            case 'reply': {
+              const reply = typeof message.reply === 'string' ? topics.nodeReply(message.reply) : null;
+              if (!reply) throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
+              await deps.events.publish(reply, { ...message, type: message.type });
+              return;
+            }
+            case 'ended':
+              await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
+              return;
+            case 'leaving':
+              await nodeLeaving(deps, actor);
+              return;
+            case 'usage':
+              await recordUsage(deps, nodeId, message.environment, message.sample);
+              return;
+            case 'exec-output':
+            case 'exec-input-credit':
+            case 'exec-exit':
+              // A node speaks only for the commands it was sent: the topic carries its own id.
+              if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {
+                throw new DomainError('exec: must be the id of the exec message answered', 'invalid');
+              }
+              await deps.events.publish(topics.exec(nodeId, message.exec), { ...message, type: message.type });
+              return;
+            default: {
+              const handler = handlers[String(message.type)];
+              if (!handler) throw new DomainError(`unknown message type ${JSON.stringify(message.type)}`, 'bad_request');
+              await handler(deps, actor, message);
+            }
+          }
+        } catch (error) {
+          fail(error);
+        }
+      });
+    });
+  }
+
+  return {
+    handleUpgrade(req, socket, head) {
+      const address = clientAddress(req, deps.config.trustProxy);
+      authenticate(deps, req.headers.authorization, address)
+        .then((actor) => {
+          if (actor.kind !== 'node' || !actor.nodeId) throw new ForbiddenError('the node channel takes a node credential (bnd_…)');
+          wss.handleUpgrade(req, socket, head, (ws) => serve(ws, actor));
+        })
+        .catch((error) => {
+          const err = toClientError(error, log);
+          endWithError(socket, clientCodeOf(err), err.message);
+        });
+    },
+    async close() {
+      for (const client of wss.clients) client.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}

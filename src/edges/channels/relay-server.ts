@@ -1,0 +1,172 @@
+// The server's end of the byte relay: the WebSocket endpoint /v1/relay the sandbox agent opens for
+// one import connection or one share sync (docs/agents.md, "The relay").
+//
+//   GET /v1/relay?environment=<id>&kind=import&service=<name>          (Upgrade: websocket)
+//   GET /v1/relay?environment=<id>&kind=share&share=<name>[&final=1]
+//   Authorization: Bearer bsc_…
+//
+//   GET /v1/relay/node?relay=<id>     the node agent dialling back (Authorization: Bearer bnd_…)
+//
+// Everything is checked before the upgrade (a refusal is an HTTP answer `{error, code}`). Then
+// the environment's node joins: a built-in hot node is this process, which serves the socket
+// itself (relay-node.ts); a remote node is asked on its control channel (`{type: 'relay', relay,
+// url, job}` through sendToNode, from whichever instance holds that channel) to dial back to
+// `url` — this instance's PUBLIC_URL — and the two sockets are joined here, message by message.
+// The sandbox's upgrade is answered only once the node joined (or 503 when it did not within
+// NODE_JOIN_MS). Pending rendezvous live in memory: they belong to the sockets of this instance.
+// Bytes pass through memory only, never to disk or the database.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { type WebSocket, WebSocketServer } from 'ws';
+import type { Actor, Deps, Log } from '../../app/context';
+import { type RelayJob, serveRelay } from '../../dataplane/relay-node';
+import { CLOSE, joinSockets } from '../../dataplane/ws-bridge';
+import { requireNodeAgent } from '../../kernel/access';
+import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
+import { sendToNode } from '../../kernel/node-messages';
+import { authenticate } from '../../modules/credentials';
+import { activityRecorder, authorizeRelay, recordOutSynced, recordRelayed } from '../../modules/environments';
+import { tagUpgrades } from '../../observability/requests';
+import { clientAddress } from '../http/client-address';
+import { endWithError } from '../http/protocol-errors';
+import { queryEncodingProblem } from '../http/text';
+
+export const RELAY_PATH = '/v1/relay';
+export const RELAY_NODE_PATH = '/v1/relay/node';
+/** How long a remote node has to dial back. */
+export const NODE_JOIN_MS = 15_000;
+
+interface Pending {
+  nodeId: string;
+  join(node: WebSocket): void;
+}
+
+export interface RelayServer {
+  /** Handles an upgrade on RELAY_PATH (the sandbox's end). */
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Handles an upgrade on RELAY_NODE_PATH (a remote node's end). */
+  handleNodeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  close(): Promise<void>;
+}
+
+export function createRelayServer(deps: Deps, log: Log): RelayServer {
+  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 * 1024 * 1024 });
+  tagUpgrades(wss);
+  const live = new Set<WebSocket>();
+  const pending = new Map<string, Pending>();
+
+  /** The request's URL; a query that is not well-formed UTF-8 is refused, as on every route. */
+  const urlOf = (req: IncomingMessage) => {
+    const url = new URL(req.url ?? '/', 'http://relay');
+    const problem = queryEncodingProblem(url.search);
+    if (problem) throw new BadRequestError(problem);
+    return url;
+  };
+
+  const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = urlOf(req);
+    const q = (name: string) => url.searchParams.get(name);
+    const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
+    const { env, job } = await authorizeRelay(deps, actor, {
+      environment: q('environment'),
+      kind: q('kind'),
+      service: q('service'),
+      share: q('share'),
+      final: q('final'),
+    });
+    if (!env.relayed) await recordRelayed(deps, env.id);
+    const finished = async (code: number) => {
+      if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
+    };
+    const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
+    if (env.nodeId) {
+      // A remote node: it dials back here, then the two sockets are joined.
+      const node = await nodeJoins(env.nodeId, job);
+      if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        track(ws, actor);
+        let code = 0;
+        ws.once('close', (c) => {
+          code = c;
+        });
+        void joinSockets(ws, node, traffic)
+          .then(() => finished(code))
+          .catch((error) => log('relay failed', error));
+      });
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      track(ws, actor);
+      // The built-in node: this process is the node side.
+      void serveRelay(ws, job, deps.node.root(env.id), (j) => deps.node.dial(j.environment, j.port), traffic)
+        .then((end) => finished(end.code))
+        .catch((error) => log('relay failed', error));
+    });
+  };
+
+  /** A relay socket lives as long as the credential that opened it (and the server). */
+  const track = (ws: WebSocket, actor: Actor) => {
+    live.add(ws);
+    const release = deps.credentials.hold(actor, (reason) => ws.close(CLOSE.revoked, reason));
+    ws.once('close', () => {
+      live.delete(ws);
+      release();
+    });
+  };
+
+  /** Asks the node to dial back and waits for its socket (UnavailableError after NODE_JOIN_MS). */
+  const nodeJoins = async (nodeId: string, job: RelayJob): Promise<WebSocket> => {
+    const relay = randomUUID();
+    const joined = new Promise<WebSocket>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        pending.delete(relay);
+        reject(new UnavailableError(`the environment's node did not join the relay within ${NODE_JOIN_MS / 1000}s`));
+      }, NODE_JOIN_MS);
+      pending.set(relay, {
+        nodeId,
+        join(node) {
+          clearTimeout(timer);
+          pending.delete(relay);
+          resolve(node);
+        },
+      });
+    });
+    const base = (deps.config.publicUrl ?? '').replace(/^http/, 'ws').replace(/\/+$/, '');
+    await sendToNode(deps, nodeId, { type: 'relay', relay, url: `${base}${RELAY_NODE_PATH}?relay=${relay}`, job: { ...job } });
+    return joined;
+  };
+
+  const acceptNode = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = urlOf(req);
+    const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
+    const nodeId = requireNodeAgent(actor);
+    const waiting = pending.get(url.searchParams.get('relay') ?? '');
+    // Another node's relay answers like an unknown one.
+    if (!waiting || waiting.nodeId !== nodeId) throw new NotFoundError(`relay ${url.searchParams.get('relay') ?? ''}`);
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      track(ws, actor);
+      waiting.join(ws);
+    });
+  };
+
+  const refuse = (socket: Duplex) => (error: unknown) => {
+    if (error instanceof DomainError) return endWithError(socket, error.code, error.message);
+    log('relay upgrade failed', error);
+    endWithError(socket, 'internal', 'internal error');
+  };
+
+  return {
+    handleUpgrade(req, socket, head) {
+      accept(req, socket, head).catch(refuse(socket));
+    },
+    handleNodeUpgrade(req, socket, head) {
+      acceptNode(req, socket, head).catch(refuse(socket));
+    },
+    async close() {
+      for (const ws of live) ws.close(CLOSE.goingAway, 'the server is stopping');
+      for (const ws of live) ws.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,57 @@
+// Server → node messages (docs/agents.md, "Control channel"). Any instance addresses any node:
+// a message is published on the events bus topic `node:<id>`, and the instance holding that
+// node's control channel forwards it as JSON. A question carries a `reply` topic; the node answers
+// `{type: 'reply', reply, error?}` on its channel and the instance holding it publishes that there.
+import { randomUUID } from 'node:crypto';
+import type { Deps } from '../app/context';
+import { type NodeMessage, topics } from '../platform/events';
+
+/** A message for the node's agent (dispatched there by `type`). Dropped when the node is not connected. */
+export async function sendToNode(deps: Deps, nodeId: string, message: NodeMessage): Promise<void> {
+  await deps.events.publish(topics.node(nodeId), message);
+}
+
+export class NodeUnreachableError extends Error {}
+
+/**
+ * Sends `message` with a fresh `reply` topic and waits for the node's answer. Gives up (throws)
+ * when `check` says the work is no longer wanted (the node lost, the environment moved on), which
+ * it asks the database about every `pollMs`, or after `timeoutMs`.
+ */
+export async function askNode(
+  deps: Deps,
+  nodeId: string,
+  message: NodeMessage,
+  opts: { timeoutMs: number; pollMs?: number; check: () => Promise<string | null> },
+): Promise<NodeMessage> {
+  const reply = `node-reply:${randomUUID()}`;
+  const answers = deps.events.subscribe(topics.nodeReply(reply)!)[Symbol.asyncIterator]();
+  // Listening starts with the first next(), before the message goes out.
+  const answer = answers.next();
+  const deadline = Date.now() + opts.timeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const problem = await opts.check();
+    if (problem) throw new NodeUnreachableError(problem);
+    await sendToNode(deps, nodeId, { ...message, reply });
+    for (;;) {
+      const tick = new Promise<'tick'>((resolve) => {
+        timer = setTimeout(() => resolve('tick'), opts.pollMs ?? 1000);
+      });
+      const got = await Promise.race([answer, tick]);
+      clearTimeout(timer);
+      if (got !== 'tick') {
+        if (got.done) throw new NodeUnreachableError('the events bus closed');
+        const error = got.value.error;
+        if (typeof error === 'string') throw new Error(error);
+        return got.value;
+      }
+      const problem = await opts.check();
+      if (problem) throw new NodeUnreachableError(problem);
+      if (Date.now() > deadline) throw new NodeUnreachableError(`no answer within ${Math.round(opts.timeoutMs / 1000)}s`);
+    }
+  } finally {
+    clearTimeout(timer);
+    await answers.return?.();
+  }
+}

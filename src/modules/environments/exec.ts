@@ -1,0 +1,291 @@
+// Running a command in an environment (docs/agents.md, "Exec"): inside its container, through its
+// node's runtime (src/node/runtime.ts), in the template's workdir, as the image's user; output
+// streamed to the caller as it comes; the Exec row (command, exit code, duration, actor) written
+// here, by the server, when the command ends. A files-only environment runs nothing (no_runtime).
+//
+// Output travels as events on the topic `exec:<node>:<run id>`: a remote node's agent sends
+// `exec-output` / `exec-exit` on its control channel and the instance holding the channel
+// publishes them under that node's id only (src/edges/channels/node-channel.ts); the built-in node runs in
+// this process and publishes the same events. The run id is random and lives only as long as the
+// caller's request: a caller that goes away stops the command's whole session.
+import { randomUUID } from 'node:crypto';
+import type { Actor, Deps } from '../../app/context';
+import type { Environment, Exec } from '../../generated/prisma/client';
+import { requireMember, requireOwner } from '../../kernel/access';
+import { ConflictError, DomainError, ValidationError } from '../../kernel/errors';
+import { sendToNode } from '../../kernel/node-messages';
+import { type Command, type SessionOptions, type TermSize, whenStarted } from '../../node/command';
+import { type NodeMessage, topics } from '../../platform/events';
+import { EXEC_CHUNK, EXEC_GRANT, execOutput, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
+import { checkAudited } from '../audit';
+import { findEnvironment, recordExecRow } from './service';
+
+export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
+
+const MAX_ARGS = 1024;
+const MAX_COMMAND = 64 * 1024;
+/** The hot pool's own node name in exec topics. */
+const HOT = 'hot';
+
+/** `argv` as one line a shell would read back the same (what the Exec row's `command` shows). */
+export function commandLine(argv: string[]): string {
+  return argv.map((a) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
+}
+
+/**
+ * Refuses to run anything in a files-only environment (no image, or a node without an engine),
+ * saying what is missing and how to add it.
+ */
+export function requireRuntime(env: Environment, what: string): void {
+  if (env.runtime === 'container') return;
+  if (!env.image) {
+    throw new ConflictError(
+      `environment ${env.name} holds files only: template ${env.template} has no image, so no ${what} can run; give the template an "image" (PUT /v1/templates/${env.template}) and lease again`,
+      'no_runtime',
+    );
+  }
+  throw new ConflictError(
+    `environment ${env.name} holds files only: node ${env.node} has no container engine, so no ${what} can run; give it one (DOCKER_HOST for the built-in pool, berth node --engine) and lease again`,
+    'no_runtime',
+  );
+}
+
+function validateArgv(argv: unknown): string[] {
+  if (!Array.isArray(argv) || argv.length === 0) throw new ValidationError('command: must be a non-empty list of strings', 'command');
+  if (argv.length > MAX_ARGS) throw new ValidationError(`command: at most ${MAX_ARGS} arguments`, 'command');
+  if (argv.some((a) => typeof a !== 'string')) throw new ValidationError('command: must be a list of strings', 'command');
+  if ((argv as string[]).some((a) => a.includes('\0'))) throw new ValidationError('command: arguments must not contain NUL', 'command');
+  if (argv[0] === '') throw new ValidationError('command: the program must not be empty', 'command');
+  if (commandLine(argv as string[]).length > MAX_COMMAND)
+    throw new ValidationError(`command: longer than ${MAX_COMMAND} characters`, 'command');
+  return argv as string[];
+}
+
+/** An Exec as REST and sessions show it (the spec's exec record). */
+export function execRecord(e: Exec) {
+  return {
+    id: e.id,
+    lease: e.environmentId,
+    time: e.time.toISOString(),
+    actor: e.actor,
+    command: e.command,
+    exitCode: e.exitCode,
+    durationMs: e.durationMs,
+  };
+}
+
+/** A started command: its events, and (sessions) its input and terminal. */
+export interface StartedCommand {
+  /** Its output, then its recorded Exec. Ending the iteration early stops the command. */
+  events: AsyncIterable<ExecEvent>;
+  /** Bytes for its input; resolves once fewer than SESSION_INPUT_WINDOW bytes wait on the way. */
+  input(data: Buffer): Promise<void>;
+  endInput(): void;
+  resize(size: TermSize): void;
+}
+
+/** What startCommand checks and how the command runs. */
+export interface StartOptions {
+  /** The caller went away: the command is stopped (and recorded with the signal's exit code). */
+  signal?: AbortSignal;
+  /** An interactive command: it takes input, and with `tty` has a terminal. */
+  session?: SessionOptions;
+}
+
+/**
+ * Runs `argv` on the environment's node (members of its organization; `ready` environments only)
+ * and yields its output, then its recorded Exec. Ending the iteration early stops the command.
+ */
+export async function runCommand(
+  deps: Deps,
+  actor: Actor,
+  envRef: string,
+  command: unknown,
+  signal?: AbortSignal,
+): Promise<AsyncIterable<ExecEvent>> {
+  return (await startCommand(deps, actor, envRef, command, { signal })).events;
+}
+
+/** The environment a command may run in: the caller's to use, ready, with a runtime. */
+export async function commandEnvironment(deps: Deps, actor: Actor, envRef: string): Promise<Environment> {
+  requireMember(actor);
+  const env = await findEnvironment(deps, actor, envRef);
+  await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
+  if (env.state !== 'ready')
+    throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
+  requireRuntime(env, 'command');
+  return env;
+}
+
+export async function startCommand(
+  deps: Deps,
+  actor: Actor,
+  envRef: string | Environment,
+  command: unknown,
+  options: StartOptions = {},
+): Promise<StartedCommand> {
+  const { signal, session } = options;
+  const argv = validateArgv(command);
+  const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
+  const run = randomUUID();
+  const node = env.nodeId ?? HOT;
+  const events = deps.events.subscribe(topics.exec(node, run))[Symbol.asyncIterator]();
+  // Listening starts with the first next(), before the command starts.
+  let pending = events.next();
+  const started = Date.now();
+  let local: Command | undefined;
+  if (env.nodeId) {
+    await sendToNode(deps, env.nodeId, {
+      type: 'exec',
+      exec: run,
+      environment: { id: env.id },
+      argv,
+      workdir: env.workdir,
+      ...(session ? { session: { ...session } } : {}),
+    });
+  } else {
+    local = runOnBuiltinNode(deps, env, run, argv, session);
+  }
+  let finished = false;
+  const toNode = (message: NodeMessage) => {
+    if (env.nodeId) sendToNode(deps, env.nodeId, { ...message, exec: run }).catch(() => undefined);
+  };
+  const stop = () => {
+    if (finished) return;
+    if (local) local.kill();
+    else toNode({ type: 'exec-kill' });
+  };
+  // Output the caller has taken (asked for the next event after it) and not yet granted back.
+  let taken = 0;
+  const grant = () => {
+    if (taken < EXEC_GRANT || finished) return;
+    const bytes = taken;
+    taken = 0;
+    if (local) local.grant(bytes);
+    else toNode({ type: 'exec-credit', bytes });
+  };
+  // Input sent on and not yet written to the command's container, and who waits for room.
+  let inFlight = 0;
+  const room: (() => void)[] = [];
+  const credited = (bytes: number) => {
+    inFlight = Math.max(0, inFlight - bytes);
+    if (inFlight < SESSION_INPUT_WINDOW) for (const wake of room.splice(0)) wake();
+  };
+  signal?.addEventListener('abort', stop, { once: true });
+  let unsubscribed = false;
+  const unsubscribe = async () => {
+    if (unsubscribed) return;
+    unsubscribed = true;
+    signal?.removeEventListener('abort', stop);
+    await events.return?.();
+  };
+  const output = (async function* (): AsyncGenerator<ExecEvent, void> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      for (;;) {
+        const tick = new Promise<'tick'>((resolve) => {
+          timer = setTimeout(() => resolve('tick'), 1000);
+        });
+        const got = await Promise.race([pending, tick]);
+        clearTimeout(timer);
+        if (got === 'tick') {
+          const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true, error: true } });
+          if (now?.state !== 'ready' && now?.state !== 'stopping') {
+            throw new DomainError(`environment ${env.name} is ${now?.state}${now?.error ? `: ${now.error}` : ''}`, 'invalid_transition');
+          }
+          continue;
+        }
+        if (got.done) throw new DomainError('the events bus closed', 'unavailable');
+        pending = events.next();
+        const event = got.value;
+        if (event.type === 'exec-output') {
+          const stream = event.stream === 'stderr' ? 'stderr' : 'stdout';
+          const data = Buffer.from(String(event.data), 'base64');
+          yield { kind: 'output', stream, data };
+          taken += data.length;
+          grant();
+        } else if (event.type === 'exec-input-credit') {
+          if (typeof event.bytes === 'number') credited(event.bytes);
+        } else if (event.type === 'exec-exit') {
+          finished = true;
+          const exitCode = Number(event.exitCode);
+          const exec = await recordExecRow(deps, actor, env.id, {
+            command: commandLine(argv),
+            exitCode: Number.isInteger(exitCode) ? exitCode : 255,
+            durationMs: Date.now() - started,
+          });
+          yield { kind: 'exit', exec };
+          return;
+        }
+      }
+    } finally {
+      finished = true;
+      clearTimeout(timer);
+      if (local) local.kill();
+      else toNode({ type: 'exec-kill' });
+      for (const wake of room.splice(0)) wake();
+      await unsubscribe();
+    }
+  })();
+  return {
+    // Ending the iteration early (an unsubscribe) stops the command at once, not at its next output.
+    events: {
+      [Symbol.asyncIterator]: () => ({
+        next: () => output.next(),
+        return: async (value?: unknown) => {
+          stop();
+          const ended = await output.return(value as undefined);
+          // An iteration never begun ran no finally: its subscription ends here.
+          await unsubscribe();
+          return ended;
+        },
+      }),
+    },
+    async input(data) {
+      if (!session || finished) return;
+      for (let at = 0; at < data.length; at += EXEC_CHUNK) {
+        const piece = data.subarray(at, at + EXEC_CHUNK);
+        inFlight += piece.length;
+        if (local) local.input(piece, () => credited(piece.length));
+        else toNode({ type: 'exec-input', data: piece.toString('base64') });
+      }
+      if (inFlight >= SESSION_INPUT_WINDOW && !finished) await new Promise<void>((resolve) => room.push(resolve));
+    },
+    endInput() {
+      if (!session || finished) return;
+      if (local) local.endInput();
+      else toNode({ type: 'exec-input-end' });
+    },
+    resize(size) {
+      if (!session?.tty || finished) return;
+      if (local) local.resize(size);
+      else toNode({ type: 'exec-resize', rows: size.rows, cols: size.cols });
+    },
+  };
+}
+
+/** The built-in node's runner: the command in the environment's container, events on the same topic. */
+function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[], session?: SessionOptions): Command {
+  const topic = topics.exec(HOT, run);
+  let chain = Promise.resolve();
+  const publish = (payload: Record<string, unknown>) => {
+    chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
+  };
+  const start = deps.node.exec(
+    env.id,
+    argv,
+    env.workdir,
+    (stream, data) => {
+      for (const event of execOutput(stream, data)) publish(event);
+    },
+    session,
+  );
+  const command = whenStarted(start, (error) => {
+    publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
+    return 126;
+  });
+  void command.exited.then((exitCode) => publish({ type: 'exec-exit', exitCode }));
+  return command;
+}

@@ -1,0 +1,5 @@
+export * from './exec';
+export * from './job';
+export * from './relay';
+export * from './service';
+export * from './usage';

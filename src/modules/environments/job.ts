@@ -1,0 +1,303 @@
+import type { Deps } from '../../app/context';
+import type { Environment } from '../../generated/prisma/client';
+import type { BackgroundJob } from '../../kernel/background';
+import { formatDuration } from '../../kernel/durations';
+import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
+import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
+import { NO_WARM, type NodeProvider, startBound } from '../nodes';
+import { notifySandboxConfig } from '../sandboxes';
+import { nudgeWebhooks } from '../webhooks';
+import { announceEnvironment } from './events';
+import { awaitingOutSync } from './relay';
+import { transition, transitionIn } from './service';
+import { HISTORY_MS } from './usage';
+import { explainWaiting } from './waiting';
+
+/**
+ * Claims queued environments onto free slots, oldest first per pool; SKIP LOCKED keeps instances
+ * apart. A built-in hot node serves every organization; a remote node's slot only its own
+ * organization's leases, and only while the node is online and not draining.
+ */
+async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
+  const claimed: Environment[] = [];
+  let hooked = false;
+  for (const pool of deps.catalog.pools) {
+    for (;;) {
+      const env = await deps.prisma.$transaction(async (tx) => {
+        // Only leases a free slot could take, oldest first: their organization's own free node,
+        // or a free hot node while the organization holds less than its share of the pool's hot
+        // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
+        const share = deps.config.poolOrgShare;
+        const envs = await tx.$queryRaw<{ id: string; orgId: string; template: string; specHash: string | null; hotRoom: boolean }[]>`
+          SELECT e.id, e."orgId", e.template, e."specHash", hot.room AS "hotRoom"
+            FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
+           CROSS JOIN LATERAL (
+                 SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
+                   FROM "Node" h JOIN "Environment" x ON x.id = h."environmentId"
+                  WHERE h.pool = e.pool AND h."remoteId" IS NULL AND x."orgId" = e."orgId") hot
+           WHERE e.pool = ${pool.name} AND e.state = 'pending'
+             AND EXISTS (SELECT 1 FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+                          WHERE n.pool = e.pool AND n."environmentId" IS NULL
+                            AND ((n."remoteId" IS NULL AND hot.room)
+                              OR (r."orgId" = e."orgId" AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL)))
+           ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
+        if (envs.length === 0) return null;
+        // Every free slot of the pool whose node may take work; row locks keep other instances off them.
+        const slots = await tx.$queryRaw<Slot[]>`
+          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId",
+                 n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState"
+            FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+           WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
+             AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+           ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
+        for (const pending of envs) {
+          const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.remoteId === null);
+          // A ready warm container of its template and spec (the catalog's, or its organization's own)...
+          const warm = slots.find(
+            (n) =>
+              fits(n) &&
+              n.warmState === 'ready' &&
+              pending.specHash !== null &&
+              n.warmSpec === pending.specHash &&
+              n.warmTemplate === pending.template &&
+              (n.warmOrg === '' || n.warmOrg === pending.orgId),
+          );
+          // ...else its organization's own node before a hot one, a slot keeping nothing before one
+          // whose warm container it evicts (a lease never waits for warm containers of others).
+          const slot =
+            warm ??
+            leastWarm(slots.filter((n) => n.orgId === pending.orgId)) ??
+            (pending.hotRoom ? leastWarm(slots.filter((n) => n.remoteId === null)) : undefined);
+          if (!slot) continue;
+          // A remote node is read again under a share lock: a drain or a lost mark that committed
+          // meanwhile is seen, and one that comes later waits for this claim.
+          if (slot.remoteId) {
+            const takes = await tx.$queryRaw<{ id: string }[]>`
+              SELECT id FROM "RemoteNode"
+               WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
+            if (takes.length === 0) {
+              slots.splice(slots.indexOf(slot), 1);
+              continue;
+            }
+          }
+          const now = deps.clock.now();
+          // The state machine's pending → starting, in this transaction: the lease and its node
+          // change together. The lock taken above keeps it pending until then.
+          const moved = await transitionIn(deps, tx, pending.id, ['pending'], 'starting', () => ({
+            node: slot.name,
+            nodeId: slot.remoteId,
+            starting: now,
+            warmSlot: slot.warmState ? slot.id : null,
+            warmClaimed: slot === warm,
+          }));
+          if (!moved) continue;
+          await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
+          hooked = moved.hooked || hooked;
+          return moved.env;
+        }
+        return null;
+      });
+      if (!env) break;
+      claimed.push(env);
+      await announceEnvironment(deps, env.orgId);
+      await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+      await onClaim?.(env);
+    }
+  }
+  nudgeWebhooks(deps, hooked);
+  return claimed;
+}
+
+interface Slot {
+  id: string;
+  remoteId: string | null;
+  name: string;
+  orgId: string | null;
+  warmTemplate: string | null;
+  warmOrg: string | null;
+  warmSpec: string | null;
+  warmState: string | null;
+}
+
+/** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
+function leastWarm(slots: Slot[]): Slot | undefined {
+  const rank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
+  return slots.reduce<Slot | undefined>((best, n) => (!best || rank(n) < rank(best) ? n : best), undefined);
+}
+
+/** A node's work on one environment (prepare, release) takes minutes at most; older claims are from a dead instance. */
+const CLAIM_MS = 10 * 60_000;
+
+/**
+ * Takes the environment's node work for this instance, so two instances never prepare or
+ * release the same environment at once (a release saves snapshots). Transitions clear it.
+ */
+async function claimWork(deps: Deps, id: string, state: string): Promise<boolean> {
+  const now = deps.clock.now();
+  const { count } = await deps.prisma.environment.updateMany({
+    where: { id, state, OR: [{ workClaim: null }, { workClaim: { lt: new Date(now.getTime() - CLAIM_MS) } }] },
+    data: { workClaim: now },
+  });
+  return count === 1;
+}
+
+/** Starting environments whose start time has passed: prepared, then ready; or failed past the bound. */
+async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void> {
+  const now = deps.clock.now();
+  const due = await deps.prisma.$queryRaw<{ id: string; nodeId: string | null }[]>`
+    SELECT id, "nodeId" FROM "Environment"
+     WHERE state = 'starting' AND starting + ("startMs" * interval '1 millisecond') <= ${now}
+     ORDER BY starting`;
+  // A remote node prepares on its own machine: one waiting for a slow node holds up no other.
+  const remote = Promise.all(due.filter((e) => e.nodeId).map(({ id }) => prepareOne(deps, provider, id, now)));
+  for (const { id } of due.filter((e) => !e.nodeId)) await prepareOne(deps, provider, id, now);
+  await remote;
+}
+
+async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date): Promise<void> {
+  const env = await deps.prisma.environment.findUnique({ where: { id } });
+  if (env?.state !== 'starting' || !env.starting) return;
+  const bound = startBound(env.startMs);
+  if (now.getTime() - env.starting.getTime() > bound) {
+    await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
+    return;
+  }
+  if (!(await claimWork(deps, id, 'starting'))) return;
+  let runtime: string;
+  try {
+    runtime = await provider.prepare(deps, env);
+  } catch (error) {
+    await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
+    return;
+  }
+  const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({
+    ready: at,
+    runtime,
+    readyMs: at.getTime() - current.created.getTime(),
+    idleUntil: pushedIdleUntil(current, at),
+  }));
+  if (ready?.readyMs != null) deps.metrics.environmentStart.observe({ template: ready.template, pool: ready.pool }, ready.readyMs / 1000);
+  // A claimed or evicted warm container is made again on another free slot: only now, so making it
+  // does not compete with the claim for the engine.
+  if (env.warmSlot) deps.background.nudge(WARM_JOB);
+  // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
+  if (!ready) await discardIfEnded(deps, provider, id);
+}
+
+/** Ends an environment as failed, then wipes what its node holds of it. */
+async function fail(deps: Deps, provider: NodeProvider, env: Environment, error: string, from: SourceOf<'failed'>): Promise<void> {
+  await transition(deps, env.id, [from], 'failed', (at) => ({ error, stopped: at }));
+  await discardIfEnded(deps, provider, env.id);
+}
+
+async function discardIfEnded(deps: Deps, provider: NodeProvider, id: string): Promise<void> {
+  const env = await deps.prisma.environment.findUnique({ where: { id } });
+  if (env && isEnded(env.state)) await provider.discard(deps, env);
+}
+
+/** Hard time-outs end any live lease; idle time-outs end ready ones. Both say so in `error`. */
+async function enforceTimeouts(deps: Deps): Promise<void> {
+  const now = deps.clock.now();
+  const hard = await deps.prisma.environment.findMany({
+    where: { state: { in: [...STOPPABLE] }, expires: { lte: now } },
+    select: { id: true, hardMs: true },
+  });
+  for (const env of hard) {
+    await transition(deps, env.id, STOPPABLE, 'stopping', () => ({
+      error: `hard time-out: the ${formatDuration(env.hardMs)} lease ended`,
+    }));
+  }
+  const idle = await deps.prisma.environment.findMany({
+    where: { state: 'ready', idleUntil: { lte: now } },
+    select: { id: true, idleMs: true },
+  });
+  for (const env of idle) {
+    await transition(deps, env.id, ['ready'], 'stopping', () => ({
+      error: `idle time-out: no activity for ${formatDuration(env.idleMs)}`,
+    }));
+  }
+}
+
+/**
+ * Stopping environments: released by their node, then stopped and the node freed. Answers the
+ * ones still waiting for their sandbox agent's last `out` pass (a reason leases wait: waiting.ts).
+ */
+async function finishStopping(deps: Deps, provider: NodeProvider): Promise<string[]> {
+  const stopping = await deps.prisma.environment.findMany({ where: { state: 'stopping' }, orderBy: { created: 'asc' } });
+  const outSync: string[] = [];
+  const release = async (env: Environment) => {
+    if (await releaseOne(deps, provider, env)) outSync.push(env.id);
+  };
+  const remote = Promise.all(stopping.filter((e) => e.nodeId).map(release));
+  for (const env of stopping.filter((e) => !e.nodeId)) await release(env);
+  await remote;
+  return outSync;
+}
+
+/** Releases one stopping environment; true while it waits for its out shares instead. */
+async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment): Promise<boolean> {
+  // A sandbox agent that runs gets its chance to bring the out shares home first (bounded).
+  if (await awaitingOutSync(deps, env)) return true;
+  if (!(await claimWork(deps, env.id, 'stopping'))) return false;
+  try {
+    await provider.release(deps, env);
+  } catch (error) {
+    await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
+    return false;
+  }
+  // A system end for a fault of the environment's own (its disk limit) ends failed; `error` says why.
+  await transition(deps, env.id, ['stopping'], env.endsAs === 'failed' ? 'failed' : 'stopped', (at) => ({ stopped: at }));
+  return false;
+}
+
+/**
+ * Deletes event-log rows nobody can still be catching up on, and usage samples past the hour of
+ * history (those of ended environments: a live one's are thinned as its samples arrive).
+ */
+async function pruneEvents(deps: Deps): Promise<void> {
+  const now = deps.clock.now().getTime();
+  await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: new Date(now - 24 * 60 * 60 * 1000) } } });
+  await deps.prisma.usageSample.deleteMany({ where: { sampled: { lt: new Date(now - HISTORY_MS) } } });
+}
+
+export function environmentJob(provider: NodeProvider): BackgroundJob {
+  return {
+    name: ENVIRONMENT_JOB,
+    intervalMs: 1000,
+    async run(deps) {
+      await enforceTimeouts(deps);
+      const outSync = await finishStopping(deps, provider);
+      const claimed = await claimQueued(deps);
+      // A claimed warm container is ready in milliseconds: before anything else waits on it.
+      for (const env of claimed) if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
+      // Before the (possibly long) preparations: what still waits says why at once.
+      await explainWaiting(deps, outSync);
+      await advanceStarting(deps, provider);
+      // The database holds every deadline; this only wakes the job near the next one.
+      for (const env of claimed) deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
+    },
+  };
+}
+
+/**
+ * Claims queued leases the moment one is created or a warm container is ready, and readies at once
+ * those that took a warm container: apart from the environment job, whose release of another lease
+ * (seconds on a busy engine) would otherwise hold up a claim of milliseconds. A claim is the same
+ * SKIP LOCKED transaction as between instances, a preparation is taken with claimWork; the
+ * environment job still claims every second, so this interval is only a backstop.
+ */
+export function claimJob(provider: NodeProvider): BackgroundJob {
+  return {
+    name: CLAIM_JOB,
+    intervalMs: 60_000,
+    async run(deps) {
+      // Each one as it is claimed: a warm container is ready before the next claim is looked for.
+      await claimQueued(deps, async (env) => {
+        if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
+        else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
+      });
+    },
+  };
+}
+
+export const eventPruneJob: BackgroundJob = { name: 'environment-events', intervalMs: 60 * 60 * 1000, run: pruneEvents };

@@ -1,0 +1,413 @@
+import type { Actor, Deps } from '../../app/context';
+import type { Environment, Exec, Prisma as P } from '../../generated/prisma/client';
+import { principalOf, requireMember, requireOwner } from '../../kernel/access';
+import { parseDuration } from '../../kernel/durations';
+import {
+  assertTransitions,
+  type EnvironmentState,
+  isEnded,
+  isStoppable,
+  pushedIdleUntil,
+  type SourceOf,
+  STOPPABLE,
+} from '../../kernel/environment-states';
+import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from '../../kernel/errors';
+import type { AuditAction } from '../../kernel/event-names';
+import { CLAIM_JOB, ENVIRONMENT_JOB } from '../../kernel/job-names';
+import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from '../../kernel/labels';
+import { generateName, newId } from '../../kernel/names';
+import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
+import { lockFor, type Tx } from '../../platform/db';
+import { topics } from '../../platform/events';
+import { checkAudited, recordAudit } from '../audit';
+import { orgLimits } from '../organizations';
+import { admitUnderQuota, quotasFor } from '../quotas';
+import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from '../sandboxes';
+import { findTemplate, MAX_HARD_MS, poolOf, warmSpecHash } from '../templates';
+import { emitEnvironmentState, emitWebhookEvent, environmentData, nudgeWebhooks } from '../webhooks';
+import { announceEnvironment, recordEvent } from './events';
+import { type EnvironmentFilterInput, environmentFilter } from './filter';
+import { waitingOfNew } from './waiting';
+
+export const DEFAULT_PROJECT = 'default';
+
+export interface CreateEnvironmentInput extends WiringInput {
+  template: string;
+  labels?: unknown;
+  idle?: string | null;
+  hard?: string | null;
+  project?: string | null;
+  snapshot?: string | null;
+  restore?: string[] | null;
+}
+
+/** Picks the lease's time-outs: request, else quota, else template; never past a quota or 24h. */
+function timeouts(
+  input: CreateEnvironmentInput,
+  template: { idleMs: number; hardMs: number },
+  quotas: { template: string; idleMs: number; hardMs: number }[],
+) {
+  const own = quotas.find((q) => q.template !== '*');
+  const hardCap = Math.min(MAX_HARD_MS, ...quotas.map((q) => q.hardMs));
+  const idleCap = Math.min(hardCap, ...quotas.map((q) => q.idleMs));
+  const hardMs = input.hard ? parseDuration(input.hard, 'hard') : Math.min(own?.hardMs ?? template.hardMs, hardCap);
+  const idleMs = input.idle ? parseDuration(input.idle, 'idle') : Math.min(own?.idleMs ?? template.idleMs, idleCap, hardMs);
+  if (hardMs <= 0) throw new ValidationError('hard must be a positive duration', 'hard');
+  if (idleMs <= 0) throw new ValidationError('idle must be a positive duration', 'idle');
+  if (hardMs > hardCap) {
+    throw new ValidationError(`hard: "${input.hard}" exceeds the ${hardCap === MAX_HARD_MS ? '24h maximum' : 'quota'}`, 'hard');
+  }
+  if (idleMs > idleCap) throw new ValidationError(`idle: "${input.idle}" exceeds the quota`, 'idle');
+  if (idleMs > hardMs) throw new ValidationError('idle must not exceed hard', 'idle');
+  return { idleMs, hardMs };
+}
+
+/**
+ * POST /v1/environments: validates, wires to the sandbox, admits under quota and into the pool's
+ * queue, all in one transaction. A full queue still records the environment, as `failed`, and
+ * then answers 503.
+ */
+export async function createEnvironment(deps: Deps, actor: Actor, input: CreateEnvironmentInput) {
+  requireMember(actor);
+  const template = await findTemplate(deps.prisma, actor.orgId, input.template);
+  const labels = validateLabels(input.labels ?? {});
+  const project = input.project === undefined || input.project === null ? DEFAULT_PROJECT : validateProjectName(input.project);
+  const snapshot = input.snapshot === undefined || input.snapshot === null ? null : validateSnapshotKey(input.snapshot);
+  const restore = validateRestoreKeys(input.restore ?? (snapshot ? [snapshot] : []));
+  const quotas = await quotasFor(deps.prisma, actor.orgId, template.name);
+  const { idleMs, hardMs } = timeouts(input, template, quotas);
+  const pool = poolOf(deps, template.pool);
+
+  let hooked = false;
+  const env = await deps.prisma.$transaction(async (tx) => {
+    const wiring = await planWiring(tx, actor, template, input);
+    await admitUnderQuota(tx, actor.orgId, template.name, quotas);
+    // Admissions to one pool take turns so `maxQueued` holds across instances.
+    await lockFor(tx, `berth:queue:${pool.name}`);
+    if (pool.hotNodes > 0) await admitUnderPoolShare(deps, tx, actor.orgId, pool);
+    const queued = await tx.environment.count({ where: { pool: pool.name, state: 'pending' } });
+    const full = queued >= pool.maxQueued;
+    // Why it waits, from the start (the environment job keeps it up to date): written with the
+    // lease, one version, instead of a second one a moment later.
+    const waiting = full ? null : await waitingOfNew(deps, tx, pool, actor.orgId, queued);
+    const now = deps.clock.now();
+    const created = await tx.environment.create({
+      data: {
+        id: newId('env'),
+        orgId: actor.orgId,
+        name: await uniqueName(tx),
+        template: template.name,
+        pool: pool.name,
+        state: full ? 'failed' : 'pending',
+        error: full ? `the queue of pool ${pool.name} is full (${pool.maxQueued} waiting)` : null,
+        waiting,
+        stopped: full ? now : null,
+        sandboxId: wiring.sandboxId,
+        labels,
+        project,
+        createdBy: actor.name,
+        owner: principalOf(actor),
+        created: now,
+        expires: new Date(now.getTime() + hardMs),
+        idleUntil: new Date(now.getTime() + idleMs),
+        idleMs,
+        hardMs,
+        startMs: template.startMs,
+        exports: wiring.exports,
+        shares: wiring.shares,
+        sync: wiring.sync,
+        snapshot,
+        restore,
+        // What the node runs it with, fixed at creation like startMs.
+        image: template.image ?? null,
+        resources: template.resources,
+        network: template.network,
+        workdir: template.workdir,
+        envVars: template.env,
+        specHash: template.image ? warmSpecHash(template) : null,
+        version: 1,
+      },
+    });
+    await recordEvent(tx, created);
+    hooked = await emitWebhookEvent(tx, created.orgId, 'environment.created', environmentData(created), now, created.id);
+    await recordAudit(deps, tx, actor, {
+      action: 'environment.create',
+      target: { kind: 'environment', id: created.id },
+      detail: { name: created.name, template: created.template, project, state: created.state },
+    });
+    return created;
+  });
+  await announceEnvironment(deps, env.orgId);
+  nudgeWebhooks(deps, hooked);
+  if (env.state === 'failed') {
+    throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
+  }
+  deps.background.nudge(CLAIM_JOB);
+  deps.background.nudge(ENVIRONMENT_JOB);
+  if (!env.sandboxId) return { environment: env, sandboxConfig: null };
+  await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+  return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId, { keyring: false }) };
+}
+
+/**
+ * On a pool every organization leases from (it has hot nodes), one organization may have at most
+ * its share (POOL_ORG_SHARE, or its own) of the pool's queue waiting: 429 pool_share past it. Its
+ * share of the hot nodes is kept by the claim (src/modules/environments/job.ts).
+ */
+async function admitUnderPoolShare(deps: Deps, tx: Tx, orgId: string, pool: { name: string; maxQueued: number }): Promise<void> {
+  const { poolShare } = await orgLimits(deps, tx, orgId);
+  // A whole share is no cap: the queue's own bound (503 queue_full) applies.
+  if (poolShare >= 1) return;
+  const cap = Math.max(1, Math.ceil(poolShare * pool.maxQueued));
+  const waiting = await tx.environment.count({ where: { pool: pool.name, state: 'pending', orgId } });
+  if (waiting >= cap) {
+    throw new DomainError(
+      `your organization already has ${waiting} leases waiting in pool ${pool.name}, its share (${poolShare}) of the queue; wait for some to start or stop some`,
+      'pool_share',
+    );
+  }
+}
+
+async function uniqueName(tx: Tx): Promise<string> {
+  for (;;) {
+    const name = generateName();
+    if (!(await tx.environment.findUnique({ where: { name }, select: { id: true } }))) return name;
+  }
+}
+
+/** An environment by id (`env_…`) or by name, within the caller's organization. */
+export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  requireMember(actor);
+  const env = await readEnvironment(deps, actor.orgId, idOrName);
+  if (!env) throw new NotFoundError(`environment ${idOrName}`);
+  return env;
+}
+
+// The hottest read of the API: a named statement on the raw pool (prepared once per connection,
+// so PostgreSQL plans it once) instead of a Prisma query. Columns are the model's fields.
+const ENVIRONMENT_BY_ID = 'SELECT * FROM "Environment" WHERE id = $1 AND "orgId" = $2';
+const ENVIRONMENT_BY_NAME = 'SELECT * FROM "Environment" WHERE name = $1 AND "orgId" = $2';
+
+/** The environment with this id (`env_…`) or name in the organization, as Prisma would return it. */
+async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Promise<Environment | undefined> {
+  const byId = idOrName.startsWith('env_');
+  const { rows } = await deps.db.pool.query<Environment & { queueSeq: string | bigint }>({
+    name: byId ? 'berth_environment_by_id' : 'berth_environment_by_name',
+    text: byId ? ENVIRONMENT_BY_ID : ENVIRONMENT_BY_NAME,
+    values: [idOrName, orgId],
+  });
+  const row = rows[0];
+  if (!row) return undefined;
+  // pg answers int8 as a string; Prisma's BigInt is a bigint.
+  row.queueSeq = BigInt(row.queueSeq);
+  return row;
+}
+
+/**
+ * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
+ * guard: a transition that no longer applies changes nothing) and logs the new version, and
+ * `audit`'s event when a caller asked for it. Every state change goes through here or, for one
+ * that commits with other writes, transitionIn. `from` → `to` must be in the state machine's table
+ * (src/kernel/environment-states.ts): a pair it lacks does not compile, or throws at once.
+ */
+export async function transition<To extends EnvironmentState>(
+  deps: Deps,
+  id: string,
+  from: readonly NoInfer<SourceOf<To>>[],
+  to: To,
+  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
+  audit?: { actor: Actor; action: AuditAction },
+): Promise<Environment | null> {
+  assertTransitions(from, to);
+  let hooked = false;
+  const env = await deps.prisma.$transaction(async (tx) => {
+    const moved = await transitionIn(deps, tx, id, from, to, data);
+    if (!moved) return null;
+    hooked = moved.hooked;
+    if (audit) {
+      await recordAudit(deps, tx, audit.actor, {
+        action: audit.action,
+        target: { kind: 'environment', id },
+        detail: { name: moved.env.name },
+      });
+    }
+    return moved.env;
+  });
+  if (env) {
+    nudgeWebhooks(deps, hooked);
+    await announceEnvironment(deps, env.orgId);
+    // The sandbox's config shows each wired environment's state and node.
+    await notifySandboxConfig(deps, env.orgId, env.sandboxId);
+  }
+  return env;
+}
+
+/**
+ * transition() inside the caller's transaction, for a change of state that must commit with other
+ * writes (the claim of a queued environment takes its node in the same transaction). The caller
+ * announces it once committed: announceEnvironment, notifySandboxConfig, and nudgeWebhooks with
+ * `hooked`.
+ */
+export async function transitionIn<To extends EnvironmentState>(
+  deps: Deps,
+  tx: Tx,
+  id: string,
+  from: readonly NoInfer<SourceOf<To>>[],
+  to: To,
+  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
+): Promise<{ env: Environment; hooked: boolean } | null> {
+  assertTransitions(from, to);
+  // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
+  // then sees the state it left instead of silently missing it.
+  await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
+  const current = await tx.environment.findUnique({ where: { id } });
+  if (!current || !(from as readonly string[]).includes(current.state)) return null;
+  const now = deps.clock.now();
+  await tx.environment.update({
+    where: { id },
+    // Only a pending environment waits: every transition leads out of pending.
+    data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
+  });
+  if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
+  const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
+  await recordEvent(tx, updated);
+  return { env: updated, hooked: await emitEnvironmentState(tx, updated, now) };
+}
+
+/** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */
+export async function stopEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  const env = await findEnvironment(deps, actor, idOrName);
+  await checkAudited(deps, actor, { action: 'environment.delete', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
+  if (!isStoppable(env.state)) return env;
+  const stopping = await transition(deps, env.id, STOPPABLE, 'stopping', () => ({ stoppedBy: actor.name }), {
+    actor,
+    action: 'environment.delete',
+  });
+  deps.background.nudge(ENVIRONMENT_JOB);
+  return stopping ?? findEnvironment(deps, actor, env.id);
+}
+
+function assertLive(env: Environment): void {
+  if (!isStoppable(env.state)) {
+    throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
+  }
+}
+
+/** POST /v1/environments/{id}/keepalive. */
+export async function keepAlive(deps: Deps, actor: Actor, idOrName: string): Promise<Environment> {
+  const env = await findEnvironment(deps, actor, idOrName);
+  requireOwner(actor, env, `environment ${env.name}`);
+  assertLive(env);
+  return deps.prisma.$transaction(async (tx) => {
+    const kept = await tx.environment.update({ where: { id: env.id }, data: { idleUntil: pushedIdleUntil(env, deps.clock.now()) } });
+    await recordAudit(deps, tx, actor, { action: 'environment.keepalive', target: { kind: 'environment', id: env.id } });
+    return kept;
+  });
+}
+
+export interface ExecInput {
+  command: string;
+  exitCode: number;
+  durationMs: number;
+}
+
+const MAX_COMMAND = 64 * 1024;
+
+/** POST /v1/environments/{id}/execs: logs a command and counts as activity. */
+export async function recordExec(deps: Deps, actor: Actor, idOrName: string, input: ExecInput) {
+  requireMember(actor);
+  if (input.command.trim() === '') throw new ValidationError('command must not be empty', 'command');
+  if (input.command.length > MAX_COMMAND) throw new ValidationError(`command is longer than ${MAX_COMMAND} characters`, 'command');
+  if (!Number.isInteger(input.exitCode) || input.exitCode < -2147483648 || input.exitCode > 2147483647) {
+    throw new ValidationError('exitCode must be a 32-bit integer', 'exitCode');
+  }
+  if (!Number.isInteger(input.durationMs) || input.durationMs < 0)
+    throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
+  const env = await findEnvironment(deps, actor, idOrName);
+  await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
+    requireOwner(actor, env, `environment ${env.name}`),
+  );
+  assertLive(env);
+  return recordExecRow(deps, actor, env.id, input);
+}
+
+/** Writes an Exec row for the caller (counts as activity) and tells the execs subscribers. */
+export async function recordExecRow(deps: Deps, actor: Actor, envId: string, input: ExecInput): Promise<Exec> {
+  const now = deps.clock.now();
+  const exec = await deps.prisma.$transaction(async (tx) => {
+    const env = await tx.environment.findUniqueOrThrow({ where: { id: envId } });
+    const row = await tx.exec.create({
+      data: {
+        environmentId: env.id,
+        time: now,
+        actor: actor.name,
+        command: input.command,
+        exitCode: input.exitCode,
+        durationMs: input.durationMs,
+      },
+    });
+    await tx.environment.update({ where: { id: env.id }, data: { idleUntil: pushedIdleUntil(env, now) } });
+    await recordAudit(deps, tx, actor, {
+      action: 'exec.run',
+      target: { kind: 'environment', id: env.id },
+      detail: { exec: row.id, command: input.command, exitCode: input.exitCode },
+    });
+    return row;
+  });
+  await deps.events.publish(topics.execs(envId), { id: exec.id });
+  return exec;
+}
+
+export async function listExecs(deps: Deps, actor: Actor, idOrName: string) {
+  requireMember(actor);
+  const env = await findEnvironment(deps, actor, idOrName);
+  return deps.prisma.exec.findMany({ where: { environmentId: env.id }, orderBy: { id: 'desc' } });
+}
+
+/**
+ * Every command recorded for the environment from now on (on any instance). With `after` (the
+ * newest id the caller has), first the ones recorded since, so none falls between a caller's
+ * list and its subscription.
+ */
+export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, after?: number | null): Promise<AsyncIterable<Exec>> {
+  requireMember(actor);
+  const env = await findEnvironment(deps, actor, idOrName);
+  const recorded = deps.events.subscribe(topics.execs(env.id))[Symbol.asyncIterator]();
+  // Listening starts with the first next(), before the catch-up read.
+  const first = recorded.next();
+  return (async function* () {
+    try {
+      const replayed = new Set<number>();
+      if (after !== undefined && after !== null) {
+        const missed = await deps.prisma.exec.findMany({ where: { environmentId: env.id, id: { gt: after } }, orderBy: { id: 'asc' } });
+        for (const exec of missed) {
+          replayed.add(exec.id);
+          yield exec;
+        }
+      }
+      for (let next = await first; !next.done; next = await recorded.next()) {
+        const id = next.value.id;
+        if (replayed.has(id)) continue;
+        const exec = await deps.prisma.exec.findUnique({ where: { id } });
+        if (exec) yield exec;
+      }
+    } finally {
+      await recorded.return?.();
+    }
+  })();
+}
+
+/** A page of the organization's environments, newest first, by the one environment filter (environment-filter.ts). */
+export async function listEnvironments(
+  deps: Deps,
+  actor: Actor,
+  input: PageArgs & { filter?: EnvironmentFilterInput | null },
+): Promise<Page<Environment>> {
+  requireMember(actor);
+  const page = pageQuery(input, 'env');
+  const { where } = await environmentFilter(deps, actor, input.filter ?? {});
+  const rows = await deps.prisma.environment.findMany({ where: { AND: [where, page.where] }, orderBy: page.orderBy, take: page.take });
+  return pageOf(rows, page.size);
+}

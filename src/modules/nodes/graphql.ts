@@ -1,0 +1,128 @@
+import { builder } from '../../kernel/graphql/builder';
+import { EnvironmentRef } from '../environments/graphql';
+import { type Allocation, createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from './service';
+import { type WarmContainer, warmContainers } from './warm';
+
+const NodeCapacityRef = builder.objectRef<{ cpus: number; memory: number }>('NodeCapacity').implement({
+  description: "A node's machine, as its agent said when it last connected: its engine's, else the host's",
+  fields: (t) => ({
+    cpus: t.exposeInt('cpus'),
+    memory: t.expose('memory', { type: 'SafeInt', description: 'Bytes' }),
+  }),
+});
+
+const NodeAllocationRef = builder.objectRef<Allocation>('NodeAllocation').implement({
+  description: "What the limits (templates' `resources`) of the live environments on a node add up to",
+  fields: (t) => ({
+    cpus: t.exposeFloat('cpus', { description: 'The sum of their CPU limits' }),
+    memory: t.expose('memory', { type: 'SafeInt', description: 'The sum of their memory limits, bytes' }),
+    unlimited: t.exposeInt('unlimited', {
+      description: 'How many of them lack a CPU or a memory limit (what they use of the missing one is in no sum)',
+    }),
+  }),
+});
+
+const WarmContainerRef = builder.objectRef<WarmContainer>('WarmContainer').implement({
+  description: "A started, unclaimed container a slot keeps for a template's leases (a template's `warm`)",
+  fields: (t) => ({
+    slot: t.exposeString('slot'),
+    template: t.exposeString('template'),
+    state: t.exposeString('state', {
+      description: 'starting (being made), ready (a lease claims it) or failed (tried again after a backoff; `error` says why)',
+    }),
+    since: t.expose('since', { type: 'DateTime', nullable: true, description: 'When its making started' }),
+    error: t.exposeString('error', { nullable: true, description: 'Why its last making failed' }),
+  }),
+});
+
+export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
+  description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name', { description: "What an environment's `node` field shows (a DNS label)" }),
+    pool: t.exposeString('pool'),
+    state: t.exposeString('state', {
+      description:
+        'online (heard from within the liveness bound), lost (not heard from), draining (removed, or its agent is shutting down: no new environments), offline (its agent shut down cleanly; online again when it connects)',
+    }),
+    slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
+    environments: t.stringList({ description: 'Ids of the live environments on it', resolve: (n) => n.environments.map((e) => e.id) }),
+    liveEnvironments: t.field({
+      type: [EnvironmentRef],
+      description: 'The live environments on it (each holds one of its slots), oldest first',
+      resolve: (n) => n.environments,
+    }),
+    capacity: t.field({
+      type: NodeCapacityRef,
+      nullable: true,
+      description: 'Its CPUs and memory; null until its agent connected once',
+      resolve: (n) => n.capacity,
+    }),
+    allocated: t.field({ type: NodeAllocationRef, description: 'What its live environments are allowed', resolve: (n) => n.allocated }),
+    warm: t.field({
+      type: [WarmContainerRef],
+      description: "The warm containers its free slots keep for its organization's templates",
+      resolve: (n, _args, ctx) => warmContainers(ctx.deps.prisma, n.id),
+    }),
+    lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
+    createdBy: t.exposeString('createdBy'),
+    created: t.expose('created', { type: 'DateTime' }),
+  }),
+});
+
+const CreatedNode = builder.objectRef<{ node: NodeRecord; secret: string }>('CreatedNode').implement({
+  fields: (t) => ({
+    node: t.field({ type: NodeRef, resolve: (r) => r.node }),
+    secret: t.exposeString('secret', {
+      description: 'The node credential (bnd_…) for `berth node --token`; shown once, only its hash is kept',
+    }),
+  }),
+});
+
+const CreateNodeInput = builder.inputType('CreateNodeInput', {
+  fields: (t) => ({
+    pool: t.string({ required: true, description: 'A pool of the templates catalog' }),
+    name: t.string({ required: true, description: "The node's name (a DNS label, unique among the organization's nodes)" }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  nodes: t.field({
+    type: [NodeRef],
+    description: "The organization's remote nodes (revoked ones are gone), oldest first",
+    resolve: (_root, _args, ctx) => listNodes(ctx.deps, ctx.actor),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  createNode: t.field({
+    type: CreatedNode,
+    description: 'A node credential for one pool (admins)',
+    args: { input: t.arg({ type: CreateNodeInput, required: true }) },
+    resolve: (_root, { input }, ctx) => createNode(ctx.deps, ctx.actor, input),
+  }),
+  removeNode: t.field({
+    type: NodeRef,
+    description: 'Drains the node at once (no new environments); it is revoked when its live environments have ended (admins)',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => removeNode(ctx.deps, ctx.actor, String(id)),
+  }),
+}));
+
+const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
+  description: 'A node of the organization changed: its state now, or removed once it is revoked',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    state: t.exposeString('state', { description: 'online, lost (also: registered, not heard from yet), draining, offline or removed' }),
+  }),
+});
+
+builder.subscriptionField('nodesChanged', (t) =>
+  t.field({
+    type: NodeEventRef,
+    description: "Every change of the organization's nodes from now on: registered, online, lost, draining, offline, removed",
+    subscribe: (_root, _args, ctx) => watchNodes(ctx.deps, ctx.actor),
+    resolve: (event: NodeEvent) => event,
+  }),
+);

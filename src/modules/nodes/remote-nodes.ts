@@ -1,0 +1,77 @@
+// The remote provider: an environment's prepare, release and discard happen on the remote node
+// that holds it (`berth node`), asked over its control channel (src/kernel/node-messages.ts).
+// The node moves the snapshot archives itself, over the node HTTP calls (docs/snapshots.md).
+import type { Deps } from '../../app/context';
+import type { Environment } from '../../generated/prisma/client';
+import type { BackgroundJob } from '../../kernel/background';
+import { NODE_JOB } from '../../kernel/job-names';
+import { askNode, sendToNode } from '../../kernel/node-messages';
+import { savedShares } from '../snapshots';
+import { builtinProvider, type NodeProvider, shareRules, startBound } from './provider';
+import { LIVE_NODE, markLeftNodes, markLostNodes, revokeDrained } from './service';
+import { environmentSpec } from './specs';
+
+/** The longest a node may take to save an environment's shares. */
+const RELEASE_MS = 10 * 60_000;
+
+/** Gives up on a node's answer once its node is no longer online or the environment left `state`. */
+function stillWanted(deps: Deps, env: Environment, state: string) {
+  return async (): Promise<string | null> => {
+    const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId ?? '' }, select: { state: true, name: true } });
+    // A leaving node (its agent shutting down) still releases what it holds.
+    if (!node || !LIVE_NODE.includes(node.state)) return `node ${env.node} was lost`;
+    const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true } });
+    if (now?.state !== state) return `the environment is ${now?.state ?? 'gone'}`;
+    return null;
+  };
+}
+
+export const remoteProvider: NodeProvider = {
+  async prepare(deps, env) {
+    const reply = await askNode(
+      deps,
+      env.nodeId!,
+      {
+        type: 'prepare',
+        environment: {
+          ...(await environmentSpec(deps, env)),
+          // The slot's warm container it claims, or evicts (src/modules/nodes/warm-job.ts).
+          ...(env.warmSlot ? { warm: { slot: env.warmSlot, hash: env.specHash ?? '', claim: env.warmClaimed } } : {}),
+        },
+      },
+      { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting') },
+    );
+    return reply.runtime === 'container' ? 'container' : 'files';
+  },
+  async release(deps, env) {
+    const shares = (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+    await askNode(
+      deps,
+      env.nodeId!,
+      { type: 'release', environment: { id: env.id, snapshot: env.snapshot !== null, saved: await savedShares(deps, env), shares } },
+      { timeoutMs: RELEASE_MS, check: stillWanted(deps, env, 'stopping') },
+    );
+  },
+  async discard(deps, env) {
+    // A node that is not connected wipes every root it does not hold when it says hello again.
+    await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
+  },
+};
+
+/** Each environment's work goes to the node it runs on: a remote node, else the built-in hot pool. */
+export const nodeProvider: NodeProvider = {
+  prepare: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).prepare(deps, env),
+  release: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).release(deps, env),
+  discard: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).discard(deps, env),
+};
+
+/** Liveness (lost nodes fail their environments), draining (revoked once empty), leaving (offline once empty). */
+export const nodeJob: BackgroundJob = {
+  name: NODE_JOB,
+  intervalMs: 1000,
+  async run(deps) {
+    await markLostNodes(deps);
+    await revokeDrained(deps);
+    await markLeftNodes(deps);
+  },
+};

@@ -1,0 +1,555 @@
+// Remote nodes: build machines running `berth node` (docs/agents.md).
+//
+// An admin creates a node credential (`bnd_…`, stored as a Credential of kind "node", only its
+// SHA-256 kept) for one pool; the node serves only its organization's leases of that pool. The
+// agent opens the control channel with it (src/edges/http/node-channel.ts), says hello with its slots,
+// and heartbeats; everything about a node is in the database (RemoteNode, its Node slot rows, the
+// environments' `nodeId`), so any instance can claim onto it, fail it or revoke it. Every change
+// of a node's state is announced on its organization's topic (`nodesChanged`).
+
+import type { Readable } from 'node:stream';
+import { map } from 'graphql-yoga';
+import { z } from 'zod';
+import type { Actor, Deps } from '../../app/context';
+import type { Environment, RemoteNode, Snapshot } from '../../generated/prisma/client';
+import { requireAdmin, requireMember, requireNodeAgent } from '../../kernel/access';
+import { formatDuration } from '../../kernel/durations';
+import { isLive, LIVE_STATES, ON_NODE, RUNNING } from '../../kernel/environment-states';
+import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from '../../kernel/errors';
+import { newId } from '../../kernel/names';
+import { sendToNode } from '../../kernel/node-messages';
+import { hashSecret, newSecret, secretPrefix } from '../../kernel/secrets';
+import { parseSize } from '../../kernel/sizes';
+import { lockFor } from '../../platform/db';
+import { topics } from '../../platform/events';
+import { checkAudited, recordAudit } from '../audit';
+import { SANDBOX_NAME } from '../sandboxes';
+import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, savedShares, saveSnapshotShare } from '../snapshots';
+import { findTemplate, poolImages } from '../templates';
+import { resourcesOf } from './specs';
+
+export { MAX_SLOTS } from '../../protocol/dataplane';
+
+import { ENVIRONMENT_JOB, NODE_JOB } from '../../kernel/job-names';
+import { MAX_SLOTS } from '../../protocol/dataplane';
+
+/**
+ * online: heard from within the liveness bound; lost: not heard from (or never connected);
+ * draining: removed by an admin, or its agent is shutting down: no new environments; offline: its
+ * agent shut down cleanly, nothing runs on it, online again when it says hello.
+ */
+export type NodeState = 'online' | 'lost' | 'draining' | 'offline';
+
+export interface NodeRecord {
+  id: string;
+  name: string;
+  pool: string;
+  state: NodeState;
+  /** The slots its agent holds (`--slots`), as it said when it last connected. */
+  slots: number;
+  /** The live environments on it, oldest first (each holds one of its slots). */
+  environments: Environment[];
+  /** The machine's CPUs and memory (bytes) as its agent said when it last connected; null before. */
+  capacity: { cpus: number; memory: number } | null;
+  /** What its live environments' limits add up to (see allocationOf). */
+  allocated: Allocation;
+  lastSeen: Date | null;
+  createdBy: string;
+  created: Date;
+}
+
+export interface CreateNodeInput {
+  pool: string;
+  name: string;
+}
+
+/**
+ * The `state` column is the node's liveness: `online`, `leaving` (online, its agent shutting down:
+ * the claim, which takes only `online` nodes, places nothing on it), `offline` (left cleanly) or
+ * `lost`. Removal is its own column, `draining`.
+ */
+export const LIVE_NODE = ['online', 'leaving'];
+
+function stateOf(node: RemoteNode): NodeState {
+  if (node.draining || node.state === 'leaving') return 'draining';
+  return node.state === 'online' || node.state === 'offline' ? node.state : 'lost';
+}
+
+export interface Allocation {
+  /** The sum of their CPU limits. */
+  cpus: number;
+  /** The sum of their memory limits, bytes. */
+  memory: number;
+  /** How many of them lack a CPU or a memory limit: what they use of the missing one is in no sum. */
+  unlimited: number;
+}
+
+/** The limits of live environments, added up (their templates' `resources`, kept on each environment). */
+export function allocationOf(envs: Environment[]): Allocation {
+  let cpus = 0;
+  let memory = 0;
+  let unlimited = 0;
+  for (const env of envs) {
+    const limits = resourcesOf(env);
+    if (limits.cpus) cpus += limits.cpus;
+    if (limits.memory) memory += parseSize(limits.memory);
+    if (!limits.cpus || !limits.memory) unlimited++;
+  }
+  // Hundredths, as templates write them: no 0.30000000000000004.
+  return { cpus: Math.round(cpus * 100) / 100, memory, unlimited };
+}
+
+async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
+  const envs = await deps.prisma.environment.findMany({
+    where: { nodeId: { in: nodes.map((n) => n.id) }, state: { in: [...LIVE_STATES] } },
+    orderBy: [{ created: 'asc' }, { id: 'asc' }],
+  });
+  return nodes.map((n) => {
+    const environments = envs.filter((e) => e.nodeId === n.id);
+    return {
+      id: n.id,
+      name: n.name,
+      pool: n.pool,
+      state: stateOf(n),
+      slots: n.slots,
+      environments,
+      capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null,
+      allocated: allocationOf(environments),
+      lastSeen: n.lastSeen,
+      createdBy: n.createdBy,
+      created: n.created,
+    };
+  });
+}
+
+const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'offline', 'removed']) });
+/** A node's state after a change; `removed` once it is revoked (gone from the list). */
+export type NodeEvent = z.infer<typeof NodeEvent>;
+
+function announce(deps: Deps, node: { orgId: string; id: string; name: string }, state: NodeEvent['state']): Promise<void> {
+  const event: NodeEvent = { id: node.id, name: node.name, state };
+  return deps.events.publish(topics.nodes(node.orgId), event);
+}
+
+/**
+ * Every change of the organization's nodes from now on (members): registered (lost: not heard
+ * from yet), online (it said hello), lost, draining, removed.
+ */
+export function watchNodes(deps: Deps, actor: Actor): AsyncIterable<NodeEvent> {
+  requireMember(actor);
+  return map((event) => NodeEvent.parse(event))(deps.events.subscribe(topics.nodes(actor.orgId)));
+}
+
+/** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */
+async function findNode(deps: Deps, orgId: string, id: string): Promise<RemoteNode> {
+  const node = await deps.prisma.remoteNode.findFirst({ where: { id, orgId, revoked: null } });
+  if (!node) throw new NotFoundError(`node ${id}`);
+  return node;
+}
+
+function validateNodeName(value: unknown): string {
+  if (typeof value !== 'string') throw new ValidationError('name: must be a string', 'name');
+  const name = value.trim().toLowerCase();
+  if (!SANDBOX_NAME.test(name)) {
+    throw new ValidationError(
+      `name: ${JSON.stringify(value)} must be a DNS label: 1-63 letters, digits and "-", starting and ending with a letter or digit`,
+      'name',
+    );
+  }
+  return name;
+}
+
+/** POST /v1/nodes (admins): a node credential for one pool; the secret is shown once. */
+export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInput): Promise<{ node: NodeRecord; secret: string }> {
+  await checkAudited(deps, actor, { action: 'node.create', target: { kind: 'node', id: String(input.name).slice(0, 100) } }, () =>
+    requireAdmin(actor, 'only admins can create node credentials'),
+  );
+  const name = validateNodeName(input.name);
+  if (typeof input.pool !== 'string' || !deps.catalog.pools.some((p) => p.name === input.pool)) {
+    const pools = deps.catalog.pools.map((p) => p.name).join(', ');
+    throw new ValidationError(`pool: ${JSON.stringify(input.pool)} is not a pool of the templates catalog (${pools})`, 'pool');
+  }
+  const secret = newSecret('bnd');
+  const id = newId('nod');
+  const node = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node-names:${actor.orgId}`);
+    if (await tx.remoteNode.findFirst({ where: { orgId: actor.orgId, name, revoked: null }, select: { id: true } })) {
+      throw new ConflictError(`a node named ${name} already exists; remove it first or choose another name`, 'name_taken');
+    }
+    const created = await tx.remoteNode.create({
+      data: { id, orgId: actor.orgId, name, pool: input.pool, createdBy: actor.name, created: deps.clock.now() },
+    });
+    await tx.credential.create({
+      data: {
+        id: newId('cred'),
+        kind: 'node',
+        orgId: actor.orgId,
+        nodeId: id,
+        name,
+        secretHash: hashSecret(secret),
+        prefix: secretPrefix(secret),
+        createdBy: actor.name,
+        created: deps.clock.now(),
+      },
+    });
+    await recordAudit(deps, tx, actor, { action: 'node.create', target: { kind: 'node', id }, detail: { name, pool: input.pool } });
+    return created;
+  });
+  const [record] = await records(deps, [node]);
+  await announce(deps, node, record!.state);
+  return { node: record!, secret };
+}
+
+/** GET /v1/nodes: the organization's nodes (revoked ones are gone), oldest first. */
+export async function listNodes(deps: Deps, actor: Actor): Promise<NodeRecord[]> {
+  requireMember(actor);
+  const nodes = await deps.prisma.remoteNode.findMany({
+    where: { orgId: actor.orgId, revoked: null },
+    orderBy: [{ created: 'asc' }, { id: 'asc' }],
+  });
+  return records(deps, nodes);
+}
+
+/**
+ * DELETE /v1/nodes/{id} (admins): drains the node at once (no new environments; the live ones
+ * run to their end), then the node job revokes it when none is left (its secret then answers 401).
+ */
+export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<NodeRecord> {
+  await checkAudited(deps, actor, { action: 'node.remove', target: { kind: 'node', id } }, () =>
+    requireAdmin(actor, 'only admins can remove nodes'),
+  );
+  const node = await findNode(deps, actor.orgId, id);
+  const drained = node.draining
+    ? node
+    : await deps.prisma.$transaction(async (tx) => {
+        const row = await tx.remoteNode.update({ where: { id: node.id }, data: { draining: deps.clock.now() } });
+        await recordAudit(deps, tx, actor, { action: 'node.remove', target: { kind: 'node', id: node.id }, detail: { name: node.name } });
+        return row;
+      });
+  if (!node.draining) await announce(deps, drained, 'draining');
+  const [record] = await records(deps, [drained]);
+  await revokeDrained(deps);
+  return record!;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's side (its bnd_ credential)
+
+export interface HelloInput {
+  slots: number;
+  /** The environments the agent still holds (after a reconnect without a restart). */
+  environments: string[];
+  /** It is shutting down (a reconnect while it drains): it stays `leaving`, see nodeLeaving. */
+  leaving?: boolean;
+  /** The machine's CPUs and memory (bytes): its engine's, else the host's. */
+  capacity?: { cpus: number; memory: number };
+}
+
+/** Bounds of a node's capacity: what no machine this decade exceeds. */
+const MAX_NODE_CPUS = 4096;
+const MAX_NODE_MEMORY = 2 ** 50;
+
+function validateCapacity(value: unknown): { cpus: number; memory: number } | undefined {
+  if (value === undefined) return undefined;
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    Array.isArray(value) ||
+    Object.keys(value).some((k) => k !== 'cpus' && k !== 'memory')
+  ) {
+    throw new ValidationError('capacity: must be an object {cpus, memory}', 'capacity');
+  }
+  const { cpus, memory } = value as Record<string, unknown>;
+  if (typeof cpus !== 'number' || !Number.isInteger(cpus) || cpus < 1 || cpus > MAX_NODE_CPUS) {
+    throw new ValidationError(`capacity.cpus: must be an integer from 1 to ${MAX_NODE_CPUS}`, 'capacity.cpus');
+  }
+  if (typeof memory !== 'number' || !Number.isSafeInteger(memory) || memory < 1 || memory > MAX_NODE_MEMORY) {
+    throw new ValidationError(`capacity.memory: must be a whole number of bytes from 1 to ${MAX_NODE_MEMORY} (1 PiB)`, 'capacity.memory');
+  }
+  return { cpus, memory };
+}
+
+export interface Welcome {
+  node: { id: string; name: string; pool: string };
+  heartbeatMs: number;
+  /** How often it samples its environments' usage (the server's USAGE_SAMPLE_MS). */
+  usageSampleMs: number;
+  /** The live environments on the node: the agent wipes any other root it holds. */
+  environments: string[];
+  /** Its pool's templates' images: the agent pulls those its engine lacks (later changes come as `images` messages). */
+  images: string[];
+}
+
+/**
+ * The agent's hello on the control channel: the node is online with `slots` free slots (plus
+ * those holding the environments it still has). Live environments on the node that the agent
+ * no longer holds (it restarted) fail, naming the node.
+ */
+export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Promise<Welcome> {
+  const nodeId = requireNodeAgent(actor);
+  if (!Number.isInteger(input.slots) || input.slots < 1 || input.slots > MAX_SLOTS) {
+    throw new ValidationError(`slots: must be an integer from 1 to ${MAX_SLOTS}`, 'slots');
+  }
+  if (!Array.isArray(input.environments) || input.environments.some((e) => typeof e !== 'string') || input.environments.length > 1000) {
+    throw new ValidationError('environments: must be a list of environment ids', 'environments');
+  }
+  if (input.leaving !== undefined && typeof input.leaving !== 'boolean') throw new ValidationError('leaving: must be a boolean', 'leaving');
+  const capacity = validateCapacity(input.capacity);
+  const now = deps.clock.now();
+  const { node, stale } = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node:${nodeId}`);
+    const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
+    if (!found || found.revoked) throw new UnauthorizedError('this node was removed');
+    const state = input.leaving ? 'leaving' : 'online';
+    const node = await tx.remoteNode.update({
+      where: { id: nodeId },
+      data: { state, lastSeen: now, slots: input.slots, ...(capacity ? { cpus: capacity.cpus, memory: BigInt(capacity.memory) } : {}) },
+    });
+    const wanted = Array.from({ length: input.slots }, (_, i) => `${nodeId}-${i + 1}`);
+    if (!found.draining) {
+      await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: node.pool, remoteId: nodeId })), skipDuplicates: true });
+    }
+    await tx.node.deleteMany({ where: { remoteId: nodeId, environmentId: null, id: found.draining ? undefined : { notIn: wanted } } });
+    const stale = await tx.environment.findMany({
+      where: { nodeId, state: { in: [...LIVE_STATES] }, id: { notIn: input.environments } },
+      select: { id: true },
+    });
+    // A node credential coming online, and from where: on record like a sign-in.
+    await recordAudit(deps, tx, actor, {
+      action: 'node.connect',
+      target: { kind: 'node', id: nodeId },
+      detail: { slots: input.slots, leaving: input.leaving === true },
+    });
+    return { node, stale };
+  });
+  await announce(deps, node, stateOf(node));
+  // Imported lazily: environments.ts → sandbox-wiring → … would otherwise form a cycle at load.
+  const { transition } = await import('../environments');
+  for (const env of stale) {
+    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
+      error: `node ${node.name} restarted and no longer holds the environment`,
+      stopped: at,
+    }));
+  }
+  if (input.leaving) await endForLeaving(deps, node);
+  const live = await deps.prisma.environment.findMany({ where: { nodeId, state: { in: [...LIVE_STATES] } }, select: { id: true } });
+  return {
+    node: { id: node.id, name: node.name, pool: node.pool },
+    heartbeatMs: deps.config.nodeHeartbeatMs,
+    usageSampleMs: deps.config.usageSampleMs,
+    environments: live.map((e) => e.id),
+    images: await poolImages(deps.prisma, [node.pool], node.orgId),
+  };
+}
+
+/**
+ * A heartbeat: the node was heard from. Answers 'online', 'lost' (the node was declared lost
+ * meanwhile: the agent must say hello again), 'offline' (it left: the agent is told `drained`
+ * again, as a heartbeat may cross the first one) or 'revoked' (the channel closes).
+ */
+export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'offline' | 'revoked'> {
+  const now = deps.clock.now();
+  const { count } = await deps.prisma.remoteNode.updateMany({
+    where: { id: nodeId, revoked: null, state: { in: LIVE_NODE } },
+    data: { lastSeen: now },
+  });
+  if (count === 1) return 'online';
+  const node = await deps.prisma.remoteNode.findUnique({ where: { id: nodeId }, select: { revoked: true, state: true } });
+  if (!node || node.revoked) return 'revoked';
+  return node.state === 'offline' ? 'offline' : 'lost';
+}
+
+/**
+ * The agent is shutting down (`berth node` got SIGTERM or SIGINT): the node is `leaving`, so no new
+ * environment is placed on it, and its live environments end now with the reason in `error`, each
+ * released by the node as any end (its out shares brought home first, its shares saved). Once none
+ * is left, the node job marks it offline and tells the agent `drained` (markLeftNodes).
+ */
+export async function nodeLeaving(deps: Deps, actor: Actor): Promise<void> {
+  const nodeId = requireNodeAgent(actor);
+  // The row lock orders this against a claim onto the node (which reads it FOR SHARE): a claim
+  // that came first is among the environments ended below; one that comes later finds it leaving.
+  const node = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node:${nodeId}`);
+    const { count } = await tx.remoteNode.updateMany({ where: { id: nodeId, revoked: null, state: 'online' }, data: { state: 'leaving' } });
+    if (count > 0) await recordAudit(deps, tx, actor, { action: 'node.leave', target: { kind: 'node', id: nodeId } });
+    return tx.remoteNode.findUnique({ where: { id: nodeId } });
+  });
+  // Lost meanwhile: its heartbeat asks for a hello, which says it is leaving.
+  if (node?.state !== 'leaving') return;
+  await announce(deps, node, 'draining');
+  await endForLeaving(deps, node);
+}
+
+/** Ends the live environments of a leaving node (their release is the environment job's, as for any end). */
+async function endForLeaving(deps: Deps, node: RemoteNode): Promise<void> {
+  const live = await deps.prisma.environment.findMany({
+    where: { nodeId: node.id, state: { in: [...RUNNING] } },
+    select: { id: true },
+  });
+  const { transition } = await import('../environments');
+  for (const env of live) {
+    await transition(deps, env.id, RUNNING, 'stopping', () => ({
+      error: `node ${node.name} shut down: its agent was stopped`,
+    }));
+  }
+  deps.background.nudge(ENVIRONMENT_JOB);
+  // With nothing left to end, the agent hears `drained` at once.
+  deps.background.nudge(NODE_JOB);
+}
+
+/**
+ * The environment `envId` if it is on the caller's node and in one of `states`. Another
+ * organization's or an unknown id is 404; one of the organization not on this node 403.
+ */
+async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readonly string[]): Promise<Environment> {
+  const nodeId = requireNodeAgent(actor);
+  const env = await deps.prisma.environment.findFirst({ where: { id: envId, orgId: actor.orgId } });
+  if (!env) throw new NotFoundError(`environment ${envId}`);
+  if (env.nodeId !== nodeId || !isLive(env.state)) {
+    throw new ForbiddenError('a node credential can only act on the environments currently on its node');
+  }
+  if (!states.includes(env.state)) throw new ConflictError(`environment ${env.name} is ${env.state}`, 'invalid_transition');
+  return env;
+}
+
+/**
+ * The agent's word that an environment's container ended on its own (its main process died, or was
+ * killed for memory): the environment fails with the reason, prefixed by the node's name.
+ */
+export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: unknown, reason: unknown): Promise<void> {
+  if (typeof envId !== 'string') throw new ValidationError('environment: must be an environment id', 'environment');
+  if (typeof reason !== 'string' || reason.length === 0 || reason.length > 500) {
+    throw new ValidationError('reason: must be a string of 1 to 500 characters', 'reason');
+  }
+  const env = await envOnNode(deps, actor, envId, RUNNING);
+  const { transition } = await import('../environments');
+  await transition(deps, env.id, RUNNING, 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));
+  await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
+}
+
+/** GET /v1/environments/{id}/restore: what the starting environment restores (null: nothing). */
+export async function nodeRestorePlan(deps: Deps, actor: Actor, envId: string): Promise<RestorePlan | null> {
+  const env = await envOnNode(deps, actor, envId, ['starting']);
+  return planRestore(deps, env);
+}
+
+/** POST /v1/environments/{id}/restored {root, files}: records what was restored (only while starting). */
+export async function nodeRecordRestored(deps: Deps, actor: Actor, envId: string, input: { root?: unknown; files?: unknown }) {
+  const env = await envOnNode(deps, actor, envId, ['starting']);
+  if (!Number.isSafeInteger(input.files) || (input.files as number) < 0)
+    throw new ValidationError('files: must be an integer >= 0', 'files');
+  const plan = await planRestore(deps, env);
+  if (!plan || plan.root !== input.root) {
+    throw new ConflictError(`root: ${JSON.stringify(input.root)} is not the save this environment restores`, 'conflict');
+  }
+  await recordRestored(deps, env.id, plan, input.files as number);
+  return deps.prisma.environment.findUniqueOrThrow({ where: { id: env.id } });
+}
+
+/**
+ * GET /v1/snapshots/{snapshot}/archive: a share's archive, for a node with an environment of the
+ * snapshot's project starting on it.
+ */
+export async function nodeOpenArchive(deps: Deps, actor: Actor, snapshotId: string): Promise<Readable> {
+  const nodeId = requireNodeAgent(actor);
+  const snapshot = await deps.prisma.snapshot.findFirst({ where: { id: snapshotId, orgId: actor.orgId } });
+  if (!snapshot) throw new NotFoundError(`snapshot ${snapshotId}`);
+  const starting = await deps.prisma.environment.count({
+    where: { nodeId, state: 'starting', orgId: actor.orgId, project: snapshot.project },
+  });
+  if (starting === 0) throw new ForbiddenError('a node credential can only read snapshots for an environment starting on its node');
+  return openSnapshotShare(deps, snapshot);
+}
+
+/**
+ * PUT /v1/snapshots/{lease}/{share}: saves one share of an environment stopping on the node.
+ * Answers the snapshot and whether it was created now (false: that share was already saved).
+ */
+export async function nodeSaveShare(
+  deps: Deps,
+  actor: Actor,
+  lease: string,
+  share: string,
+  body: Readable,
+): Promise<{ snapshot: Snapshot; created: boolean }> {
+  const env = await envOnNode(deps, actor, lease, ['stopping']);
+  if (!env.snapshot) throw new ConflictError(`environment ${env.name} has no snapshot key`, 'no_snapshot');
+  const template = await findTemplate(deps.prisma, env.orgId, env.template);
+  if (!template.shares.some((s) => s.name === share)) {
+    throw new ValidationError(`share: ${JSON.stringify(share)} is not a share of template ${template.name}`, 'share');
+  }
+  const existed = (await savedShares(deps, env)).includes(share);
+  const snapshot = await saveSnapshotShare(deps, env, share, body);
+  if (!snapshot) throw new ConflictError(`project ${env.project} was shredded since the environment began: nothing is saved`, 'shredded');
+  return { snapshot, created: !existed };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Liveness and draining (the node job)
+
+/** Nodes not heard from within the bound become lost; their live environments fail, naming the node. */
+export async function markLostNodes(deps: Deps): Promise<void> {
+  const now = deps.clock.now();
+  const bound = deps.config.nodeLostMs;
+  const cutoff = new Date(now.getTime() - bound);
+  const lost = await deps.prisma.remoteNode.updateManyAndReturn({
+    where: { state: { in: LIVE_NODE }, revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
+    data: { state: 'lost' },
+    select: { id: true, orgId: true, name: true, draining: true },
+  });
+  for (const node of lost) await announce(deps, node, node.draining ? 'draining' : 'lost');
+  // Apart from the update, so an instance that stops between the two leaves nothing behind.
+  const stranded = await deps.prisma.$queryRaw<{ id: string; name: string }[]>`
+    SELECT e.id, r.name FROM "Environment" e JOIN "RemoteNode" r ON r.id = e."nodeId"
+     WHERE r.state = 'lost' AND e.state = ANY(${[...LIVE_STATES]}::text[])`;
+  const { transition } = await import('../environments');
+  for (const env of stranded) {
+    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
+      error: `node ${env.name} was lost: not heard from for ${formatDuration(bound)}`,
+      stopped: at,
+    }));
+  }
+}
+
+/** Draining nodes with no live environment left are revoked: credential, slots and channel. */
+export async function revokeDrained(deps: Deps): Promise<void> {
+  const done = await deps.prisma.$queryRaw<{ id: string; orgId: string; name: string }[]>`
+    SELECT r.id, r."orgId", r.name FROM "RemoteNode" r
+     WHERE r.draining IS NOT NULL AND r.revoked IS NULL
+       AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
+  for (const node of done) {
+    const { id } = node;
+    const now = deps.clock.now();
+    const revoked = await deps.prisma.$transaction(async (tx) => {
+      await lockFor(tx, `berth:node:${id}`);
+      // Another run (the node job, another instance) may have revoked it since the query.
+      const { count } = await tx.remoteNode.updateMany({ where: { id, revoked: null }, data: { revoked: now } });
+      if (count === 0) return null;
+      const credentials = await tx.credential.findMany({ where: { nodeId: id, revoked: null }, select: { id: true } });
+      await tx.credential.updateMany({ where: { nodeId: id, revoked: null }, data: { revoked: now } });
+      await tx.node.deleteMany({ where: { remoteId: id, environmentId: null } });
+      return credentials.map((c) => c.id);
+    });
+    if (!revoked) continue;
+    // Remembered node credentials are forgotten on every instance before the channel is told.
+    await deps.credentials.publish({ credentials: revoked });
+    await sendToNode(deps, id, { type: 'revoked' });
+    await announce(deps, node, 'removed');
+  }
+}
+
+/** Leaving nodes with no live environment left are offline; their agents are told `drained` (and stop). */
+export async function markLeftNodes(deps: Deps): Promise<void> {
+  const done = await deps.prisma.$queryRaw<{ id: string; orgId: string; name: string }[]>`
+    SELECT r.id, r."orgId", r.name FROM "RemoteNode" r
+     WHERE r.state = 'leaving' AND r.revoked IS NULL
+       AND NOT EXISTS (SELECT 1 FROM "Environment" e WHERE e."nodeId" = r.id AND e.state = ANY(${[...LIVE_STATES]}::text[]))`;
+  for (const node of done) {
+    // Only from leaving: an agent that said hello since (restarted) is online and stays so.
+    const { count } = await deps.prisma.remoteNode.updateMany({ where: { id: node.id, state: 'leaving' }, data: { state: 'offline' } });
+    if (count === 0) continue;
+    await sendToNode(deps, node.id, { type: 'drained' });
+    await announce(deps, node, 'offline');
+  }
+}

@@ -1,0 +1,355 @@
+// The warm job (docs/environments.md, "Warm templates"): keeps, on the free slots of each pool,
+// the started, unclaimed containers templates ask for with `warm: N`, so a lease claims one
+// instead of starting a container. The database says which slot keeps which (Node.warm*); the
+// job plans under one advisory lock (instances take turns, every one may run it), then has the
+// nodes do it: the built-in pool's node runtime here, a remote node over its control channel
+// (`warm`, `warm-drop`; it answers `warm-ready` or `warm-failed`). A slot's `warmSince` names one
+// making of its container: an answer about an older one changes nothing.
+//
+// - A built-in hot node keeps an organization's template only while the organization's leases
+//   and warm containers on the hot nodes stay within its pool share (POOL_ORG_SHARE); the
+//   catalog's templates are the operator's and count against no organization.
+// - A remote node keeps its own organization's templates only.
+// - A container whose template changed (another spec hash), went away, or asks fewer is removed;
+//   one that failed is tried again after a backoff that doubles up to WARM_BACKOFF_MAX_MS, its
+//   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
+import type { Actor, Deps } from '../../app/context';
+import type { BackgroundJob } from '../../kernel/background';
+import { ValidationError } from '../../kernel/errors';
+import { CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
+import { sendToNode } from '../../kernel/node-messages';
+import { lockFor } from '../../platform/db';
+import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
+import { warmEnvironmentSpec } from './specs';
+
+/** A slot's warm columns, cleared: it keeps no warm container (now empty, or holding an environment). */
+export const NO_WARM = {
+  warmTemplate: null,
+  warmOrg: null,
+  warmSpec: null,
+  warmState: null,
+  warmSince: null,
+  warmError: null,
+  warmRetry: null,
+  warmFailures: 0,
+};
+
+/** A making of a warm container not answered within this long is done again (its instance or node died). */
+export const WARM_START_MS = 5 * 60_000;
+const WARM_BACKOFF_MIN_MS = 5_000;
+export const WARM_BACKOFF_MAX_MS = 10 * 60_000;
+
+export type WarmState = 'starting' | 'ready' | 'failed';
+
+interface Wanted {
+  orgId: string;
+  spec: TemplateSpec;
+  hash: string;
+}
+
+interface Slot {
+  id: string;
+  pool: string;
+  remoteId: string | null;
+  nodeOrg: string | null;
+  warmTemplate: string | null;
+  warmOrg: string | null;
+  warmSpec: string | null;
+  warmState: WarmState | null;
+  warmSince: Date | null;
+  warmRetry: Date | null;
+}
+
+/** One container for a node to make: the slot, which making of it, and the template. */
+export interface WarmMake {
+  slot: string;
+  remoteId: string | null;
+  since: Date;
+  want: Wanted;
+}
+
+const keyOf = (orgId: string, name: string) => `${orgId}\0${name}`;
+
+/** Templates that ask for warm containers, with an image (a files-only template has nothing to keep started). */
+async function wantedTemplates(deps: Deps): Promise<Wanted[]> {
+  const rows = await deps.prisma.$queryRaw<{ orgId: string; name: string; spec: unknown }[]>`
+    SELECT "orgId", name, spec FROM "Template"
+     WHERE jsonb_typeof(spec->'warm') = 'number' AND (spec->>'warm')::int > 0
+     ORDER BY updated, id`;
+  const wanted: Wanted[] = [];
+  for (const row of rows) {
+    const spec = templateFromJson(row.spec, row.name);
+    if (spec.image && spec.warm > 0) wanted.push({ orgId: row.orgId, spec, hash: warmSpecHash(spec) });
+  }
+  return wanted;
+}
+
+/**
+ * Decides, in one transaction, what each free slot keeps: clears the warm containers no longer
+ * wanted (their removal is returned), and assigns free slots to templates short of their count.
+ */
+async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake[]; drop: Slot[] }> {
+  const wanted = await wantedTemplates(deps);
+  // Nothing asked and nothing kept (most deployments): no transaction every interval.
+  if (wanted.length === 0 && (await deps.prisma.node.count({ where: { warmState: { not: null } } })) === 0) return { make: [], drop: [] };
+  const byKey = new Map(wanted.map((w) => [keyOf(w.orgId, w.spec.name), w]));
+  const hasEngine = deps.node.engine !== null;
+  return deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, 'berth:warm');
+    const now = deps.clock.now();
+    // Slots of nodes that cannot take work lose their warm containers (a node that comes back
+    // removes what it no longer keeps when it says hello).
+    const gone = await tx.$queryRaw<Slot[]>`
+      UPDATE "Node" n SET "warmTemplate" = NULL, "warmOrg" = NULL, "warmSpec" = NULL, "warmState" = NULL,
+             "warmSince" = NULL, "warmError" = NULL, "warmRetry" = NULL, "warmFailures" = 0
+        FROM "RemoteNode" r
+       WHERE r.id = n."remoteId" AND n."warmState" IS NOT NULL
+         AND (r.state <> 'online' OR r.draining IS NOT NULL OR r.revoked IS NOT NULL)
+      RETURNING n.id, n."remoteId"`;
+    const slots = await tx.$queryRaw<Slot[]>`
+      SELECT n.id, n.pool, n."remoteId", r."orgId" AS "nodeOrg", n."warmTemplate", n."warmOrg", n."warmSpec",
+             n."warmState", n."warmSince", n."warmRetry"
+        FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+       WHERE n."environmentId" IS NULL
+         AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+       ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
+    // What each organization holds of each pool's hot nodes: its leases, then its warm containers.
+    const held = new Map<string, number>();
+    const heldKey = (pool: string, orgId: string) => `${pool}\0${orgId}`;
+    const busy = await tx.$queryRaw<{ pool: string; orgId: string; n: number }[]>`
+      SELECT h.pool, x."orgId", count(*)::int AS n FROM "Node" h JOIN "Environment" x ON x.id = h."environmentId"
+       WHERE h."remoteId" IS NULL GROUP BY h.pool, x."orgId"`;
+    for (const b of busy) held.set(heldKey(b.pool, b.orgId), b.n);
+    const orgs = new Map<string, number | null>();
+    const shareOf = async (orgId: string) => {
+      if (!orgs.has(orgId)) orgs.set(orgId, (await tx.organization.findUnique({ where: { id: orgId } }))?.poolShare ?? null);
+      return orgs.get(orgId) ?? deps.config.poolOrgShare;
+    };
+    const hotRoom = async (pool: string, orgId: string) => {
+      if (orgId === '') return true;
+      const hot = deps.catalog.pools.find((p) => p.name === pool)?.hotNodes ?? 0;
+      return (held.get(heldKey(pool, orgId)) ?? 0) < Math.max(1, Math.ceil((await shareOf(orgId)) * hot));
+    };
+
+    const drop: Slot[] = gone.map((g) => ({ ...g, warmState: null }) as Slot);
+    const make: WarmMake[] = [];
+    const clear = async (slot: Slot) => {
+      await tx.node.update({
+        where: { id: slot.id },
+        data: NO_WARM,
+      });
+      drop.push({ ...slot });
+      slot.warmState = null;
+    };
+    const start = async (slot: Slot, want: Wanted) => {
+      // Another making of the slot than any answer still under way.
+      const since = new Date(Math.max(now.getTime(), (slot.warmSince?.getTime() ?? 0) + 1));
+      await tx.node.update({
+        where: { id: slot.id },
+        data: {
+          warmTemplate: want.spec.name,
+          warmOrg: want.orgId,
+          warmSpec: want.hash,
+          warmState: 'starting',
+          warmSince: since,
+          warmRetry: null,
+        },
+      });
+      Object.assign(slot, {
+        warmTemplate: want.spec.name,
+        warmOrg: want.orgId,
+        warmSpec: want.hash,
+        warmState: 'starting',
+        warmSince: since,
+      });
+      make.push({ slot: slot.id, remoteId: slot.remoteId, since, want });
+    };
+    const fits = (slot: Slot, want: Wanted) =>
+      slot.pool === want.spec.pool && (slot.remoteId === null ? hasEngine : slot.nodeOrg === want.orgId);
+
+    // Those kept: still wanted, with the same spec, on a slot that may keep them, within the count
+    // (ready ones first) and, on hot nodes, within the organization's share.
+    const count = new Map<string, number>();
+    const rank = { ready: 0, starting: 1, failed: 2 } as const;
+    const kept = slots.filter((s) => s.warmState).sort((a, b) => rank[a.warmState!] - rank[b.warmState!]);
+    for (const slot of kept) {
+      const want = byKey.get(keyOf(slot.warmOrg ?? '', slot.warmTemplate ?? ''));
+      const n = want ? (count.get(keyOf(want.orgId, want.spec.name)) ?? 0) : 0;
+      const room = !want || slot.remoteId !== null || (await hotRoom(slot.pool, want.orgId));
+      if (!want || want.hash !== slot.warmSpec || !fits(slot, want) || n >= want.spec.warm || !room) {
+        await clear(slot);
+        continue;
+      }
+      count.set(keyOf(want.orgId, want.spec.name), n + 1);
+      if (slot.remoteId === null && want.orgId !== '')
+        held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
+      const stale =
+        slot.warmState === 'starting' &&
+        (redoStarting ? slot.remoteId === null : slot.warmSince!.getTime() < now.getTime() - WARM_START_MS);
+      const due = slot.warmState === 'failed' && (slot.warmRetry?.getTime() ?? 0) <= now.getTime();
+      if (stale || due) await start(slot, want);
+    }
+    // Free slots to templates short of their count, one slot per template in turn (oldest template first).
+    let assigned = true;
+    while (assigned) {
+      assigned = false;
+      for (const want of wanted) {
+        const key = keyOf(want.orgId, want.spec.name);
+        if ((count.get(key) ?? 0) >= want.spec.warm) continue;
+        let slot: Slot | undefined;
+        for (const s of slots) {
+          if (s.warmState || !fits(s, want)) continue;
+          if (s.remoteId === null && !(await hotRoom(s.pool, want.orgId))) continue;
+          slot = s;
+          break;
+        }
+        if (!slot) continue;
+        await start(slot, want);
+        count.set(key, (count.get(key) ?? 0) + 1);
+        if (slot.remoteId === null && want.orgId !== '')
+          held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
+        assigned = true;
+      }
+    }
+    return { make, drop };
+  });
+}
+
+/** The node made the slot's container (that making of it): it may be claimed now. `remoteId`: only a slot of that node. */
+export async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string | null = null): Promise<boolean> {
+  const { count } = await deps.prisma.node.updateMany({
+    where: { id: slot, remoteId, warmSince: since, warmState: 'starting', environmentId: null },
+    data: { warmState: 'ready', warmError: null, warmFailures: 0 },
+  });
+  if (count === 1) deps.background.nudge(CLAIM_JOB);
+  return count === 1;
+}
+
+/**
+ * The node could not make the slot's container: tried again after a backoff, the error kept for
+ * operators. `log` says so where the node's log is (the server's for the built-in pool).
+ */
+export async function warmFailed(
+  deps: Deps,
+  slot: string,
+  since: Date,
+  error: string,
+  log?: (line: string) => void,
+  remoteId: string | null = null,
+): Promise<void> {
+  const row = await deps.prisma.node.findUnique({
+    where: { id: slot },
+    select: { warmFailures: true, warmTemplate: true, remoteId: true },
+  });
+  if (!row || row.remoteId !== remoteId) return;
+  const backoff = Math.min(WARM_BACKOFF_MAX_MS, WARM_BACKOFF_MIN_MS * 2 ** row.warmFailures);
+  const now = deps.clock.now();
+  const { count } = await deps.prisma.node.updateMany({
+    where: { id: slot, warmSince: since, warmState: 'starting' },
+    data: {
+      warmState: 'failed',
+      warmError: error.slice(0, 1000),
+      warmFailures: { increment: 1 },
+      warmRetry: new Date(now.getTime() + backoff),
+    },
+  });
+  if (count === 1) {
+    log?.(`the warm container of ${row.warmTemplate} on slot ${slot} failed (tried again in ${Math.round(backoff / 1000)} s): ${error}`);
+    deps.background.nudge(WARM_JOB, backoff);
+  }
+}
+
+/** Asks the slot's node to make or remove its warm container. */
+async function tellNode(deps: Deps, make: WarmMake): Promise<void> {
+  const spec = {
+    ...warmEnvironmentSpec(make.want.spec, make.want.orgId),
+    slot: make.slot,
+    pool: make.want.spec.pool,
+    hash: make.want.hash,
+  };
+  if (make.remoteId) {
+    await sendToNode(deps, make.remoteId, { type: 'warm', warm: { ...spec, since: make.since.toISOString() } });
+    return;
+  }
+  try {
+    await deps.node.warm(spec);
+  } catch (error) {
+    await warmFailed(deps, make.slot, make.since, (error as Error).message, deps.node.options.log);
+    return;
+  }
+  // Evicted or changed meanwhile: what was made is not wanted.
+  if (!(await warmReady(deps, make.slot, make.since))) {
+    const now = await deps.prisma.node.findUnique({ where: { id: make.slot }, select: { warmSince: true } });
+    if (now?.warmSince?.getTime() !== make.since.getTime()) await deps.node.dropWarm(make.slot);
+  }
+}
+
+/** Processes that already redid the built-in pool's unanswered makings left by a previous run. */
+const redone = new WeakSet<Deps>();
+
+export const warmJob: BackgroundJob = {
+  name: WARM_JOB,
+  intervalMs: 2000,
+  async run(deps) {
+    // After a restart, a built-in making in flight died with the process: done again at once.
+    const redoStarting = !redone.has(deps);
+    redone.add(deps);
+    const { make, drop } = await plan(deps, redoStarting);
+    for (const slot of drop) {
+      if (slot.remoteId) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
+      else await deps.node.dropWarm(slot.id);
+    }
+    // Remote nodes make theirs on their own machines; the built-in ones one after another here.
+    for (const m of make.filter((m) => m.remoteId)) await tellNode(deps, m);
+    for (const m of make.filter((m) => !m.remoteId)) await tellNode(deps, m);
+  },
+};
+
+/** How long a making the node did not mention yet may be on its way to the node (its message crossed the report). */
+const IN_FLIGHT_MS = 30_000;
+
+const sinceOf = (value: unknown): Date => {
+  const at = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
+  if (Number.isNaN(at.getTime())) throw new ValidationError('since: must be the time the server sent with the warm message', 'since');
+  return at;
+};
+const slotOf = (value: unknown): string => {
+  if (typeof value !== 'string' || value.length > 200) throw new ValidationError("slot: must be one of the node's slots", 'slot');
+  return value;
+};
+
+/** A remote node's answers about its warm containers (src/agent/node-agent.ts), each about a slot of its own only. */
+export const warmNodeMessages: Record<string, (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>> = {
+  async 'warm-ready'(deps, actor, message) {
+    await warmReady(deps, slotOf(message.slot), sinceOf(message.since), actor.nodeId!);
+  },
+  async 'warm-failed'(deps, actor, message) {
+    await warmFailed(
+      deps,
+      slotOf(message.slot),
+      sinceOf(message.since),
+      String(message.error ?? 'unknown error'),
+      undefined,
+      actor.nodeId!,
+    );
+  },
+  /** The warm containers the node holds (after its restart: none): any other of its slots' is made again. */
+  async 'warm-held'(deps, actor, message) {
+    const held = Array.isArray(message.slots) ? message.slots.slice(0, 10_000) : [];
+    const holds = new Set(held.map((h: { slot?: unknown; since?: unknown }) => `${String(h?.slot)}@${String(h?.since)}`));
+    const now = deps.clock.now();
+    const slots = await deps.prisma.node.findMany({
+      where: { remoteId: actor.nodeId!, environmentId: null, warmState: { in: ['starting', 'ready'] } },
+      select: { id: true, warmSince: true, warmState: true },
+    });
+    for (const slot of slots) {
+      if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
+      if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
+      await deps.prisma.node.updateMany({
+        where: { id: slot.id, warmSince: slot.warmSince },
+        data: { warmState: 'failed', warmError: 'the node no longer holds it', warmRetry: now },
+      });
+    }
+    if (slots.length) deps.background.nudge(WARM_JOB);
+  },
+};

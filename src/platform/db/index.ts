@@ -1,0 +1,152 @@
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
+import { PrismaClient } from '../../generated/prisma/client';
+import { applyMigrations } from './migrate';
+
+export type Prisma = PrismaClient;
+/** The client inside `prisma.$transaction(async (tx) => …)`. */
+export type Tx = Omit<PrismaClient, '$connect' | '$disconnect' | '$on' | '$transaction' | '$extends'>;
+
+export interface Database {
+  prisma: PrismaClient;
+  /** Raw pool for what Prisma does not express (LISTEN, advisory locks, SKIP LOCKED claims). */
+  pool: pg.Pool;
+  kind: 'pglite' | 'postgres';
+  /** Migrations applied by this start. */
+  applied: string[];
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  dataDir: string;
+  databaseUrl?: string;
+  schema?: string;
+  /** Pool size for a real PostgreSQL. */
+  poolSize?: number;
+}
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/**
+ * The embedded PostgreSQL's settings beyond PGlite's defaults. PGlite's postgresql.conf asks for
+ * the server default shared_buffers of 128MB, and PGlite touches its shared memory at start, so
+ * all of it is resident from the first second. Berth's embedded database is small (artifact bytes
+ * live in the blob store): 16MB caches 2,048 pages, a page missing from it is read back from the
+ * operating system's cache, and wal_buffers follows at 1/32 of it. Measured in docs/benchmarks.md.
+ */
+export const PGLITE_SETTINGS: Readonly<Record<string, string>> = { shared_buffers: '16MB' };
+
+/** PGlite's start parameters with PGLITE_SETTINGS appended (`-c name=value` each). */
+export function pgliteStartParams(): string[] {
+  return [...PGlite.defaultStartParams, ...Object.entries(PGLITE_SETTINGS).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
+}
+
+/**
+ * A pg Pool whose `query()` keeps the connection after a failed statement. pg-pool's own `query()`
+ * releases the client *with the error*, which destroys the connection, though a statement error
+ * (an ErrorResponse followed by ReadyForQuery) leaves the session healthy. On PostgreSQL that only
+ * costs a reconnect; on the embedded PGlite (one session behind one socket) the replacement
+ * connection races the old one's close, the socket server refuses it, and every query queued
+ * beside the bad one fails with `write EPIPE`. Connections that are really broken are still
+ * dropped: pg-pool removes a released client that is no longer queryable.
+ * Prisma's adapter sends every query outside a transaction through `pool.query()`.
+ */
+export class StatementSafePool extends pg.Pool {
+  // biome-ignore lint/suspicious/noExplicitAny: the override must accept every overload of pg's query().
+  override query(...args: any[]): any {
+    const callback = typeof args.at(-1) === 'function' ? (args.pop() as (err: unknown, res?: unknown) => void) : undefined;
+    const result = this.connect().then(async (client) => {
+      // A connection error is also emitted as 'error' on the client; unheard, it would crash the process.
+      const onError = () => undefined;
+      client.on('error', onError);
+      try {
+        return await client.query(...(args as [string]));
+      } finally {
+        client.off('error', onError);
+        client.release();
+      }
+    });
+    if (!callback) return result;
+    result.then(
+      (res) => callback(undefined, res),
+      (err) => callback(err),
+    );
+  }
+}
+
+/**
+ * Opens the configured database and applies pending migrations. Without a URL it embeds PGlite
+ * under DATA_DIR and serves it on a loopback socket, so the same pg driver and Prisma adapter run
+ * in both modes. PGlite is a single session, hence a pool of exactly one connection.
+ */
+export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
+  if (opts.schema !== undefined && !SCHEMA_NAME.test(opts.schema)) {
+    throw new Error(`DATABASE_SCHEMA "${opts.schema}" is not a plain lower-case identifier`);
+  }
+  let pglite: PGlite | undefined;
+  let socket: PGLiteSocketServer | undefined;
+  let pool: pg.Pool;
+  if (opts.databaseUrl) {
+    pool = new StatementSafePool({
+      connectionString: opts.databaseUrl,
+      max: opts.poolSize ?? 10,
+      options: opts.schema ? `-c search_path=${opts.schema}` : undefined,
+    });
+  } else {
+    await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
+    pglite = await PGlite.create(join(opts.dataDir, 'pg'), { startParams: pgliteStartParams() });
+    // A Unix socket inside DATA_DIR (mode 0700) keeps the database private to this user;
+    // paths too long for a socket name fall back to loopback TCP.
+    const path = join(opts.dataDir, '.s.PGSQL.5432');
+    const unix = path.length < 100;
+    socket = unix ? new PGLiteSocketServer({ db: pglite, path }) : new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0 });
+    await rm(path, { force: true });
+    await socket.start();
+    pool = unix
+      ? new StatementSafePool({ host: opts.dataDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 })
+      : new StatementSafePool({ connectionString: `postgres://postgres@${socket.getServerConn()}/postgres`, max: 1 });
+  }
+  const close = async () => {
+    await pool.end().catch(() => undefined);
+    await socket?.stop().catch(() => undefined);
+    await pglite?.close().catch(() => undefined);
+  };
+  try {
+    const client = await pool.connect();
+    let applied: string[];
+    try {
+      if (opts.schema) await client.query(`CREATE SCHEMA IF NOT EXISTS "${opts.schema}"`);
+      applied = await applyMigrations(client);
+    } finally {
+      client.release();
+    }
+    const prisma = new PrismaClient({
+      adapter: new PrismaPg(pool, { schema: opts.schema }),
+      // Prisma's defaults (2 s to get a connection, 5 s to finish) turn a burst of creates
+      // waiting on the one PGlite connection, or on a quota lock, into errors instead of waits.
+      transactionOptions: { maxWait: 30_000, timeout: 30_000 },
+    });
+    return {
+      prisma,
+      pool,
+      kind: opts.databaseUrl ? 'postgres' : 'pglite',
+      applied,
+      close: async () => {
+        await prisma.$disconnect();
+        await close();
+      },
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+/** Serialises transactions on a named lock, held until commit (PostgreSQL advisory lock). */
+export async function lockFor(tx: Tx, name: string): Promise<void> {
+  await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtextextended(${name}, 0))`;
+}
