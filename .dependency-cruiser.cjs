@@ -30,7 +30,12 @@ const KNOWN = [
 
 module.exports = {
   forbidden: [
-    rule('platform-only-platform', 'the platform imports nothing of Berth but itself', { path: PLATFORM }, { path: '^src/', pathNot: PLATFORM }),
+    rule(
+      'platform-only-platform',
+      'the platform imports nothing of Berth but itself',
+      { path: PLATFORM },
+      { path: '^src/', pathNot: PLATFORM },
+    ),
     rule(
       'kernel-only-platform',
       'the kernel imports only itself, the platform and the shapes of Deps/Context',
@@ -59,7 +64,10 @@ module.exports = {
       'module-through-index',
       "another module is reached through its index (GraphQL types may name another module's types through its graphql.ts)",
       { path: '^src/modules/([^/]+)/' },
-      { path: '^src/modules/([^/]+)/', pathNot: ['^src/modules/$1/', '^src/modules/[^/]+/index\\.ts$', '^src/modules/[^/]+/graphql\\.ts$'] },
+      {
+        path: '^src/modules/([^/]+)/',
+        pathNot: ['^src/modules/$1/', '^src/modules/[^/]+/index\\.ts$', '^src/modules/[^/]+/graphql\\.ts$'],
+      },
     ),
     rule(
       'edges-through-index',
@@ -67,8 +75,18 @@ module.exports = {
       { path: `${EDGES}|${APP}|^src/observability/`, pathNot: '^src/edges/schema/index\\.ts$' },
       { path: MODULES, pathNot: '^src/modules/[^/]+/index\\.ts$' },
     ),
-    rule('rest-not-graphql', 'REST and GraphQL share only src/edges/http/ and src/edges/schema/', { path: '^src/edges/rest/' }, { path: '^src/edges/graphql/' }),
-    rule('graphql-not-rest', 'REST and GraphQL share only src/edges/http/ and src/edges/schema/', { path: '^src/edges/(graphql|schema)/' }, { path: '^src/edges/rest/' }),
+    rule(
+      'rest-not-graphql',
+      'REST and GraphQL share only src/edges/http/ and src/edges/schema/',
+      { path: '^src/edges/rest/' },
+      { path: '^src/edges/graphql/' },
+    ),
+    rule(
+      'graphql-not-rest',
+      'REST and GraphQL share only src/edges/http/ and src/edges/schema/',
+      { path: '^src/edges/(graphql|schema)/' },
+      { path: '^src/edges/rest/' },
+    ),
     rule(
       'http-not-transports',
       'src/edges/http/ is what every request passes first: it knows no route table, no GraphQL',
@@ -95,7 +113,12 @@ module.exports = {
     ),
     // Type-only cycles are harmless (Context names the types of what it carries), and so are those closed
     // by a dynamic import(); a cycle of static runtime imports decides evaluation order by accident.
-    rule('no-circular', 'no cycle of runtime imports', {}, { circular: true, viaOnly: { dependencyTypesNot: ['type-only', 'dynamic-import'] } }),
+    rule(
+      'no-circular',
+      'no cycle of runtime imports',
+      {},
+      { circular: true, viaOnly: { dependencyTypesNot: ['type-only', 'dynamic-import'] } },
+    ),
   ],
   options: {
     tsConfig: { fileName: 'tsconfig.json' },
