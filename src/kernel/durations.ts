@@ -13,6 +13,7 @@
 // is meaningful.
 import parseDurationText from 'parse-duration';
 import { ValidationError } from './errors';
+import { show } from './show';
 
 export const SECOND_MS = 1000;
 export const MINUTE_MS = 60 * SECOND_MS;
@@ -40,7 +41,7 @@ export function parseDuration(text: string, field: string): number {
     throw new ValidationError(`${field}: must not be empty (${HINT})`, field);
   }
   if (text.length > MAX_TEXT_LENGTH || !SHAPE.test(text)) {
-    throw new ValidationError(`${field}: ${quote(text)} is not a valid duration (${HINT})`, field);
+    throw new ValidationError(`${field}: ${show(text)} is not a valid duration (${HINT})`, field);
   }
   let total = 0;
   for (const [, num, unit] of text.matchAll(TERMS)) {
@@ -48,17 +49,17 @@ export function parseDuration(text: string, field: string): number {
     // one clean `<number><unit>` term, where its `m` is minutes and `ms` milliseconds.
     const value = parseDurationText(`${num}${unit}`, 'ms');
     if (value === null || !Number.isFinite(value)) {
-      throw new ValidationError(`${field}: ${quote(text)} is not a valid duration (${HINT})`, field);
+      throw new ValidationError(`${field}: ${show(text)} is not a valid duration (${HINT})`, field);
     }
     total += value;
   }
   const ms = Math.round(total);
   // Floating point: 1.001s comes out as 1000.9999999999999; a real sub-millisecond part does not.
   if (Math.abs(total - ms) > Math.max(1e-6, total * 1e-12)) {
-    throw new ValidationError(`${field}: ${quote(text)} is finer than a millisecond`, field);
+    throw new ValidationError(`${field}: ${show(text)} is finer than a millisecond`, field);
   }
   if (!Number.isSafeInteger(ms)) {
-    throw new ValidationError(`${field}: ${quote(text)} is too long`, field);
+    throw new ValidationError(`${field}: ${show(text)} is too long`, field);
   }
   return ms;
 }
@@ -71,7 +72,7 @@ export function parseDuration(text: string, field: string): number {
  */
 export function checkMax(ms: number, maxMs: number, field: string, opts: { text?: string; maxText?: string } = {}): number {
   if (ms > maxMs) {
-    const shown = opts.text !== undefined ? quote(opts.text) : formatDuration(ms);
+    const shown = opts.text !== undefined ? show(opts.text) : formatDuration(ms);
     const max = opts.maxText ?? formatCompactDuration(maxMs);
     throw new ValidationError(`${field}: ${shown} exceeds the ${max} maximum`, field);
   }
@@ -158,8 +159,4 @@ export function formatCompactDuration(ms: number): string {
   const long = formatDuration(ms);
   if (long === '0s') return long;
   return long.replace(/([hm])0s$/, '$1').replace(/h0m$/, 'h');
-}
-
-function quote(text: string): string {
-  return JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}…` : text);
 }

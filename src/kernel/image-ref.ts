@@ -11,6 +11,7 @@
 // and normalised as Docker does: no domain is `docker.io`, a single component on docker.io is under
 // `library/`, no tag and no digest is `:latest` — `node:20` is `docker.io/library/node:20`.
 import { ValidationError } from './errors';
+import { show } from './show';
 
 export const MAX_IMAGE_LENGTH = 255;
 export const DEFAULT_REGISTRY = 'docker.io';
@@ -35,15 +36,13 @@ const DIGEST = /^sha256:[a-f0-9]{64}$/;
 const HEX64 = /^[a-f0-9]{64}$/;
 const EXAMPLE = 'such as "docker.io/library/node:20" or "node:20"';
 
-const quote = (text: string) => JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
-
 /** Parses and normalises an image reference; a ValidationError names `field` (`image: "Node" …`). */
 export function parseImageRef(text: string, field = 'image'): ImageRef {
   const problem = (message: string) => new ValidationError(`${field}: ${message}`, field);
   if (typeof text !== 'string') throw problem(`must be an image reference ${EXAMPLE}`);
   if (text === '') throw problem(`must not be empty (an image reference ${EXAMPLE})`);
   if (text.length > MAX_IMAGE_LENGTH) throw problem(`is longer than ${MAX_IMAGE_LENGTH} characters`);
-  const shown = quote(text);
+  const shown = show(text);
   const notReference = () => problem(`${shown} is not an image reference ${EXAMPLE}`);
 
   let rest = text;

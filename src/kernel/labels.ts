@@ -25,6 +25,7 @@
 // `.`, `-`, `_` and non-ASCII letters, is allowed, so keys like `main/linux:x64` or
 // `ci/feature-1.2` work. Keys are matched exactly or by prefix, case-sensitively.
 import { ValidationError } from './errors';
+import { show } from './show';
 
 export const MAX_LABELS = 64;
 const LABEL_NAME = /^[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
@@ -192,8 +193,4 @@ export function validateRestoreKeys(keys: readonly unknown[], field = 'restore')
 function sortedObject(entries: [string, string][]): Record<string, string> {
   entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   return Object.fromEntries(entries);
-}
-
-function show(text: string): string {
-  return JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
 }

@@ -3,6 +3,7 @@
 // turns them into bytes for a container's limits (parseSize) and back into text for its messages,
 // e.g. `out of memory (limit 128MiB)` (formatSize).
 import { ValidationError } from './errors';
+import { show } from './show';
 
 export const KIB = 1024;
 export const MIB = 1024 * KIB;
@@ -20,8 +21,6 @@ const UNITS = [
 const SHAPE = /^(\d+)(?:\.(\d+))?(B|KiB|MiB|GiB|TiB)$/;
 const MAX_TEXT = 40;
 
-const quote = (text: string) => JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
-
 /**
  * The number of bytes `text` names, refusing anything but `<number><unit>` (and fractions of a
  * byte) with a ValidationError naming `field`:
@@ -30,7 +29,7 @@ const quote = (text: string) => JSON.stringify(text.length > 100 ? `${text.slice
 export function parseSize(text: string, field = 'size'): number {
   const m = typeof text === 'string' && text.length <= MAX_TEXT ? SHAPE.exec(text) : null;
   if (!m) {
-    const shown = typeof text === 'string' ? `${quote(text)} is not` : 'must be';
+    const shown = typeof text === 'string' ? `${show(text)} is not` : 'must be';
     throw new ValidationError(`${field}: ${shown} a size such as "512MiB" or "8GiB"`, field);
   }
   const [, whole, fraction = '', unitName] = m;
@@ -38,9 +37,9 @@ export function parseSize(text: string, field = 'size'): number {
   // Exact arithmetic: 1.5GiB is 1610612736 bytes, 0.1B no whole number of bytes.
   const scaled = BigInt(whole! + fraction) * unit;
   const divisor = 10n ** BigInt(fraction.length);
-  if (scaled % divisor !== 0n) throw new ValidationError(`${field}: ${quote(text)} is not a whole number of bytes`, field);
+  if (scaled % divisor !== 0n) throw new ValidationError(`${field}: ${show(text)} is not a whole number of bytes`, field);
   const bytes = scaled / divisor;
-  if (bytes > BigInt(Number.MAX_SAFE_INTEGER)) throw new ValidationError(`${field}: ${quote(text)} is too large`, field);
+  if (bytes > BigInt(Number.MAX_SAFE_INTEGER)) throw new ValidationError(`${field}: ${show(text)} is too large`, field);
   return Number(bytes);
 }
 

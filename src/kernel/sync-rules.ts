@@ -29,6 +29,7 @@ import path from 'node:path';
 import ignore, { type Ignore } from 'ignore';
 import { ValidationError } from './errors';
 import { type Answer, Glob, GlobSyntaxError, type Meter, type Paused } from './glob';
+import { show } from './show';
 
 /**
  * Applied unless `noIgnore`, in .gitignore syntax. Deliberately short: only what is never
@@ -355,8 +356,4 @@ async function lstatOrNull(file: string) {
 
 function isCode(err: unknown, ...codes: string[]): boolean {
   return typeof err === 'object' && err !== null && codes.includes((err as { code?: string }).code ?? '');
-}
-
-function show(text: string): string {
-  return JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
 }

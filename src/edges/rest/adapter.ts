@@ -13,6 +13,7 @@ import {
 } from 'graphql';
 import type { Context, Deps, Log } from '../../app/context';
 import { BadRequestError, ValidationError } from '../../kernel/errors';
+import { show } from '../../kernel/show';
 import { authenticate } from '../../modules/credentials';
 import { noteRoute } from '../../observability/requests';
 import { clientAddress } from '../http/client-address';
@@ -91,7 +92,7 @@ function checkQuery(route: Route, query: URLSearchParams): void {
     const param = params.find((p) => p.name === key);
     if (!param) {
       const known = params.length ? `known: ${params.map((p) => p.name).join(', ')}` : 'this route takes none';
-      throw new ValidationError(`unknown query parameter ${JSON.stringify(key.slice(0, 100))}; ${known}`, key);
+      throw new ValidationError(`unknown query parameter ${show(key)}; ${known}`, key);
     }
     const values = query.getAll(key);
     if (!param.list && values.length > 1) throw new ValidationError(`${key}: given more than once`, key);

@@ -24,6 +24,7 @@ import { parseLabelPairs, validateDisplayName, validateProjectName } from '../..
 import { isId, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion } from '../../kernel/project-keys';
+import { show } from '../../kernel/show';
 import { SealError } from '../../platform/crypto/seal';
 import { lockFor } from '../../platform/db';
 import { BlobNotFoundError } from '../../platform/store';
@@ -108,10 +109,7 @@ function validateContentType(value: string | undefined): string {
     );
   }
   if (type.length > 255 || !MEDIA_TYPE.test(type)) {
-    throw new ValidationError(
-      `Content-Type ${JSON.stringify(type.slice(0, 100))} is not a media type such as application/octet-stream`,
-      'contentType',
-    );
+    throw new ValidationError(`Content-Type ${show(type)} is not a media type such as application/octet-stream`, 'contentType');
   }
   return type;
 }

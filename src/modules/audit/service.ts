@@ -10,6 +10,7 @@ import { ForbiddenError, ValidationError } from '../../kernel/errors';
 import { AUDIT_ACTIONS, type AuditAction } from '../../kernel/event-names';
 import { newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
+import { show } from '../../kernel/show';
 import type { Tx } from '../../platform/db';
 
 export type AuditOutcome = 'success' | 'denied';
@@ -113,10 +114,7 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d
 function timeFilter(value: string, field: string): Date {
   const time = RFC3339.test(value) ? new Date(value) : undefined;
   if (!time || Number.isNaN(time.getTime())) {
-    throw new ValidationError(
-      `${field}: ${JSON.stringify(value.slice(0, 100))} is not an RFC 3339 time such as 2026-11-22T02:14:16Z`,
-      field,
-    );
+    throw new ValidationError(`${field}: ${show(value)} is not an RFC 3339 time such as 2026-11-22T02:14:16Z`, field);
   }
   return time;
 }
@@ -130,10 +128,7 @@ function auditWhere(orgId: string, filter: AuditFilterInput): P.AuditEventWhereI
   const where: P.AuditEventWhereInput = { orgId };
   if (filter.action !== undefined && filter.action !== null) {
     if (!(AUDIT_ACTIONS as readonly string[]).includes(filter.action)) {
-      throw new ValidationError(
-        `action: ${JSON.stringify(filter.action.slice(0, 100))} is not an audited action (${AUDIT_ACTIONS.join(', ')})`,
-        'action',
-      );
+      throw new ValidationError(`action: ${show(filter.action)} is not an audited action (${AUDIT_ACTIONS.join(', ')})`, 'action');
     }
     where.action = filter.action;
   }

@@ -7,6 +7,7 @@ import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from '.
 import { displayNameProblem, validateDisplayName } from '../../kernel/labels';
 import { newId } from '../../kernel/names';
 import { hashSecret, newSecret, secretPrefix } from '../../kernel/secrets';
+import { show } from '../../kernel/show';
 import { lockFor, type Prisma } from '../../platform/db';
 import { topics } from '../../platform/events';
 import { checkAudited, recordAudit } from '../audit';
@@ -29,8 +30,7 @@ export interface NewKeyInput {
 
 export function normalizeEmail(email: string): string {
   const value = email.trim().toLowerCase();
-  if (!EMAIL.test(value) || displayNameProblem(value))
-    throw new ValidationError(`email: ${JSON.stringify(email.slice(0, 100))} is not an email address`, 'email');
+  if (!EMAIL.test(value) || displayNameProblem(value)) throw new ValidationError(`email: ${show(email)} is not an email address`, 'email');
   return value;
 }
 

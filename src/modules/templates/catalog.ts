@@ -16,6 +16,7 @@ import { checkMax, formatCompactDuration, HOUR_MS, parseDuration } from '../../k
 import { ValidationError } from '../../kernel/errors';
 import { normalizeImage } from '../../kernel/image-ref';
 import { validateName } from '../../kernel/labels';
+import { show } from '../../kernel/show';
 import { formatSize, MIB, parseSize, TIB } from '../../kernel/sizes';
 
 export const MAX_HARD_MS = 24 * HOUR_MS;
@@ -84,8 +85,6 @@ export interface Catalog {
 }
 
 // ---- building blocks: each message reads after `<field path>: `
-
-const show = (text: string) => JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
 
 /** "is required" when the field is absent (or null), `wrong` when it has another type. */
 const required = (wrong: string) => ({ error: (issue: { input?: unknown }) => (issue.input == null ? 'is required' : wrong) });

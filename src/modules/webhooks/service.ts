@@ -16,6 +16,7 @@ import { WEBHOOK_EVENTS, type WebhookEvent } from '../../kernel/event-names';
 import { WEBHOOK_JOB } from '../../kernel/job-names';
 import { newId } from '../../kernel/names';
 import { type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
+import { show } from '../../kernel/show';
 import { unwrapKey, wrapKey } from '../../platform/crypto/data-keys';
 import { lockFor } from '../../platform/db';
 import { checkAudited, recordAudit } from '../audit';
@@ -95,7 +96,7 @@ function checkEvents(events: string[]): WebhookEvent[] {
   if (events.length === 0) throw new ValidationError(`events: name at least one of ${WEBHOOK_EVENTS.join(', ')}`, 'events');
   const unknown = events.find((e) => !(WEBHOOK_EVENTS as readonly string[]).includes(e));
   if (unknown !== undefined) {
-    throw new ValidationError(`events: ${JSON.stringify(unknown.slice(0, 100))} is not one of ${WEBHOOK_EVENTS.join(', ')}`, 'events');
+    throw new ValidationError(`events: ${show(unknown)} is not one of ${WEBHOOK_EVENTS.join(', ')}`, 'events');
   }
   return [...new Set(events)] as WebhookEvent[];
 }
