@@ -18,6 +18,8 @@ interface ErrorCodeInfo {
   caller?: true;
   /** What docs/api.md says beside the code (Markdown). */
   note?: string;
+  /** A WebSocket close code other than 4000 + status (one the WebSocket protocol itself defines). */
+  close?: number;
 }
 
 export const ERROR_CODES = {
@@ -57,6 +59,11 @@ export const ERROR_CODES = {
   rate_limited: { status: 429, generic: true, caller: true, note: 'with `Retry-After`' },
   too_many_subscriptions: { status: 429, note: 'graphql-ws: at most 100 a connection' },
   too_many_uploads: { status: 429, note: 'at most 8 uploads in flight per member or API key' },
+  too_slow: {
+    status: 429,
+    close: 1008,
+    note: 'a subscriber more than 1 MiB of messages behind: graphql-ws closes with 1008, SSE ends with this error',
+  },
   too_many_sessions: {
     status: 429,
     note: 'at most 16 interactive sessions open per member or API key on one instance, [sessions](agents.md#sessions)',
@@ -89,10 +96,11 @@ export function isCallerError(code: ErrorCode): boolean {
 
 /**
  * A WebSocket's close code for an error after the upgrade: 4000 + the code's HTTP status
- * (4000-4999 are the application's), so 4401 for `unauthorized`, 4429 for `rate_limited`.
+ * (4000-4999 are the application's), so 4401 for `unauthorized`, 4429 for `rate_limited`;
+ * `too_slow` is the protocol's own 1008 (policy violation).
  */
 export function closeCodeOf(code: ErrorCode): number {
-  return 4000 + statusOf(code);
+  return TABLE[code].close ?? 4000 + statusOf(code);
 }
 
 const GENERIC = new Map<number, ErrorCode>();

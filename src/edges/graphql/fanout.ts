@@ -22,12 +22,12 @@ import {
 import type { Plugin } from 'graphql-yoga';
 import type { WebSocket } from 'ws';
 import type { Context, Log } from '../../app/context';
+import { closeCodeOf, type ErrorCode } from '../../kernel/error-codes';
 import { SharedSource } from '../../kernel/shared-source';
 
 /** What a subscriber's socket may hold unsent before the subscriber is dropped as too slow. */
 export const MAX_UNSENT_BYTES = 1024 * 1024;
 /** The WebSocket close code of a subscriber dropped as too slow (policy violation). */
-export const TOO_SLOW_CLOSE_CODE = 1008;
 const TOO_SLOW = 'too slow: more than 1 MiB of subscription messages waiting to be sent';
 /** SSE keep-alive comment, as graphql-yoga sends it. */
 const SSE_PING_MS = 12_000;
@@ -201,7 +201,7 @@ class WebSocketWriter implements Writer {
     const { socket, prefix } = this;
     if (socket.readyState !== socket.OPEN) return;
     if (socket.bufferedAmount > MAX_UNSENT_BYTES) {
-      socket.close(TOO_SLOW_CLOSE_CODE, TOO_SLOW);
+      socket.close(closeCodeOf('too_slow'), TOO_SLOW);
       void this.sub.return();
       return;
     }
@@ -243,7 +243,7 @@ class SseWriter implements Writer {
   static readonly PING = Buffer.from(':\n\n');
   static readonly COMPLETE = Buffer.from('event: complete\ndata:\n\n');
   static readonly TOO_SLOW = Buffer.from(
-    `event: next\ndata: ${JSON.stringify({ errors: [{ message: TOO_SLOW, extensions: { code: 'too_slow' } }] })}\n\nevent: complete\ndata:\n\n`,
+    `event: next\ndata: ${JSON.stringify({ errors: [{ message: TOO_SLOW, extensions: { code: 'too_slow' satisfies ErrorCode } }] })}\n\nevent: complete\ndata:\n\n`,
   );
 
   readonly body: Readable;
