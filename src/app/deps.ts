@@ -64,7 +64,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
         metrics: createMetrics(db.prisma),
       };
       node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
-      // Imported when a sample comes: services/usage → environments → scheduler would be a cycle at load.
+      // Imported when a sample comes: the environments module imports the nodes module this file builds.
       node.onUsage = (id, usage) =>
         void import('../modules/environments')
           .then(({ recordUsage }) => recordUsage(deps, null, id, usage))

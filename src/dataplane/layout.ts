@@ -13,7 +13,7 @@ export function environmentRoot(dir: string, id: string): string {
   return path.join(dir, id);
 }
 
-/** Where a share with this `envPath` (absolute, normalized, no `..`: templates-file.ts checks) lives under `root`. */
+/** Where a share with this `envPath` (absolute, normalized, no `..`: src/modules/templates/catalog.ts checks) lives under `root`. */
 export function shareDir(root: string, envPath: string): string {
   const rel = path.posix.normalize(envPath).replace(/^\/+/, '');
   if (rel === '' || rel === '.' || rel === '..' || rel.startsWith('../')) throw new Error(`not a share path: ${JSON.stringify(envPath)}`);

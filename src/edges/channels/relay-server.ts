@@ -9,7 +9,7 @@
 //
 // Everything is checked before the upgrade (a refusal is an HTTP answer `{error, code}`). Then
 // the environment's node joins: a built-in hot node is this process, which serves the socket
-// itself (relay-node.ts); a remote node is asked on its control channel (`{type: 'relay', relay,
+// itself (src/dataplane/relay-node.ts); a remote node is asked on its control channel (`{type: 'relay', relay,
 // url, job}` through sendToNode, from whichever instance holds that channel) to dial back to
 // `url` — this instance's PUBLIC_URL — and the two sockets are joined here, message by message.
 // The sandbox's upgrade is answered only once the node joined (or 503 when it did not within

@@ -399,7 +399,7 @@ export async function watchExecs(deps: Deps, actor: Actor, idOrName: string, aft
   })();
 }
 
-/** A page of the organization's environments, newest first, by the one environment filter (environment-filter.ts). */
+/** A page of the organization's environments, newest first, by the one environment filter (filter.ts). */
 export async function listEnvironments(
   deps: Deps,
   actor: Actor,

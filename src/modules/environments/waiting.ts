@@ -1,5 +1,5 @@
 // Why each pending environment still waits (`waiting`, docs/environments.md#why-it-waits): the
-// claim's own rule (claimQueued in environment-job.ts) read backwards. A lease is placed, oldest
+// claim's own rule (claimQueued in job.ts) read backwards. A lease is placed, oldest
 // first, on a free slot it may take: a free slot of its organization's own online node, or a free
 // built-in (hot) node while its organization holds less than its share of the pool's hot nodes. So
 // it waits because no node serves its pool for it, because its organization holds its share, or

@@ -323,7 +323,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     return { node, stale };
   });
   await announce(deps, node, stateOf(node));
-  // Imported lazily: environments.ts → sandbox-wiring → … would otherwise form a cycle at load.
+  // Imported lazily: the environments module imports this one (its job places onto nodes).
   const { transition } = await import('../environments');
   for (const env of stale) {
     await transition(deps, env.id, ON_NODE, 'failed', (at) => ({

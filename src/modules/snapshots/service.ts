@@ -3,7 +3,7 @@
 //
 // - One Snapshot row per share of one save. The rows of one save share a `root` id (`snr_…`), so
 //   a restore unpacks every share of the save it picked and `restored.root` says which save.
-// - A share is one packed item (src/platform/store/pack.ts) of the archive stream of snapshot-archive.ts,
+// - A share is one packed item (src/platform/store/pack.ts) of the archive stream of src/protocol/snapshot-archive.ts,
 //   sealed under the project's current key, under `snapshots/<org>/<project>/v<keyVersion>/<id>/`.
 //   The key version in the prefix lets a shred find every object sealed under the versions it
 //   destroyed, rows or not.
@@ -52,7 +52,7 @@ function shreddedSince(db: Pick<Tx, 'shred'>, env: Pick<Environment, 'orgId' | '
 
 /**
  * Saves one share of an ending environment under its `snapshot` key from the archive stream
- * `source` (snapshot-archive.ts), counting its files and bytes as it passes. Idempotent per
+ * `source` (src/protocol/snapshot-archive.ts), counting its files and bytes as it passes. Idempotent per
  * (lease, share): a share already saved is kept and `source` is discarded. Saves nothing (null)
  * when the project was shredded since the environment began, decided in the database under the
  * lock the shred takes, so a shred on another instance cannot slip in between.
