@@ -2,7 +2,7 @@
 // (createNode, nodes, removeNode; the runCommand subscription on the built-in pool).
 import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import type { App } from '../src/app/server';
 import { createOrganization } from '../src/modules/organizations/service';
@@ -242,5 +242,21 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
     await admin.gql(StopEnvironment, { id: env.id });
     await untilState(s, BOOTSTRAP, env.id, 'stopped');
     expect((await runCommand(s.url, memberKey, env.id, ['true']))[0]!.errors?.[0]?.extensions?.code).toBe('invalid_transition');
+  });
+  it("reads a list's warm containers in one query, not one per node", async () => {
+    const made = [];
+    for (let i = 0; i < 3; i++) made.push((await admin.post('/v1/nodes', { pool: 'large', name: `warm-list-${i}` })).body.node.id);
+    const findMany = vi.spyOn(s.app.deps.prisma.node, 'findMany');
+    try {
+      const listed = await admin.post('/graphql', { query: 'query { nodes { id warm { slot template state } } }' });
+      expect(listed.body.errors).toBeUndefined();
+      const nodes = listed.body.data.nodes as { id: string; warm: unknown[] }[];
+      for (const id of made) expect(nodes.find((n) => n.id === id)?.warm).toEqual([]);
+      const warmQueries = findMany.mock.calls.filter(([args]) => JSON.stringify(args?.where ?? {}).includes('warmState'));
+      expect(warmQueries).toHaveLength(1);
+    } finally {
+      findMany.mockRestore();
+    }
+    for (const id of made) await admin.del(`/v1/nodes/${id}`);
   });
 });

@@ -1,6 +1,5 @@
-import type DataLoader from 'dataloader';
-import type { Context } from '../../app/context';
 import { builder } from '../../kernel/graphql/builder';
+import { perRequest } from '../../kernel/graphql/per-request';
 import { EnvironmentRef } from './graphql';
 import { latestUsageLoader, type Usage, usageHistory, watchUsage } from './usage';
 
@@ -19,14 +18,7 @@ const EnvironmentUsage = builder.objectRef<Usage>('EnvironmentUsage').implement(
 });
 
 /** One loader per request: a list of environments asks for their latest samples in one query. */
-const loaders = new WeakMap<Context, DataLoader<string, Usage | null>>();
-function usageLoader(ctx: Context): DataLoader<string, Usage | null> {
-  const known = loaders.get(ctx);
-  if (known) return known;
-  const loader = latestUsageLoader(ctx.deps);
-  loaders.set(ctx, loader);
-  return loader;
-}
+const usageLoader = perRequest((ctx) => latestUsageLoader(ctx.deps));
 
 builder.objectFields(EnvironmentRef, (t) => ({
   usage: t.field({

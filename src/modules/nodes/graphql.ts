@@ -1,7 +1,8 @@
 import { builder } from '../../kernel/graphql/builder';
+import { perRequest } from '../../kernel/graphql/per-request';
 import { EnvironmentRef } from '../environments/graphql';
 import { type Allocation, createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from './service';
-import { type WarmContainer, warmContainers } from './warm';
+import { type WarmContainer, warmContainersLoader } from './warm';
 
 const NodeCapacityRef = builder.objectRef<{ cpus: number; memory: number }>('NodeCapacity').implement({
   description: "A node's machine, as its agent said when it last connected: its engine's, else the host's",
@@ -35,6 +36,9 @@ const WarmContainerRef = builder.objectRef<WarmContainer>('WarmContainer').imple
   }),
 });
 
+/** One loader per request: a list of nodes asks for their warm containers in one query. */
+const warmLoader = perRequest((ctx) => warmContainersLoader(ctx.deps.prisma));
+
 export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
   description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
   fields: (t) => ({
@@ -62,7 +66,7 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
     warm: t.field({
       type: [WarmContainerRef],
       description: "The warm containers its free slots keep for its organization's templates",
-      resolve: (n, _args, ctx) => warmContainers(ctx.deps.prisma, n.id),
+      resolve: (n, _args, ctx) => warmLoader(ctx).load(n.id),
     }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),

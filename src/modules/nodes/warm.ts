@@ -1,5 +1,6 @@
 // What operators see of warm containers (docs/environments.md, "Warm templates"): each slot's,
 // from the database the warm job (src/modules/nodes/warm-job.ts) keeps.
+import DataLoader from 'dataloader';
 import type { Prisma } from '../../platform/db';
 
 export interface WarmContainer {
@@ -10,12 +11,29 @@ export interface WarmContainer {
   error: string | null;
 }
 
-/** The warm containers of a remote node's slots, or (null) of the built-in pool's hot nodes. */
-export async function warmContainers(prisma: Prisma, remoteId: string | null): Promise<WarmContainer[]> {
-  const rows = await prisma.node.findMany({
-    where: { remoteId, warmState: { not: null } },
-    select: { id: true, warmTemplate: true, warmState: true, warmSince: true, warmError: true },
-    orderBy: { id: 'asc' },
-  });
-  return rows.map((r) => ({ slot: r.id, template: r.warmTemplate ?? '', state: r.warmState!, since: r.warmSince, error: r.warmError }));
+const WARM_COLUMNS = { id: true, remoteId: true, warmTemplate: true, warmState: true, warmSince: true, warmError: true } as const;
+
+function toWarm(r: {
+  id: string;
+  warmTemplate: string | null;
+  warmState: string | null;
+  warmSince: Date | null;
+  warmError: string | null;
+}) {
+  return { slot: r.id, template: r.warmTemplate ?? '', state: r.warmState!, since: r.warmSince, error: r.warmError };
+}
+
+/** Loads the warm containers of many remote nodes in one query (a list of nodes asks once). */
+export function warmContainersLoader(prisma: Prisma): DataLoader<string, WarmContainer[]> {
+  return new DataLoader(
+    async (remoteIds) => {
+      const rows = await prisma.node.findMany({
+        where: { remoteId: { in: [...remoteIds] }, warmState: { not: null } },
+        select: WARM_COLUMNS,
+        orderBy: { id: 'asc' },
+      });
+      return remoteIds.map((id) => rows.filter((r) => r.remoteId === id).map(toWarm));
+    },
+    { cache: false, maxBatchSize: 500 },
+  );
 }
