@@ -10,6 +10,7 @@ import '../../modules/environments/exec-graphql';
 import '../../modules/quotas/graphql';
 import '../../modules/sandboxes/graphql';
 import '../../modules/snapshots/graphql';
+import '../../modules/projects/graphql';
 import '../../modules/nodes/graphql';
 import '../../modules/webhooks/graphql';
 import '../../modules/audit/graphql';

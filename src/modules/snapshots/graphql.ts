@@ -1,8 +1,6 @@
 import type { Snapshot as SnapshotRow } from '../../generated/prisma/client';
 import { builder } from '../../kernel/graphql/builder';
 import { type Segment, segmentsOf } from '../../kernel/json-columns';
-import type { ShredResult } from '../projects';
-import { shredProject } from '../projects';
 import { listSnapshots } from './service';
 
 const SnapshotSegment = builder.objectRef<Segment>('SnapshotSegment').implement({
@@ -41,17 +39,6 @@ const SnapshotList = builder.objectRef<{ project: string; snapshots: SnapshotRow
   }),
 });
 
-const ShredResultRef = builder.objectRef<ShredResult>('ShredResult').implement({
-  fields: (t) => ({
-    project: t.exposeString('project'),
-    shredded: t.exposeBoolean('shredded'),
-    at: t.expose('at', {
-      type: 'DateTime',
-      description: 'When the keys were destroyed (the latest shred, when repeated with nothing new to shred)',
-    }),
-  }),
-});
-
 builder.queryField('snapshots', (t) =>
   t.field({
     type: SnapshotList,
@@ -63,14 +50,5 @@ builder.queryField('snapshots', (t) =>
       after: t.arg.string({ description: 'The `next` of the previous page' }),
     },
     resolve: (_root, args, ctx) => listSnapshots(ctx.deps, ctx.actor, args),
-  }),
-);
-
-builder.mutationField('shredProject', (t) =>
-  t.field({
-    type: ShredResultRef,
-    description: "Destroys the project's keys, then its snapshots and artifacts (admins only)",
-    args: { project: t.arg.string({ required: true }) },
-    resolve: (_root, { project }, ctx) => shredProject(ctx.deps, ctx.actor, project),
   }),
 );
