@@ -23,14 +23,16 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
 import { shareDir } from '../dataplane/layout';
-import { type RelayJob, serveRelay } from '../dataplane/relay-node';
+import { serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
+import { DomainError } from '../kernel/errors';
 import { normalizeImage } from '../kernel/image-ref';
-import { type SyncRules, selectFiles } from '../kernel/sync-rules';
-import { type Command, type SessionOptions, sessionOf, termSize, whenStarted } from '../node/command';
+import { selectFiles } from '../kernel/sync-rules';
+import { type Command, type SessionOptions, whenStarted } from '../node/command';
 import type { Engine } from '../node/engine';
-import { type EnvironmentSpec, NodeRuntime, type WarmSpec } from '../node/runtime';
-import { execOutput, MAX_POOL_IMAGES, NODE_CHANNEL_PATH } from '../protocol/dataplane';
+import { NodeRuntime } from '../node/runtime';
+import { execOutput, NODE_CHANNEL_PATH } from '../protocol/dataplane';
+import { MAX_ERROR, type NodeToServer, parseServerToNode, type ServerToNode, type ToNode } from '../protocol/node-channel';
 import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../protocol/snapshot-archive';
 
 export interface NodeAgentOptions {
@@ -44,16 +46,6 @@ export interface NodeAgentOptions {
   /** null: environments hold files only. */
   engine: Engine | null;
   log?: (line: string) => void;
-}
-
-/** A prepare's environment; `warm`: the slot's warm container it claims (`claim`) or evicts. */
-type PrepareMessage = EnvironmentSpec & { warm?: { slot: string; hash: string; claim: boolean } };
-
-interface ReleaseMessage {
-  id: string;
-  shares?: { name: string; envPath: string; rules?: SyncRules }[];
-  snapshot?: boolean;
-  saved?: string[];
 }
 
 /** How often the containers of held environments are looked at (an end whose report was lost). */
@@ -190,13 +182,15 @@ export class NodeAgent {
       });
       ws.on('open', () => this.hello());
       ws.on('message', (data) => {
-        let message: Record<string, unknown>;
+        let message: ServerToNode;
         try {
-          message = JSON.parse(data.toString());
-        } catch {
+          message = parseServerToNode(JSON.parse(data.toString()));
+        } catch (error) {
+          // Not JSON is dropped as before; a message of no known type or out of bounds is said.
+          if (error instanceof DomainError) this.log(`ignored a message: ${error.message}`);
           return;
         }
-        void this.dispatch(message, onWelcome).catch((err) => this.log(`${String(message.type)} failed: ${(err as Error).message}`));
+        void this.dispatch(message, onWelcome).catch((err) => this.log(`${message.type} failed: ${(err as Error).message}`));
       });
       ws.on('close', (code, reason) => {
         this.connected = false;
@@ -219,22 +213,22 @@ export class NodeAgent {
     });
   }
 
-  send(message: Record<string, unknown>): void {
+  send(message: NodeToServer): void {
     if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(message));
   }
 
-  private async dispatch(message: Record<string, unknown>, onWelcome: () => void): Promise<void> {
+  private async dispatch(message: ServerToNode, onWelcome: () => void): Promise<void> {
     switch (message.type) {
       case 'welcome': {
         onWelcome();
         this.connected = true;
-        const node = message.node as { name: string; pool: string };
+        const { node } = message;
         this.log(`online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`);
         clearInterval(this.heartbeat);
-        this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), Number(message.heartbeatMs) || 5000);
-        this.runtime.startSampling(Number(message.usageSampleMs) || 5000);
+        this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), message.heartbeatMs);
+        this.runtime.startSampling(message.usageSampleMs);
         // Roots of environments the server no longer counts as live on this node are wiped.
-        const live = new Set(message.environments as string[]);
+        const live = new Set(message.environments);
         for (const id of [...this.held]) if (!live.has(id)) await this.discard(id);
         this.pullAhead(message.images);
         // An end reported while the channel was down was lost: every container is looked at again.
@@ -260,68 +254,51 @@ export class NodeAgent {
         this.stop();
         return;
       case 'error':
-        this.log(`server: ${String(message.error)}`);
+        this.log(`server: ${message.error}`);
         return;
       case 'discard':
-        await this.discard((message.environment as { id: string }).id);
+        await this.discard(message.environment.id);
         return;
       case 'prepare':
-        return this.answer(message, () =>
-          this.once(`prepare:${(message.environment as EnvironmentSpec).id}`, () => this.prepare(message.environment as PrepareMessage)),
-        );
+        return this.answer(message, () => this.once(`prepare:${message.environment.id}`, () => this.prepare(message.environment)));
       case 'release':
-        return this.answer(message, () =>
-          this.once(`release:${(message.environment as ReleaseMessage).id}`, () => this.release(message.environment as ReleaseMessage)),
-        );
+        return this.answer(message, () => this.once(`release:${message.environment.id}`, () => this.release(message.environment)));
       case 'exec':
-        return this.exec(
-          String(message.exec),
-          (message.environment as { id: string }).id,
-          message.argv as string[],
-          String(message.workdir ?? '/'),
-          sessionOf(message.session),
-        );
+        return this.exec(message.exec, message.environment.id, message.argv, message.workdir, message.session);
       case 'exec-kill':
-        this.commands.get(String(message.exec))?.kill();
+        this.commands.get(message.exec)?.kill();
         return;
       case 'exec-credit':
-        if (typeof message.bytes === 'number' && message.bytes > 0) this.commands.get(String(message.exec))?.grant(message.bytes);
+        this.commands.get(message.exec)?.grant(message.bytes);
         return;
       case 'exec-input': {
-        const run = String(message.exec);
-        const data = Buffer.from(String(message.data ?? ''), 'base64');
+        const run = message.exec;
+        const data = Buffer.from(message.data, 'base64');
         this.commands.get(run)?.input(data, () => this.send({ type: 'exec-input-credit', exec: run, bytes: data.length }));
         return;
       }
       case 'exec-input-end':
-        this.commands.get(String(message.exec))?.endInput();
+        this.commands.get(message.exec)?.endInput();
         return;
-      case 'exec-resize': {
-        const size = termSize(message);
-        if (size) this.commands.get(String(message.exec))?.resize(size);
+      case 'exec-resize':
+        this.commands.get(message.exec)?.resize({ rows: message.rows, cols: message.cols });
         return;
-      }
       case 'relay':
         return this.relay(message);
       case 'warm':
-        return this.makeWarm(message.warm as WarmSpec & { since: string });
-      case 'warm-drop': {
-        const slot = String(message.slot);
-        this.warm.delete(slot);
-        await this.runtime.dropWarm(slot);
+        return this.makeWarm(message.warm);
+      case 'warm-drop':
+        this.warm.delete(message.slot);
+        await this.runtime.dropWarm(message.slot);
         return;
-      }
-      default:
-        this.log(`ignored a message of unknown type ${JSON.stringify(message.type)}`);
     }
   }
 
   /** Its pool's templates' images (the welcome's, an `images` message's): those the engine lacks are pulled in the background. */
-  private pullAhead(images: unknown): void {
-    if (!Array.isArray(images)) return;
-    const valid = images.slice(0, MAX_POOL_IMAGES).filter((ref): ref is string => {
+  private pullAhead(images: string[]): void {
+    const valid = images.filter((ref) => {
       try {
-        return typeof ref === 'string' && normalizeImage(ref) === ref;
+        return normalizeImage(ref) === ref;
       } catch {
         return false;
       }
@@ -329,14 +306,17 @@ export class NodeAgent {
     this.runtime.prepull(valid);
   }
 
-  /** Runs `work` and, when the message asked for one, sends the reply (with `error` on failure). */
-  private async answer(message: Record<string, unknown>, work: () => Promise<unknown>): Promise<void> {
+  /** Runs `work` and sends the reply (with `error` on failure). */
+  private async answer(
+    message: ToNode<'prepare' | 'release'>,
+    work: () => Promise<{ runtime: 'container' | 'files' } | undefined>,
+  ): Promise<void> {
     try {
-      const result = (await work()) as Record<string, unknown> | undefined;
-      if (typeof message.reply === 'string') this.send({ ...(result ?? {}), type: 'reply', reply: message.reply });
+      const result = await work();
+      this.send({ ...result, type: 'reply', reply: message.reply });
     } catch (err) {
-      this.log(`${String(message.type)} failed: ${(err as Error).message}`);
-      if (typeof message.reply === 'string') this.send({ type: 'reply', reply: message.reply, error: (err as Error).message });
+      this.log(`${message.type} failed: ${(err as Error).message}`);
+      this.send({ type: 'reply', reply: message.reply, error: errorText(err) });
     }
   }
 
@@ -405,7 +385,7 @@ export class NodeAgent {
   }
 
   /** Makes a slot's warm container, then says whether it is ready (that making of it, `since`). */
-  private async makeWarm(spec: WarmSpec & { since: string }): Promise<void> {
+  private async makeWarm(spec: ToNode<'warm'>['warm']): Promise<void> {
     const { since, ...warm } = spec;
     this.warm.set(spec.slot, { since, hash: spec.hash, ready: false });
     try {
@@ -413,7 +393,7 @@ export class NodeAgent {
     } catch (error) {
       if (this.warm.get(spec.slot)?.since === since) this.warm.delete(spec.slot);
       this.log(`the warm container of ${spec.template} on slot ${spec.slot} failed: ${(error as Error).message}`);
-      this.send({ type: 'warm-failed', slot: spec.slot, since, error: (error as Error).message });
+      this.send({ type: 'warm-failed', slot: spec.slot, since, error: errorText(error) });
       return;
     }
     // Dropped or made again meanwhile: that making is not this node's to report.
@@ -422,7 +402,7 @@ export class NodeAgent {
     this.send({ type: 'warm-ready', slot: spec.slot, since });
   }
 
-  private async prepare(message: PrepareMessage): Promise<{ runtime: string }> {
+  private async prepare(message: ToNode<'prepare'>['environment']): Promise<{ runtime: 'container' | 'files' }> {
     // Only a claim that crossed the `leaving` message: the server ends it.
     if (this.leaving) throw new Error('the node is shutting down');
     const { warm, ...env } = message;
@@ -455,17 +435,16 @@ export class NodeAgent {
     return { runtime };
   }
 
-  private async release(env: ReleaseMessage): Promise<void> {
+  private async release(env: ToNode<'release'>['environment']): Promise<undefined> {
     // The container goes first: nothing changes the shares while they are saved.
     await this.runtime.stop(env.id);
     const root = this.root(env.id);
     if (env.snapshot) {
-      for (const share of env.shares ?? []) {
+      for (const share of env.shares) {
         const dir = shareDir(root, share.envPath);
-        if (env.saved?.includes(share.name) || !(await isDir(dir))) continue;
-        const rules = share.rules ?? { include: [], noIgnore: false, files: {} };
+        if (env.saved.includes(share.name) || !(await isDir(dir))) continue;
         await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share.name)}`, {
-          body: archiveStream(dir, selectFiles(dir, rules)),
+          body: archiveStream(dir, selectFiles(dir, share.rules)),
           type: ARCHIVE_CONTENT_TYPE,
         });
       }
@@ -502,29 +481,32 @@ export class NodeAgent {
   }
 
   /** A relay socket: dialled back to the instance holding the sandbox's end (docs/agents.md, "The relay"). */
-  private async relay(message: Record<string, unknown>): Promise<void> {
-    const job = message.job as RelayJob;
-    if (!job || typeof job.environment !== 'string' || !this.held.has(job.environment)) {
-      return this.log(`refused a relay for ${String(job?.environment)}: not an environment of this node`);
+  private async relay(message: ToNode<'relay'>): Promise<void> {
+    const { job } = message;
+    if (!this.held.has(job.environment)) {
+      return this.log(`refused a relay for ${job.environment}: not an environment of this node`);
     }
-    const ws = new WebSocket(String(message.url), {
+    const ws = new WebSocket(message.url, {
       headers: { authorization: `Bearer ${this.opts.token}` },
       perMessageDeflate: false,
       // A zero mask: see openRelay in sandbox-agent.ts.
       generateMask: (mask) => void mask.fill(0),
     });
     ws.once('unexpected-response', (_req, res) => {
-      this.log(`relay ${String(message.relay)}: the server answered ${res.statusCode}`);
+      this.log(`relay ${message.relay}: the server answered ${res.statusCode}`);
       ws.terminate();
     });
-    ws.once('error', (error) => this.log(`relay ${String(message.relay)}: ${error.message}`));
+    ws.once('error', (error) => this.log(`relay ${message.relay}: ${error.message}`));
     ws.once('open', () => {
       void serveRelay(ws, job, this.root(job.environment), (j) => this.runtime.dial(j.environment, j.port)).catch((error: Error) =>
-        this.log(`relay ${String(message.relay)}: ${error.message}`),
+        this.log(`relay ${message.relay}: ${error.message}`),
       );
     });
   }
 }
+
+/** An error's message as a node sends it: bounded by what the server takes. */
+const errorText = (error: unknown) => (error as Error).message.slice(0, MAX_ERROR);
 
 async function isDir(path: string): Promise<boolean> {
   return (await stat(path).catch(() => null))?.isDirectory() ?? false;

@@ -20,7 +20,7 @@ import { queryEncodingProblem } from '../edges/http/text';
 import { createRestHandler } from '../edges/rest/adapter';
 import { buildRoutes } from '../edges/rest/routes';
 import { schema } from '../edges/schema';
-import { prepullBuiltin, warmNodeMessages } from '../modules/nodes';
+import { prepullBuiltin } from '../modules/nodes';
 import { ensureDefaultOrganization } from '../modules/organizations';
 import { METRICS_PATH, sendMetrics } from '../observability/endpoint';
 import { createLogger, type Logger, logFunction } from '../observability/log';
@@ -177,7 +177,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     server.listen(config.port, config.host, () => resolve());
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
-  const nodeChannel = serveNodeChannel(deps, log, warmNodeMessages);
+  const nodeChannel = serveNodeChannel(deps, log);
   const relay = createRelayServer(deps, log);
   const sessions = createSessionServer(deps, cors, log);
   const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {

@@ -36,13 +36,6 @@ export function termSize(value: unknown): TermSize | undefined {
   return fine(rows) && fine(cols) ? { rows, cols } : undefined;
 }
 
-/** The session options an `exec` message carries (undefined: not a session). */
-export function sessionOf(value: unknown): SessionOptions | undefined {
-  if (!value || typeof value !== 'object') return undefined;
-  const tty = termSize((value as { tty?: unknown }).tty);
-  return tty ? { tty } : {};
-}
-
 /** berth-envd's mode argument for a session. */
 export const sessionMode = (options: SessionOptions) => (options.tty ? `tty:${options.tty.rows}:${options.tty.cols}` : 'pipe');
 

@@ -11,9 +11,6 @@ declare const payloadOf: unique symbol;
 export type Topic<P extends EventPayload> = string & { readonly [payloadOf]: P };
 const topic = <P extends EventPayload>(name: string) => name as Topic<P>;
 
-/** A message to or from a node's agent, dispatched by `type` (docs/agents.md, "Control channel"). */
-export type NodeMessage = { type: string } & Record<string, unknown>;
-
 /** Every topic family and the payload published on it. */
 export const topics = {
   /** An organization's environments changed: subscribers read the event log (seq > last). */
@@ -33,13 +30,21 @@ export const topics = {
     topic<{ cpu: number | null; memory: number | null; pids: number | null; disk: number; sampled: string }>(`env:${environmentId}:usage`),
   /** The sandbox's configuration changed to this version. */
   sandboxConfig: (sandboxId: string) => topic<{ version: number }>(`sandbox:${sandboxId}:config`),
-  /** Messages for the node, forwarded by the instance holding its control channel. */
-  node: (nodeId: string) => topic<NodeMessage>(`node:${nodeId}`),
-  /** A node's answer to one question; null when `name` is not such a topic (a node sent it). */
-  nodeReply: (name: string) => (name.startsWith('node-reply:') ? topic<NodeMessage>(name) : null),
-  /** A command's output, input credit and exit, from the node that runs it. */
-  exec: (nodeId: string, run: string) => topic<NodeMessage>(`exec:${nodeId}:${run}`),
 };
+
+/**
+ * The node control channel's topics. What they carry are the channel's messages
+ * (src/protocol/node-channel.ts), which the platform does not know: src/protocol/node-bus.ts binds
+ * them, once, to those types.
+ */
+export const nodeTopicsOf = <ToNode extends EventPayload, Reply extends EventPayload, Exec extends EventPayload>() => ({
+  /** Messages for the node, forwarded by the instance holding its control channel. */
+  node: (nodeId: string) => topic<ToNode>(`node:${nodeId}`),
+  /** A node's answer to one question; null when `name` is not such a topic (a node sent it). */
+  nodeReply: (name: string) => (name.startsWith('node-reply:') ? topic<Reply>(name) : null),
+  /** A command's output, input credit and exit, from the node that runs it. */
+  exec: (nodeId: string, run: string) => topic<Exec>(`exec:${nodeId}:${run}`),
+});
 
 export interface Events {
   /** Delivers to subscribers on every Berth instance sharing this database. */

@@ -20,7 +20,10 @@ export const EXEC_WINDOW = 1024 * 1024;
 export const EXEC_GRANT = EXEC_WINDOW / 4;
 
 /** A command's output as `exec-output` events of at most EXEC_CHUNK bytes each. */
-export function* execOutput(stream: 'stdout' | 'stderr', data: Buffer): Generator<{ type: 'exec-output'; stream: string; data: string }> {
+export function* execOutput(
+  stream: 'stdout' | 'stderr',
+  data: Buffer,
+): Generator<{ type: 'exec-output'; stream: 'stdout' | 'stderr'; data: string }> {
   for (let i = 0; i < data.length; i += EXEC_CHUNK)
     yield { type: 'exec-output', stream, data: data.subarray(i, i + EXEC_CHUNK).toString('base64') };
 }

@@ -1,17 +1,10 @@
 // The node control channel (docs/agents.md): a WebSocket at /v1/nodes/channel that a node agent
 // opens with its node credential (`Authorization: Bearer bnd_…` on the upgrade). Frames are JSON
-// text, one message each, dispatched by `type`:
-//
-//   agent → server  {type: 'hello', slots, environments, leaving?}   {type: 'heartbeat'}   {type: 'leaving'}
-//                   {type: 'reply', reply, error?, …}       (answers a message that had `reply`)
-//                   {type: 'exec-output', exec, stream, data}  {type: 'exec-exit', exec, exitCode}
-//                   {type: 'exec-input-credit', exec, bytes}   (a session's input written to its container)
-//                   {type: 'ended', environment, reason}   (its container ended on its own)
-//                   {type: 'usage', environment, sample: {cpu, memory, pids, disk}}   (every USAGE_SAMPLE_MS)
-//   server → agent  {type: 'welcome', node, heartbeatMs, usageSampleMs, environments, images}   {type: 'hello-again'}   {type: 'drained'}
-//                   {type: 'images', images}   (a template of its pool changed: pull ahead)
-//                   whatever sendToNode() publishes on `node:<id>` (prepare, release, discard, …)
-//                   {type: 'error', error, code}
+// text, one message each, dispatched by `type`; the messages of both directions are
+// src/protocol/node-channel.ts. Every frame a node sends is parsed there first: one that is not a
+// message of the protocol is answered `{type: 'error', error, code}` and changes nothing. Besides
+// its own answers (`welcome`, `hello-again`, `drained`, `error`) this end forwards whatever
+// sendToNode() publishes on `node:<id>` (prepare, release, discard, …).
 //
 // This instance forwards what any instance publishes for the node while the socket is open; the
 // node's liveness is its `lastSeen` in the database, not this socket.
@@ -23,18 +16,24 @@ import { closeCodeOf } from '../../kernel/error-codes';
 import { DomainError, ForbiddenError, ValidationError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
 import { recordUsage } from '../../modules/environments';
-import { nodeEnvironmentEnded, nodeHeartbeat, nodeHello, nodeLeaving } from '../../modules/nodes';
+import {
+  nodeEnvironmentEnded,
+  nodeHeartbeat,
+  nodeHello,
+  nodeLeaving,
+  nodeWarmFailed,
+  nodeWarmHeld,
+  nodeWarmReady,
+} from '../../modules/nodes';
 import { tagUpgrades } from '../../observability/requests';
-import { type NodeMessage, topics } from '../../platform/events';
+import { nodeTopics } from '../../protocol/node-bus';
+import { type NodeToServer, parseNodeToServer, type ServerToNode } from '../../protocol/node-channel';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { findTextIssue } from '../http/text';
 import { clientCodeOf, toClientError } from '../schema/errors';
 
 export { NODE_CHANNEL_PATH } from '../../protocol/dataplane';
-
-/** Agent → server messages this edge handles itself; any other type goes to `handlers`. */
-export type NodeMessageHandler = (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>;
 
 export interface NodeChannel {
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
@@ -43,13 +42,13 @@ export interface NodeChannel {
 
 const MAX_FRAME = 1024 * 1024;
 
-export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, NodeMessageHandler> = {}): NodeChannel {
+export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME });
   tagUpgrades(wss);
 
   function serve(ws: WebSocket, actor: Actor): void {
     const nodeId = actor.nodeId!;
-    const send = (message: NodeMessage) => {
+    const send = (message: ServerToNode) => {
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
     };
     const fail = (error: unknown) => {
@@ -57,7 +56,7 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
       send({ type: 'error', error: err.message, code: String(err.extensions.code ?? 'internal') });
     };
     // Messages for this node from any instance.
-    const inbox = deps.events.subscribe(topics.node(nodeId))[Symbol.asyncIterator]();
+    const inbox = deps.events.subscribe(nodeTopics.node(nodeId))[Symbol.asyncIterator]();
     void (async () => {
       for (let next = await inbox.next(); !next.done; next = await inbox.next()) {
         if (next.value.type === 'revoked') {
@@ -77,65 +76,68 @@ export function serveNodeChannel(deps: Deps, log: Log, handlers: Record<string, 
     ws.on('message', (data, isBinary) => {
       // One message at a time, in order.
       queue = queue.then(async () => {
-        let message: Record<string, unknown>;
+        let frame: object;
         try {
           const parsed: unknown = isBinary ? undefined : JSON.parse(data.toString());
           if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not a JSON object');
-          message = parsed as Record<string, unknown>;
+          frame = parsed;
         } catch {
           return fail(new DomainError('every frame must be one JSON object with a type', 'bad_request'));
         }
         // As at every edge (src/edges/http/text.ts): a string PostgreSQL cannot store is refused here,
         // before a query fails on it (a NUL in a hello's environments was an internal error).
-        const issue = findTextIssue(message, '');
+        const issue = findTextIssue(frame, '');
         if (issue) return fail(new ValidationError(`${issue.field || 'frame'}: ${issue.problem}`, issue.field));
         try {
-          switch (message.type) {
-            case 'hello':
-              send({ type: 'welcome', ...(await nodeHello(deps, actor, message as never)) });
-              return;
-            case 'heartbeat': {
-              const state = await nodeHeartbeat(deps, nodeId);
-              if (state === 'revoked') ws.close(closeCodeOf('unauthorized'), 'this node was removed');
-              else if (state === 'lost') send({ type: 'hello-again' });
-              else if (state === 'offline') send({ type: 'drained' });
-              return;
-            }
-            case 'reply': {
-              const reply = typeof message.reply === 'string' ? topics.nodeReply(message.reply) : null;
-              if (!reply) throw new DomainError('reply: must be the reply topic of the message answered', 'invalid');
-              await deps.events.publish(reply, { ...message, type: message.type });
-              return;
-            }
-            case 'ended':
-              await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
-              return;
-            case 'leaving':
-              await nodeLeaving(deps, actor);
-              return;
-            case 'usage':
-              await recordUsage(deps, nodeId, message.environment, message.sample);
-              return;
-            case 'exec-output':
-            case 'exec-input-credit':
-            case 'exec-exit':
-              // A node speaks only for the commands it was sent: the topic carries its own id.
-              if (typeof message.exec !== 'string' || !/^[0-9a-f-]{36}$/.test(message.exec)) {
-                throw new DomainError('exec: must be the id of the exec message answered', 'invalid');
-              }
-              await deps.events.publish(topics.exec(nodeId, message.exec), { ...message, type: message.type });
-              return;
-            default: {
-              const handler = handlers[String(message.type)];
-              if (!handler) throw new DomainError(`unknown message type ${JSON.stringify(message.type)}`, 'bad_request');
-              await handler(deps, actor, message);
-            }
-          }
+          await dispatch(parseNodeToServer(frame));
         } catch (error) {
           fail(error);
         }
       });
     });
+
+    async function dispatch(message: NodeToServer): Promise<void> {
+      switch (message.type) {
+        case 'hello':
+          send({ type: 'welcome', ...(await nodeHello(deps, actor, message)) });
+          return;
+        case 'heartbeat': {
+          const state = await nodeHeartbeat(deps, nodeId);
+          if (state === 'revoked') ws.close(closeCodeOf('unauthorized'), 'this node was removed');
+          else if (state === 'lost') send({ type: 'hello-again' });
+          else if (state === 'offline') send({ type: 'drained' });
+          return;
+        }
+        case 'reply':
+          // The schema holds it to a reply topic's shape.
+          await deps.events.publish(nodeTopics.nodeReply(message.reply)!, message);
+          return;
+        case 'ended':
+          await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
+          return;
+        case 'leaving':
+          await nodeLeaving(deps, actor);
+          return;
+        case 'usage':
+          await recordUsage(deps, nodeId, message.environment, message.sample);
+          return;
+        case 'exec-output':
+        case 'exec-input-credit':
+        case 'exec-exit':
+          // A node speaks only for the commands it was sent: the topic carries its own id.
+          await deps.events.publish(nodeTopics.exec(nodeId, message.exec), message);
+          return;
+        case 'warm-ready':
+          await nodeWarmReady(deps, actor, message);
+          return;
+        case 'warm-failed':
+          await nodeWarmFailed(deps, actor, message);
+          return;
+        case 'warm-held':
+          await nodeWarmHeld(deps, actor, message);
+          return;
+      }
+    }
   }
 
   return {

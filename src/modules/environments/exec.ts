@@ -13,10 +13,10 @@ import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec } from '../../generated/prisma/client';
 import { requireMember, requireOwner } from '../../kernel/access';
 import { ConflictError, DomainError, ValidationError } from '../../kernel/errors';
-import { sendToNode } from '../../kernel/node-messages';
 import { type Command, type SessionOptions, type TermSize, whenStarted } from '../../node/command';
-import { type NodeMessage, topics } from '../../platform/events';
 import { EXEC_CHUNK, EXEC_GRANT, execOutput, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
+import { nodeTopics, sendToNode } from '../../protocol/node-bus';
+import type { DistributiveOmit, ExecTopicEvent, ToNode } from '../../protocol/node-channel';
 import { checkAudited } from '../audit';
 import { findEnvironment, recordExecRow } from './service';
 
@@ -131,7 +131,7 @@ export async function startCommand(
   const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
   const run = randomUUID();
   const node = env.nodeId ?? HOT;
-  const events = deps.events.subscribe(topics.exec(node, run))[Symbol.asyncIterator]();
+  const events = deps.events.subscribe(nodeTopics.exec(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();
   const started = Date.now();
@@ -149,7 +149,9 @@ export async function startCommand(
     local = runOnBuiltinNode(deps, env, run, argv, session);
   }
   let finished = false;
-  const toNode = (message: NodeMessage) => {
+  const toNode = (
+    message: DistributiveOmit<ToNode<'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize'>, 'exec'>,
+  ) => {
     if (env.nodeId) sendToNode(deps, env.nodeId, { ...message, exec: run }).catch(() => undefined);
   };
   const stop = () => {
@@ -201,19 +203,17 @@ export async function startCommand(
         pending = events.next();
         const event = got.value;
         if (event.type === 'exec-output') {
-          const stream = event.stream === 'stderr' ? 'stderr' : 'stdout';
-          const data = Buffer.from(String(event.data), 'base64');
-          yield { kind: 'output', stream, data };
+          const data = Buffer.from(event.data, 'base64');
+          yield { kind: 'output', stream: event.stream, data };
           taken += data.length;
           grant();
         } else if (event.type === 'exec-input-credit') {
-          if (typeof event.bytes === 'number') credited(event.bytes);
+          credited(event.bytes);
         } else if (event.type === 'exec-exit') {
           finished = true;
-          const exitCode = Number(event.exitCode);
           const exec = await recordExecRow(deps, actor, env.id, {
             command: commandLine(argv),
-            exitCode: Number.isInteger(exitCode) ? exitCode : 255,
+            exitCode: event.exitCode,
             durationMs: Date.now() - started,
           });
           yield { kind: 'exit', exec };
@@ -268,9 +268,9 @@ export async function startCommand(
 
 /** The built-in node's runner: the command in the environment's container, events on the same topic. */
 function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[], session?: SessionOptions): Command {
-  const topic = topics.exec(HOT, run);
+  const topic = nodeTopics.exec(HOT, run);
   let chain = Promise.resolve();
-  const publish = (payload: Record<string, unknown>) => {
+  const publish = (payload: ExecTopicEvent) => {
     chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
   };
   const start = deps.node.exec(

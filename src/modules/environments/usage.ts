@@ -17,6 +17,7 @@ import { ENVIRONMENT_JOB } from '../../kernel/job-names';
 import { resourcesOf } from '../../kernel/json-columns';
 import { parseSize } from '../../kernel/sizes';
 import { topics } from '../../platform/events';
+import { UsageReport } from '../../protocol/node-channel';
 import { joinEnvironmentFeed } from './feed';
 import { findEnvironment, transition } from './service';
 
@@ -32,17 +33,6 @@ export interface Usage {
 export const RECENT_MS = 5 * 60_000;
 export const HISTORY_MS = 60 * 60_000;
 const MINUTE_MS = 60_000;
-
-/** What a node may report, bounded: finite, non-negative, within what a machine can have. */
-export const UsageReport = z
-  .object({
-    cpu: z.number().finite().min(0).max(100_000).nullable(),
-    memory: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable(),
-    pids: z.number().int().min(0).max(100_000_000).nullable(),
-    disk: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
-  })
-  .strict();
-export type UsageReport = z.infer<typeof UsageReport>;
 
 const toUsage = (row: UsageSample): Usage => ({
   cpu: row.cpu,
@@ -155,10 +145,8 @@ export async function watchUsage(deps: Deps, actor: Actor, idOrName: string): Pr
  * only for the environments placed on it (ForbiddenError otherwise); a sample of one no longer
  * starting or ready (it ends meanwhile) is dropped. One over the template's disk limit ends it.
  */
-export async function recordUsage(deps: Deps, nodeId: string | null, environmentId: unknown, report: unknown): Promise<void> {
-  if (typeof environmentId !== 'string' || environmentId.length > 100) {
-    throw new ValidationError('environment: must be an environment id', 'environment');
-  }
+export async function recordUsage(deps: Deps, nodeId: string | null, environmentId: string, report: UsageReport): Promise<void> {
+  // A remote node's samples were parsed on its channel; the built-in node's are held to the same bounds here.
   const parsed = UsageReport.safeParse(report);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;

@@ -1,11 +1,11 @@
 // The remote provider: an environment's prepare, release and discard happen on the remote node
-// that holds it (`berth node`), asked over its control channel (src/kernel/node-messages.ts).
+// that holds it (`berth node`), asked over its control channel (src/protocol/node-bus.ts).
 // The node moves the snapshot archives itself, over the node HTTP calls (docs/snapshots.md).
 import type { Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
 import type { BackgroundJob } from '../../kernel/background';
 import { NODE_JOB } from '../../kernel/job-names';
-import { askNode, sendToNode } from '../../kernel/node-messages';
+import { askNode, sendToNode } from '../../protocol/node-bus';
 import { savedShares } from '../snapshots';
 import { builtinProvider, type NodeProvider, shareRules, startBound } from './provider';
 import { LIVE_NODE, markLeftNodes, markLostNodes, revokeDrained } from './service';

@@ -2,7 +2,7 @@
 //
 // An admin creates a node credential (`bnd_…`, stored as a Credential of kind "node", only its
 // SHA-256 kept) for one pool; the node serves only its organization's leases of that pool. The
-// agent opens the control channel with it (src/edges/http/node-channel.ts), says hello with its slots,
+// agent opens the control channel with it (src/edges/channels/node-channel.ts), says hello with its slots,
 // and heartbeats; everything about a node is in the database (RemoteNode, its Node slot rows, the
 // environments' `nodeId`), so any instance can claim onto it, fail it or revoke it. Every change
 // of a node's state is announced on its organization's topic (`nodesChanged`).
@@ -17,7 +17,6 @@ import { formatDuration } from '../../kernel/durations';
 import { isLive, LIVE_STATES, ON_NODE, RUNNING } from '../../kernel/environment-states';
 import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from '../../kernel/errors';
 import { newId } from '../../kernel/names';
-import { sendToNode } from '../../kernel/node-messages';
 import { hashSecret, newSecret, secretPrefix } from '../../kernel/secrets';
 import { parseSize } from '../../kernel/sizes';
 import { lockFor } from '../../platform/db';
@@ -31,7 +30,8 @@ import { resourcesOf } from './specs';
 export { MAX_SLOTS } from '../../protocol/dataplane';
 
 import { ENVIRONMENT_JOB, NODE_JOB } from '../../kernel/job-names';
-import { MAX_SLOTS } from '../../protocol/dataplane';
+import { sendToNode } from '../../protocol/node-bus';
+import type { FromNode } from '../../protocol/node-channel';
 
 /**
  * online: heard from within the liveness bound; lost: not heard from (or never connected);
@@ -235,39 +235,8 @@ export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<
 // ---------------------------------------------------------------------------------------------
 // The agent's side (its bnd_ credential)
 
-export interface HelloInput {
-  slots: number;
-  /** The environments the agent still holds (after a reconnect without a restart). */
-  environments: string[];
-  /** It is shutting down (a reconnect while it drains): it stays `leaving`, see nodeLeaving. */
-  leaving?: boolean;
-  /** The machine's CPUs and memory (bytes): its engine's, else the host's. */
-  capacity?: { cpus: number; memory: number };
-}
-
-/** Bounds of a node's capacity: what no machine this decade exceeds. */
-const MAX_NODE_CPUS = 4096;
-const MAX_NODE_MEMORY = 2 ** 50;
-
-function validateCapacity(value: unknown): { cpus: number; memory: number } | undefined {
-  if (value === undefined) return undefined;
-  if (
-    typeof value !== 'object' ||
-    value === null ||
-    Array.isArray(value) ||
-    Object.keys(value).some((k) => k !== 'cpus' && k !== 'memory')
-  ) {
-    throw new ValidationError('capacity: must be an object {cpus, memory}', 'capacity');
-  }
-  const { cpus, memory } = value as Record<string, unknown>;
-  if (typeof cpus !== 'number' || !Number.isInteger(cpus) || cpus < 1 || cpus > MAX_NODE_CPUS) {
-    throw new ValidationError(`capacity.cpus: must be an integer from 1 to ${MAX_NODE_CPUS}`, 'capacity.cpus');
-  }
-  if (typeof memory !== 'number' || !Number.isSafeInteger(memory) || memory < 1 || memory > MAX_NODE_MEMORY) {
-    throw new ValidationError(`capacity.memory: must be a whole number of bytes from 1 to ${MAX_NODE_MEMORY} (1 PiB)`, 'capacity.memory');
-  }
-  return { cpus, memory };
-}
+/** The agent's hello: its slots, the environments it still holds, its capacity, whether it is leaving. */
+export type HelloInput = Omit<FromNode<'hello'>, 'type'>;
 
 export interface Welcome {
   node: { id: string; name: string; pool: string };
@@ -287,14 +256,7 @@ export interface Welcome {
  */
 export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Promise<Welcome> {
   const nodeId = requireNodeAgent(actor);
-  if (!Number.isInteger(input.slots) || input.slots < 1 || input.slots > MAX_SLOTS) {
-    throw new ValidationError(`slots: must be an integer from 1 to ${MAX_SLOTS}`, 'slots');
-  }
-  if (!Array.isArray(input.environments) || input.environments.some((e) => typeof e !== 'string') || input.environments.length > 1000) {
-    throw new ValidationError('environments: must be a list of environment ids', 'environments');
-  }
-  if (input.leaving !== undefined && typeof input.leaving !== 'boolean') throw new ValidationError('leaving: must be a boolean', 'leaving');
-  const capacity = validateCapacity(input.capacity);
+  const { capacity } = input;
   const now = deps.clock.now();
   const { node, stale } = await deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:node:${nodeId}`);
@@ -417,11 +379,7 @@ async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readon
  * The agent's word that an environment's container ended on its own (its main process died, or was
  * killed for memory): the environment fails with the reason, prefixed by the node's name.
  */
-export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: unknown, reason: unknown): Promise<void> {
-  if (typeof envId !== 'string') throw new ValidationError('environment: must be an environment id', 'environment');
-  if (typeof reason !== 'string' || reason.length === 0 || reason.length > 500) {
-    throw new ValidationError('reason: must be a string of 1 to 500 characters', 'reason');
-  }
+export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: string, reason: string): Promise<void> {
   const env = await envOnNode(deps, actor, envId, RUNNING);
   const { transition } = await import('../environments');
   await transition(deps, env.id, RUNNING, 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));

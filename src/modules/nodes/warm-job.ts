@@ -15,10 +15,10 @@
 //   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
 import type { Actor, Deps } from '../../app/context';
 import type { BackgroundJob } from '../../kernel/background';
-import { ValidationError } from '../../kernel/errors';
 import { CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
-import { sendToNode } from '../../kernel/node-messages';
 import { lockFor } from '../../platform/db';
+import { sendToNode } from '../../protocol/node-bus';
+import type { FromNode } from '../../protocol/node-channel';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
 import { warmEnvironmentSpec } from './specs';
 
@@ -308,48 +308,31 @@ export const warmJob: BackgroundJob = {
 /** How long a making the node did not mention yet may be on its way to the node (its message crossed the report). */
 const IN_FLIGHT_MS = 30_000;
 
-const sinceOf = (value: unknown): Date => {
-  const at = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
-  if (Number.isNaN(at.getTime())) throw new ValidationError('since: must be the time the server sent with the warm message', 'since');
-  return at;
-};
-const slotOf = (value: unknown): string => {
-  if (typeof value !== 'string' || value.length > 200) throw new ValidationError("slot: must be one of the node's slots", 'slot');
-  return value;
-};
+/** A remote node's making of a warm container was ready (src/agent/node-agent.ts): about a slot of its own only. */
+export async function nodeWarmReady(deps: Deps, actor: Actor, message: FromNode<'warm-ready'>): Promise<void> {
+  await warmReady(deps, message.slot, new Date(message.since), actor.nodeId!);
+}
 
-/** A remote node's answers about its warm containers (src/agent/node-agent.ts), each about a slot of its own only. */
-export const warmNodeMessages: Record<string, (deps: Deps, actor: Actor, message: Record<string, unknown>) => Promise<void>> = {
-  async 'warm-ready'(deps, actor, message) {
-    await warmReady(deps, slotOf(message.slot), sinceOf(message.since), actor.nodeId!);
-  },
-  async 'warm-failed'(deps, actor, message) {
-    await warmFailed(
-      deps,
-      slotOf(message.slot),
-      sinceOf(message.since),
-      String(message.error ?? 'unknown error'),
-      undefined,
-      actor.nodeId!,
-    );
-  },
-  /** The warm containers the node holds (after its restart: none): any other of its slots' is made again. */
-  async 'warm-held'(deps, actor, message) {
-    const held = Array.isArray(message.slots) ? message.slots.slice(0, 10_000) : [];
-    const holds = new Set(held.map((h: { slot?: unknown; since?: unknown }) => `${String(h?.slot)}@${String(h?.since)}`));
-    const now = deps.clock.now();
-    const slots = await deps.prisma.node.findMany({
-      where: { remoteId: actor.nodeId!, environmentId: null, warmState: { in: ['starting', 'ready'] } },
-      select: { id: true, warmSince: true, warmState: true },
+/** A remote node's making of a warm container failed: about a slot of its own only. */
+export async function nodeWarmFailed(deps: Deps, actor: Actor, message: FromNode<'warm-failed'>): Promise<void> {
+  await warmFailed(deps, message.slot, new Date(message.since), message.error ?? 'unknown error', undefined, actor.nodeId!);
+}
+
+/** The warm containers a remote node holds (after its restart: none): any other of its slots' is made again. */
+export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'warm-held'>): Promise<void> {
+  const holds = new Set(message.slots.map((h) => `${h.slot}@${h.since}`));
+  const now = deps.clock.now();
+  const slots = await deps.prisma.node.findMany({
+    where: { remoteId: actor.nodeId!, environmentId: null, warmState: { in: ['starting', 'ready'] } },
+    select: { id: true, warmSince: true, warmState: true },
+  });
+  for (const slot of slots) {
+    if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
+    if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
+    await deps.prisma.node.updateMany({
+      where: { id: slot.id, warmSince: slot.warmSince },
+      data: { warmState: 'failed', warmError: 'the node no longer holds it', warmRetry: now },
     });
-    for (const slot of slots) {
-      if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
-      if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
-      await deps.prisma.node.updateMany({
-        where: { id: slot.id, warmSince: slot.warmSince },
-        data: { warmState: 'failed', warmError: 'the node no longer holds it', warmRetry: now },
-      });
-    }
-    if (slots.length) deps.background.nudge(WARM_JOB);
-  },
-};
+  }
+  if (slots.length) deps.background.nudge(WARM_JOB);
+}

@@ -3,9 +3,9 @@ import { requireAdmin, requireMember } from '../../kernel/access';
 import { DomainError } from '../../kernel/errors';
 import { WARM_JOB } from '../../kernel/job-names';
 import { newId } from '../../kernel/names';
-import { sendToNode } from '../../kernel/node-messages';
 import { lockFor, type Prisma } from '../../platform/db';
 import { MAX_POOL_IMAGES } from '../../protocol/dataplane';
+import { sendToNode } from '../../protocol/node-bus';
 import { checkAudited, recordAudit } from '../audit';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './catalog';
 

@@ -1,14 +1,24 @@
-// Server → node messages (docs/agents.md, "Control channel"). Any instance addresses any node:
-// a message is published on the events bus topic `node:<id>`, and the instance holding that
-// node's control channel forwards it as JSON. A question carries a `reply` topic; the node answers
-// `{type: 'reply', reply, error?}` on its channel and the instance holding it publishes that there.
+// Server → node messages (docs/agents.md, "Control channel") across instances. Any instance
+// addresses any node: a message is published on the events bus topic `node:<id>`, and the instance
+// holding that node's control channel forwards it as JSON. A question carries a `reply` topic; the
+// node answers `{type: 'reply', reply, error?}` on its channel and the instance holding it publishes
+// that there. The server's side of the protocol: agents never import it.
 import { randomUUID } from 'node:crypto';
-import type { Deps } from '../app/context';
-import { type NodeMessage, topics } from '../platform/events';
+import { type Events, nodeTopicsOf } from '../platform/events';
+import type { DistributiveOmit, ExecTopicEvent, NodeReply, ServerToNode, ToNode } from './node-channel';
+
+/** What the bus carries to a node's channel: its messages, and `revoked` (the node was removed: the channel closes). */
+export type NodeBusMessage = ServerToNode | { type: 'revoked' };
+
+/** The node channel's topics, carrying the protocol's messages. */
+export const nodeTopics = nodeTopicsOf<NodeBusMessage, NodeReply, ExecTopicEvent>();
+
+/** A question for a node: a message its agent answers with a `reply` (askNode adds the topic). */
+export type NodeQuestion = DistributiveOmit<ToNode<'prepare' | 'release'>, 'reply'>;
 
 /** A message for the node's agent (dispatched there by `type`). Dropped when the node is not connected. */
-export async function sendToNode(deps: Deps, nodeId: string, message: NodeMessage): Promise<void> {
-  await deps.events.publish(topics.node(nodeId), message);
+export async function sendToNode(deps: { events: Events }, nodeId: string, message: NodeBusMessage): Promise<void> {
+  await deps.events.publish(nodeTopics.node(nodeId), message);
 }
 
 export class NodeUnreachableError extends Error {}
@@ -19,13 +29,13 @@ export class NodeUnreachableError extends Error {}
  * it asks the database about every `pollMs`, or after `timeoutMs`.
  */
 export async function askNode(
-  deps: Deps,
+  deps: { events: Events },
   nodeId: string,
-  message: NodeMessage,
+  message: NodeQuestion,
   opts: { timeoutMs: number; pollMs?: number; check: () => Promise<string | null> },
-): Promise<NodeMessage> {
+): Promise<NodeReply> {
   const reply = `node-reply:${randomUUID()}`;
-  const answers = deps.events.subscribe(topics.nodeReply(reply)!)[Symbol.asyncIterator]();
+  const answers = deps.events.subscribe(nodeTopics.nodeReply(reply)!)[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the message goes out.
   const answer = answers.next();
   const deadline = Date.now() + opts.timeoutMs;

@@ -1,0 +1,278 @@
+// The node control channel (docs/agents.md, "Control channel"): every message a node agent and the
+// server say to each other, one JSON object a frame, dispatched by `type`. The server end
+// (src/edges/channels/node-channel.ts) parses what a node sends with parseNodeToServer and the agent
+// (src/agent/node-agent.ts) what the server sends with parseServerToNode; each builds what it sends
+// as a value of the other direction's type. The bounds of what a node sends are the server's: a
+// frame out of them is answered `{type: 'error', code: 'invalid'}`, one of an unknown type
+// `bad_request`. What the server sends crosses the events bus (PostgreSQL NOTIFY, 8000 bytes), so its
+// strings are bounded there; its schemas bound what the agent acts on.
+import { z } from 'zod';
+import { DomainError, ValidationError } from '../kernel/errors';
+import { MAX_INCLUDE_PATTERNS, MAX_PATTERN_LENGTH } from '../kernel/sync-rules';
+import { MAX_TERM } from '../node/command';
+import { EXEC_CHUNK, EXEC_WINDOW, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+
+/** The most environment ids a hello or a welcome lists. */
+export const MAX_HELD = 1000;
+/** The most warm containers a node reports holding. */
+export const MAX_WARM_HELD = 10_000;
+/** The longest error text a node sends (a reply's, a failed warm container's). */
+export const MAX_ERROR = 10_000;
+/** Bounds of a node's capacity: what no machine this decade exceeds. */
+export const MAX_NODE_CPUS = 4096;
+export const MAX_NODE_MEMORY = 2 ** 50;
+/** A base64 `exec-output` or `exec-input` chunk of at most EXEC_CHUNK bytes. */
+const MAX_CHUNK_TEXT = Math.ceil(EXEC_CHUNK / 3) * 4;
+
+const text = (max: number, error?: string) => z.string({ error }).max(max, { error });
+const int = (min: number, max: number, error?: string) => z.int({ error }).min(min, { error }).max(max, { error });
+
+const environmentId = text(100, 'must be an environment id');
+/** A command's run id (a UUID the server chose): a node speaks only for the commands it was sent. */
+const execId = z.string({ error: 'must be the id of the exec message answered' }).regex(/^[0-9a-f-]{36}$/, {
+  error: 'must be the id of the exec message answered',
+});
+const slot = text(200, "must be one of the node's slots");
+/** A making of a slot's warm container: the time the server sent with the `warm` message. */
+const since = z
+  .string({ error: 'must be the time the server sent with the warm message' })
+  .max(100, { error: 'must be the time the server sent with the warm message' })
+  .refine((value) => !Number.isNaN(new Date(value).getTime()), { error: 'must be the time the server sent with the warm message' });
+const exitCode = int(-(2 ** 31), 2 ** 31 - 1, 'must be a 32-bit integer');
+const errorText = z.string().max(MAX_ERROR);
+
+// ---------------------------------------------------------------------------------------------
+// Node → server
+
+/** What a node may report of an environment's usage, bounded: finite, non-negative, within what a machine can have. */
+export const UsageReport = z.strictObject({
+  cpu: z.number().min(0).max(100_000).nullable(),
+  memory: z.int().min(0).max(Number.MAX_SAFE_INTEGER).nullable(),
+  pids: z.int().min(0).max(100_000_000).nullable(),
+  disk: z.int().min(0).max(Number.MAX_SAFE_INTEGER),
+});
+export type UsageReport = z.infer<typeof UsageReport>;
+
+const Hello = z.object({
+  type: z.literal('hello'),
+  slots: int(1, MAX_SLOTS, `must be an integer from 1 to ${MAX_SLOTS}`),
+  /** The environments the agent still holds (after a reconnect without a restart). */
+  environments: z.array(environmentId, { error: 'must be a list of environment ids' }).max(MAX_HELD, {
+    error: 'must be a list of environment ids',
+  }),
+  /** The machine's CPUs and memory (bytes): its engine's, else the host's. */
+  capacity: z
+    .strictObject(
+      {
+        cpus: int(1, MAX_NODE_CPUS, `must be an integer from 1 to ${MAX_NODE_CPUS}`),
+        memory: int(1, MAX_NODE_MEMORY, `must be a whole number of bytes from 1 to ${MAX_NODE_MEMORY} (1 PiB)`),
+      },
+      { error: 'must be an object {cpus, memory}' },
+    )
+    .optional(),
+  /** It is shutting down (a reconnect while it drains). */
+  leaving: z.boolean({ error: 'must be a boolean' }).optional(),
+});
+
+const Reply = z.object({
+  type: z.literal('reply'),
+  /** The `reply` topic of the message it answers. */
+  reply: z
+    .string({ error: 'must be the reply topic of the message answered' })
+    .max(100, { error: 'must be the reply topic of the message answered' })
+    .startsWith('node-reply:', { error: 'must be the reply topic of the message answered' }),
+  /** The work failed, saying why. */
+  error: errorText.optional(),
+  /** A prepare's answer: whether the environment got a container or holds files only. */
+  runtime: z.enum(['container', 'files']).optional(),
+});
+
+const ExecOutput = z.object({
+  type: z.literal('exec-output'),
+  exec: execId,
+  stream: z.enum(['stdout', 'stderr']),
+  data: z.base64().max(MAX_CHUNK_TEXT),
+});
+const ExecExit = z.object({ type: z.literal('exec-exit'), exec: execId, exitCode });
+/** Bytes of a session's input written to the command's container (an `exec-input` chunk's). */
+const ExecInputCredit = z.object({ type: z.literal('exec-input-credit'), exec: execId, bytes: int(0, EXEC_CHUNK) });
+
+export const NodeToServer = z.discriminatedUnion('type', [
+  Hello,
+  z.object({ type: z.literal('heartbeat') }),
+  z.object({ type: z.literal('leaving') }),
+  Reply,
+  /** Its container ended on its own (its main process died, or was killed for memory). */
+  z.object({
+    type: z.literal('ended'),
+    environment: environmentId,
+    reason: z
+      .string({ error: 'must be a string of 1 to 500 characters' })
+      .min(1, { error: 'must be a string of 1 to 500 characters' })
+      .max(500, {
+        error: 'must be a string of 1 to 500 characters',
+      }),
+  }),
+  z.object({ type: z.literal('usage'), environment: environmentId, sample: UsageReport }),
+  ExecOutput,
+  ExecExit,
+  ExecInputCredit,
+  z.object({ type: z.literal('warm-ready'), slot, since }),
+  z.object({ type: z.literal('warm-failed'), slot, since, error: errorText.optional() }),
+  /** The warm containers it holds (after each connect and every minute). */
+  z.object({
+    type: z.literal('warm-held'),
+    slots: z.array(z.object({ slot, since: text(100) })).max(MAX_WARM_HELD),
+  }),
+]);
+export type NodeToServer = z.infer<typeof NodeToServer>;
+/** One message of the node → server direction, by its type. */
+export type FromNode<T extends NodeToServer['type']> = Extract<NodeToServer, { type: T }>;
+/** A node's answer to a question (askNode), as the asking instance receives it. */
+export type NodeReply = FromNode<'reply'>;
+
+/** What a command's events topic carries: a node's output, exit and input credit (the built-in node's name no `exec`). */
+export type ExecTopicEvent = DistributiveOmit<FromNode<'exec-output' | 'exec-exit' | 'exec-input-credit'>, 'exec'>;
+
+// ---------------------------------------------------------------------------------------------
+// Server → node
+
+const id = text(200);
+const shares = z.array(z.object({ name: id, envPath: text(4096) })).max(100);
+const SyncRules = z.object({
+  include: z.array(text(MAX_PATTERN_LENGTH)).max(MAX_INCLUDE_PATTERNS).readonly(),
+  noIgnore: z.boolean(),
+  files: z.record(z.string(), z.string()).optional(),
+});
+
+/** What a node needs to know of an environment to hold it (src/node/runtime.ts, EnvironmentSpec). */
+const environmentSpec = {
+  name: id,
+  orgId: id,
+  template: id,
+  shares,
+  image: z.string().nullable(),
+  resources: z.object({
+    cpus: z.number().optional(),
+    memory: z.string().optional(),
+    pids: z.int().optional(),
+    disk: z.string().optional(),
+  }),
+  network: z.enum(['none', 'egress']),
+  workdir: z.string(),
+  env: z.record(z.string(), z.string()),
+};
+
+const termSize = z.object({ rows: int(1, MAX_TERM), cols: int(1, MAX_TERM) });
+
+/** A relay socket's work (src/dataplane/relay-node.ts, RelayJob): an import's port or a share's folder sync. */
+const RelayJob = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('import'), environment: id, service: id, port: int(1, 65_535) }),
+  z.object({
+    kind: z.literal('share'),
+    environment: id,
+    share: id,
+    direction: z.enum(['in', 'out']),
+    envPath: text(4096),
+    sync: SyncRules,
+    final: z.boolean(),
+  }),
+]);
+
+const reply = z.string().startsWith('node-reply:');
+
+export const ServerToNode = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('welcome'),
+    node: z.object({ id, name: id, pool: id }),
+    heartbeatMs: z.int().positive(),
+    /** How often it samples its environments' usage. */
+    usageSampleMs: z.int().positive(),
+    /** The live environments on the node: the agent wipes any other root it holds. */
+    environments: z.array(id).max(MAX_HELD),
+    /** Its pool's templates' images, to pull ahead. */
+    images: z.array(z.string()).max(MAX_POOL_IMAGES),
+  }),
+  /** A template of its pool changed: pull its image ahead. */
+  z.object({ type: z.literal('images'), images: z.array(z.string()).max(MAX_POOL_IMAGES) }),
+  /** It was declared lost: it says hello again. */
+  z.object({ type: z.literal('hello-again') }),
+  /** Every environment of a leaving node ended: it may stop. */
+  z.object({ type: z.literal('drained') }),
+  /** A message it sent was refused. */
+  z.object({ type: z.literal('error'), error: z.string(), code: z.string() }),
+  /** Make the environment's root, restore its snapshot there, start its container; `warm`: the slot's warm container it claims, or evicts. */
+  z.object({
+    type: z.literal('prepare'),
+    reply,
+    environment: z.object({
+      id,
+      ...environmentSpec,
+      warm: z.object({ slot: id, hash: z.string(), claim: z.boolean() }).optional(),
+    }),
+  }),
+  /** Remove the container, save the shares not `saved` yet (when it has a snapshot key), remove the root. */
+  z.object({
+    type: z.literal('release'),
+    reply,
+    environment: z.object({
+      id,
+      snapshot: z.boolean(),
+      saved: z.array(id).max(100),
+      shares: z.array(z.object({ name: id, envPath: text(4096), rules: SyncRules })).max(100),
+    }),
+  }),
+  z.object({ type: z.literal('discard'), environment: z.object({ id }) }),
+  z.object({
+    type: z.literal('exec'),
+    exec: execId,
+    environment: z.object({ id }),
+    argv: z.array(z.string()).min(1).max(1024),
+    workdir: z.string(),
+    /** An interactive command: it takes input, and with `tty` has a terminal. */
+    session: z.object({ tty: termSize.optional() }).optional(),
+  }),
+  z.object({ type: z.literal('exec-kill'), exec: execId }),
+  /** The caller took `bytes` more of the output: that much more may come. */
+  z.object({ type: z.literal('exec-credit'), exec: execId, bytes: int(1, EXEC_WINDOW) }),
+  z.object({ type: z.literal('exec-input'), exec: execId, data: z.base64().max(MAX_CHUNK_TEXT) }),
+  z.object({ type: z.literal('exec-input-end'), exec: execId }),
+  z.object({ type: z.literal('exec-resize'), exec: execId, ...termSize.shape }),
+  /** Dial `url` back and serve the relay job on that socket (docs/agents.md, "The relay"). */
+  z.object({ type: z.literal('relay'), relay: id, url: text(4096), job: RelayJob }),
+  /** Make the slot's warm container (`since` names this making of it). */
+  z.object({
+    type: z.literal('warm'),
+    warm: z.object({ ...environmentSpec, slot: id, pool: id, hash: z.string(), since: z.string() }),
+  }),
+  z.object({ type: z.literal('warm-drop'), slot: id }),
+]);
+export type ServerToNode = z.infer<typeof ServerToNode>;
+/** One message of the server → node direction, by its type. */
+export type ToNode<T extends ServerToNode['type']> = Extract<ServerToNode, { type: T }>;
+
+// ---------------------------------------------------------------------------------------------
+
+/** Omit over each member of a union. */
+export type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+/**
+ * The message `value` is, or a DomainError saying what is wrong with it: `bad_request` for a type
+ * the direction has not, `invalid` (a ValidationError naming the field) for a field out of bounds.
+ */
+function parseWith<T>(schema: z.ZodType<T>, value: unknown): T {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  if (issue.code === 'invalid_union' && issue.path.length === 1 && issue.path[0] === 'type') {
+    const type = (value as { type?: unknown }).type;
+    throw new DomainError(`unknown message type ${JSON.stringify(type)}`, 'bad_request');
+  }
+  const field = issue.path.map(String).join('.');
+  throw new ValidationError(`${field || 'frame'}: ${issue.message}`, field || undefined);
+}
+
+/** A frame a node sent, typed (the server end of the channel). */
+export const parseNodeToServer = (value: unknown): NodeToServer => parseWith(NodeToServer, value);
+/** A frame the server sent, typed (the agent's end of the channel). */
+export const parseServerToNode = (value: unknown): ServerToNode => parseWith(ServerToNode, value);
