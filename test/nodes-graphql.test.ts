@@ -9,6 +9,7 @@ import { createOrganization } from '../src/modules/organizations/service';
 import { graphql } from './gql';
 import { engine, TEST_IMAGE } from './helpers/containers';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
+import { nextListener } from './helpers/subscriptions';
 
 const CreateNode = graphql(`
   mutation TestCreateNode($input: CreateNodeInput!) {
@@ -47,6 +48,9 @@ async function runCommand(url: string, token: string, env: string, command: stri
 
 type NodeEvent = { id: string; name: string; state: string };
 
+/** An organization's node topic on the bus (topics.nodes). */
+const NODES = /^org:[^:]+:nodes$/;
+
 /** nodesChanged over graphql-ws: `next()` answers its events in order. */
 function watchNodes(url: string, token: string) {
   const ws = createClient({
@@ -64,24 +68,6 @@ function watchNodes(url: string, token: string) {
     },
     close: () => ws.dispose(),
   };
-}
-
-/**
- * Registers probe nodes until `watch` hears the last one made, so the subscription is surely
- * listening (and has nothing else queued); answers the probes' ids.
- */
-async function handshake(api: ReturnType<typeof client>, watch: ReturnType<typeof watchNodes>, tag: string): Promise<string[]> {
-  const probes: string[] = [];
-  let pending = watch.next();
-  for (;;) {
-    probes.push((await api.post('/v1/nodes', { pool: 'large', name: `${tag}-${probes.length}` })).body.node.id);
-    for (;;) {
-      const event = await Promise.race([pending, new Promise<undefined>((r) => setTimeout(r, 500))]);
-      if (!event) break;
-      if (event.id === probes.at(-1)) return probes;
-      pending = watch.next();
-    }
-  }
 }
 
 const output = (events: Events, stream: string) =>
@@ -178,12 +164,14 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
   });
 
   it('nodesChanged: members hear each node registered, draining and removed; another organization hears none of them', async () => {
+    // Each watch starts once its server's subscription reads the bus: nothing made after is missed.
+    let listening = nextListener(s.app.deps, NODES);
     const mine = watchNodes(s.url, memberKey);
+    await listening;
+    listening = nextListener((peer ?? s.app).deps, NODES);
     const foreign = watchNodes(peer?.url ?? s.url, theirs);
+    await listening;
     try {
-      const probes = await handshake(admin, mine, 'probe');
-      await handshake(them, foreign, 'their-probe');
-
       const created = (await admin.gql(CreateNode, { input: { pool: 'large', name: 'watched' } })).body.data!.createNode!.node;
       expect(await mine.next()).toEqual({ id: created.id, name: 'watched', state: 'lost' });
       expect((await admin.gql(RemoveNode, { id: created.id })).body.data?.removeNode?.state).toBe('draining');
@@ -192,7 +180,6 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
       const after = [await mine.next(), await mine.next()];
       expect(after.map((e) => e.state).sort()).toEqual(['draining', 'removed']);
       expect(after.every((e) => e.id === created.id && e.name === 'watched')).toBe(true);
-      for (const id of probes) await admin.gql(RemoveNode, { id });
       expect((await admin.gql(Nodes)).body.data?.nodes).toEqual([]);
 
       // Their next event is their own: nothing of this organization reached them in between.
