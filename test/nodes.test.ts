@@ -4,7 +4,7 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import type { App } from '../src/app/server';
 import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainerBackends, engine, TEST_IMAGE } from './helpers/containers';
@@ -38,15 +38,8 @@ const CATALOG = {
   ],
 };
 
-async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+/** How long a node may take to come online, start or end an environment (a container starts). */
+const WAIT = { timeout: 30_000, interval: 100 };
 
 const exists = (path: string) =>
   stat(path).then(
@@ -73,6 +66,22 @@ function startAgent(url: string, token: string, dir: string): Agent {
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return { child, output: () => output, exited };
+}
+
+/** Resolves once `agent` printed `text` at or after offset `from` of its output, as the line arrives. */
+function printed(agent: Agent, text: string, from: number): Promise<void> {
+  return new Promise((resolve) => {
+    const check = () => {
+      if (!agent.output().includes(text, from)) return;
+      agent.child.stdout!.off('data', check);
+      agent.child.stderr!.off('data', check);
+      resolve();
+    };
+    // After startAgent's own listeners: output() already holds the chunk.
+    agent.child.stdout!.on('data', check);
+    agent.child.stderr!.on('data', check);
+    check();
+  });
 }
 
 /** A TCP proxy to `target` whose `cut()` drops every connection through it (it keeps listening). */
@@ -136,10 +145,11 @@ describeContainerBackends('remote nodes', (backend) => {
   const envRoot = (id: string) => join(nodeDir(), id);
   const envState = async (id: string) => (await leases.get(`/v1/environments/${id}`)).body;
   const untilState = (id: string, state: string) =>
-    until(`${id} ${state}`, async () => {
+    vi.waitFor(async () => {
       const env = await envState(id);
-      return env.state === state ? env : null;
-    });
+      expect(env.state).toBe(state);
+      return env;
+    }, WAIT);
   const nodeNamed = async (name: string) => (await admin.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === name);
 
   let node: { id: string; name: string };
@@ -194,7 +204,7 @@ describeContainerBackends('remote nodes', (backend) => {
     expect(foreign.status).toBe(202);
 
     agent = startAgent(s.url, secret, nodeDir());
-    await until('node online', async () => (await nodeNamed('builder-1'))?.state === 'online');
+    await vi.waitFor(async () => expect((await nodeNamed('builder-1'))?.state).toBe('online'), WAIT);
     const ready = await untilState(id, 'ready');
     expect(ready.node).toBe('builder-1');
     expect(await nodeNamed('builder-1')).toMatchObject({ state: 'online', slots: 1, environments: [id] });
@@ -267,9 +277,9 @@ describeContainerBackends('remote nodes', (backend) => {
 
   it('a dropped channel is reconnected with backoff; the node keeps the environments it still holds', async () => {
     const [held] = (await nodeNamed('builder-1')).environments;
-    const before = agent!.output().split('online as builder-1').length;
+    const online = printed(agent!, 'online as builder-1', agent!.output().length);
     cutter!.cut();
-    await until('the agent back online', async () => agent!.output().split('online as builder-1').length > before);
+    await online;
     expect(agent!.output()).toMatch(/disconnected .*reconnecting in \d+ ms/);
     expect(await nodeNamed('builder-1')).toMatchObject({ state: 'online', environments: [held] });
     expect((await envState(held)).state).toBe('ready');
@@ -287,7 +297,7 @@ describeContainerBackends('remote nodes', (backend) => {
 
     await leases.del(`/v1/environments/${held[0]}`);
     await untilState(held[0], 'stopped');
-    await until('node revoked', async () => (await nodeNamed('builder-1')) === undefined);
+    await vi.waitFor(async () => expect(await nodeNamed('builder-1')).toBeUndefined(), WAIT);
     expect(await client(() => s.url, secret).get(`/v1/environments/${held[0]}/restore`)).toMatchObject({ status: 401 });
     expect(await agent!.exited).not.toBe(0);
     expect(agent!.output()).toMatch(/removed|refused/);
