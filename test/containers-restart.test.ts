@@ -4,11 +4,14 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
-import { type BerthProc, berthExec, eventually, startBerth } from './helpers/processes';
+import { type BerthProc, berthExec, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
+
+/** How long the restarted server may take to adopt, fail or remove (the engine answers each). */
+const WAIT = { timeout: 30_000, interval: 100 };
 
 describeContainers('containers across a kill -9 of the server', () => {
   let dir: string;
@@ -18,7 +21,12 @@ describeContainers('containers across a kill -9 of the server', () => {
   let owner = '';
   const api = () => client(() => berth.url, BOOTSTRAP);
   const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
-  const until = (id: string, wanted: string) => eventually(async () => ((await state(id)).state === wanted ? state(id) : undefined));
+  const until = (id: string, wanted: string) =>
+    vi.waitFor(async () => {
+      const env = await state(id);
+      expect(env.state).toBe(wanted);
+      return env;
+    }, WAIT);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-restart-'));
@@ -65,7 +73,7 @@ describeContainers('containers across a kill -9 of the server', () => {
 
     const failed = await until(stopped.id, 'failed');
     expect(failed.error).toMatch(/its container ended: the image's command exited with code 137/);
-    await eventually(async () => (containersOf('env_ghost0000').length === 0 && containersOf(stopped.id).length === 0 ? true : undefined));
+    await vi.waitFor(() => expect([...containersOf('env_ghost0000'), ...containersOf(stopped.id)]).toEqual([]), WAIT);
     expect(podman('ps', '-aq', '--filter', `id=${ghost}`)).toBe('');
 
     // The adopted one still runs commands, and is watched again: its container's end fails it.
@@ -74,6 +82,6 @@ describeContainers('containers across a kill -9 of the server', () => {
     podman('kill', keptContainer!);
     const ended = await until(kept.id, 'failed');
     expect(ended.error).toMatch(/exited with code 137/);
-    await eventually(async () => (containersOf(kept.id).length === 0 ? true : undefined));
+    await vi.waitFor(() => expect(containersOf(kept.id)).toEqual([]), WAIT);
   });
 });
