@@ -4,10 +4,10 @@ import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
-import { eventually, type Proc, spawnNode } from './helpers/processes';
+import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const GIB = 1024 ** 3;
@@ -28,6 +28,9 @@ const CATALOG = {
     { name: 'bare', pool: 'remote', startMs: 0, idle: '30m', hard: '1h', shares: [], services: [] },
   ],
 };
+
+/** How long a node may take to start or end an environment. */
+const WAIT = { timeout: 30_000, interval: 100 };
 
 describeBackends('node capacity', (backend) => {
   let s: TestServer;
@@ -73,7 +76,7 @@ describeBackends('node capacity', (backend) => {
       const created = await admin.post('/v1/environments', { template });
       expect(created.status).toBe(202);
       const id: string = created.body.environment.id;
-      await eventually(async () => (await admin.get(`/v1/environments/${id}`)).body.state === 'ready' || undefined);
+      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('ready'), WAIT);
       return id;
     };
     const first = await lease('sized');
@@ -84,7 +87,7 @@ describeBackends('node capacity', (backend) => {
 
     const end = async (id: string) => {
       await admin.del(`/v1/environments/${id}`);
-      await eventually(async () => ['stopped', 'failed'].includes((await admin.get(`/v1/environments/${id}`)).body.state) || undefined);
+      await vi.waitFor(async () => expect(['stopped', 'failed']).toContain((await admin.get(`/v1/environments/${id}`)).body.state), WAIT);
     };
     await end(first);
     expect((await listed()).allocated).toEqual({ cpus: 1.5, memory: 2 * GIB, unlimited: 1 });
