@@ -9,9 +9,9 @@ import { type AddressInfo, connect, createServer, type Server, type Socket } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
-import { eventually, type Proc, spawnNode } from './helpers/processes';
+import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 import { startTcpGate } from './helpers/tcp-gate';
 
@@ -93,6 +93,9 @@ async function startSwitch(target: string) {
   };
 }
 
+/** How long a node may take to start or end an environment. */
+const WAIT = { timeout: 30_000, interval: 100 };
+
 describeBackends('berth node stopped by a signal', (backend) => {
   let s: TestServer;
   let dir: string;
@@ -103,7 +106,11 @@ describeBackends('berth node stopped by a signal', (backend) => {
   const envState = async (id: string) => (await api.get(`/v1/environments/${id}`)).body;
   const builder = async () => (await api.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === 'builder');
   const untilState = (id: string, state: string) =>
-    eventually(async () => ((await envState(id)).state === state ? envState(id) : undefined));
+    vi.waitFor(async () => {
+      const env = await envState(id);
+      expect(env.state).toBe(state);
+      return env;
+    }, WAIT);
   const startAgent = (server: string) => {
     const agent = spawnNode(['bin/berth.js', 'node', '--server', server, '--dir', nodeDir(), '--engine', 'none'], {
       BERTH_NODE_TOKEN: secret,
@@ -164,7 +171,7 @@ describeBackends('berth node stopped by a signal', (backend) => {
     // Nothing is placed on an offline node; the same credential started again serves what waits.
     const waiting = await api.post('/v1/environments', { template: 'remote', snapshot: 'drained' });
     const why = 'no online node serves pool remote: node builder is offline: its agent was stopped';
-    await eventually(async () => ((await envState(waiting.body.environment.id)).waiting === why ? true : undefined));
+    await vi.waitFor(async () => expect((await envState(waiting.body.environment.id)).waiting).toBe(why), WAIT);
     expect((await envState(waiting.body.environment.id)).state).toBe('pending');
     const again = startAgent(s.url);
     const ready = await untilState(waiting.body.environment.id, 'ready');
@@ -187,7 +194,7 @@ describeBackends('berth node stopped by a signal', (backend) => {
     const env = await leaseReady();
     link.hold();
     agent.proc.kill('SIGTERM');
-    await eventually(async () => ((await builder()).state === 'draining' ? true : undefined));
+    await vi.waitFor(async () => expect((await builder()).state).toBe('draining'), WAIT);
     expect(await envState(env.id)).toMatchObject({ state: 'stopping', error: REASON });
     // Queued while it drains: the claim that runs once the release is done (the job waits for it) finds the node leaving or offline.
     const queued = await api.post('/v1/environments', { template: 'remote' });
