@@ -3,11 +3,10 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { newId } from '../src/kernel/names';
 import { createOrganization } from '../src/modules/organizations/service';
 import { writeCatalog } from './helpers/catalog';
-import { eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 describeBackends('queue fairness', (backend) => {
@@ -52,10 +51,14 @@ describeBackends('queue fairness', (backend) => {
     expect(theirs.status).toBe(202);
     // The environments job (nudged by the lease) claims it for the node at once.
     const id = theirs.body.environment.id as string;
-    const claimed = await eventually(async () => {
-      const env = await prisma.environment.findUniqueOrThrow({ where: { id } });
-      return env.state === 'pending' ? undefined : env;
-    });
+    const claimed = await vi.waitFor(
+      async () => {
+        const env = await prisma.environment.findUniqueOrThrow({ where: { id } });
+        expect(env.state).not.toBe('pending');
+        return env;
+      },
+      { timeout: 20_000, interval: 100 },
+    );
     expect(claimed).toMatchObject({ state: 'starting', nodeId: remote.id });
     // No agent will answer the node's prepare: end it here so the job lets go of it.
     await prisma.environment.update({ where: { id }, data: { state: 'failed', stopped: s.clock.now() } });
