@@ -1,11 +1,10 @@
 // The relay endpoint's checks (docs/agents.md, "The relay"): every refusal is an HTTP answer
 // `{error, code}` before the upgrade.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
 import { engine, TEST_ECHO_IMAGE } from './helpers/containers';
-import { eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 describeBackends('relay checks', (backend) => {
@@ -119,10 +118,14 @@ describeBackends('relay checks', (backend) => {
         const payload = Buffer.from(`round ${round}`);
         expect(await roundTrip(payload)).toEqual(payload);
         // The traffic moved the idle time-out to now + 5m (written after the bytes passed).
-        const after = await eventually(async () => {
-          const at = await idleUntil(used);
-          return at > before ? at : undefined;
-        }, 20);
+        const after = await vi.waitFor(
+          async () => {
+            const at = await idleUntil(used);
+            expect(at).toBeGreaterThan(before);
+            return at;
+          },
+          { timeout: 20_000, interval: 20 },
+        );
         expect(after).toBeGreaterThanOrEqual(before + 3 * 60_000);
         await s.app.deps.background.tick();
         expect((await admin.get(`/v1/environments/${used}`)).body.state).toBe('ready');
