@@ -3,9 +3,8 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot, signIn } from './helpers/browser';
-import { eventually } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 describeBackends('web console: webhooks in Settings', (backend) => {
@@ -80,9 +79,10 @@ describeBackends('web console: webhooks in Settings', (backend) => {
     await until(1);
     // The clock moves only once the attempt is on record, or its retry would be due later still.
     const hookId = (await admin.get('/v1/webhooks')).body.webhooks[0].id;
-    await eventually(async () =>
-      (await admin.get(`/v1/webhooks/${hookId}/deliveries`)).body.deliveries[0]?.attempts === 1 ? true : undefined,
-    );
+    await vi.waitFor(async () => expect((await admin.get(`/v1/webhooks/${hookId}/deliveries`)).body.deliveries[0]?.attempts).toBe(1), {
+      timeout: 20_000,
+      interval: 100,
+    });
     for (const [i, wait] of [5_000, 30_000, 120_000, 600_000].entries()) {
       s.clock.advance(wait);
       await s.app.deps.background.tick();
