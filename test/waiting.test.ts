@@ -5,12 +5,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { print } from 'graphql';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { graphql } from './gql';
 import { writeCatalog } from './helpers/catalog';
 import { openApiValidator } from './helpers/openapi';
-import { eventually, type Proc, spawnNode } from './helpers/processes';
+import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const EnvironmentWaiting = graphql(`query TestEnvironmentWaiting($id: String!) { environment(id: $id) { id state waiting } }`);
@@ -18,6 +18,9 @@ const WatchWaiting = graphql(`subscription TestWatchWaiting($id: String!) { envi
 const SetQuotaWarnings = graphql(`
   mutation TestSetQuotaWarnings($template: String!, $input: QuotaInput!) { setQuota(template: $template, input: $input) { template maxLeases warnings } }
 `);
+
+/** How long a start may take to finish once the test's clock passed it (the jobs run on each tick). */
+const MOVED = { timeout: 20_000, interval: 100 };
 
 interface Seen {
   id: string;
@@ -75,6 +78,8 @@ describeBackends('why a lease waits', (backend) => {
     });
     expect(res.status).toBe(200);
     const seen: Seen[] = [];
+    /** Called after each version arrives. */
+    const arrived = new Set<() => void>();
     const reading = (async () => {
       const reader = res.body!.getReader();
       let text = '';
@@ -89,13 +94,27 @@ describeBackends('why a lease waits', (backend) => {
             .find((line) => line.startsWith('data:'));
           text = text.slice(end + 2);
           const environment = data ? JSON.parse(data.slice(5))?.data?.environment : undefined;
-          if (environment) seen.push(environment);
+          if (environment) {
+            seen.push(environment);
+            for (const look of arrived) look();
+          }
         }
       }
     })();
     return {
       seen,
-      until: (check: (env: Seen) => boolean) => eventually(() => seen.find(check)),
+      /** The first version that passes `check`, as soon as it arrives. */
+      until: (check: (env: Seen) => boolean) =>
+        new Promise<Seen>((resolve) => {
+          const look = () => {
+            const found = seen.find(check);
+            if (!found) return;
+            arrived.delete(look);
+            resolve(found);
+          };
+          arrived.add(look);
+          look();
+        }),
       async close() {
         controller.abort();
         await reading;
@@ -190,10 +209,11 @@ describeBackends('why a lease waits', (backend) => {
     const watched = await watch(mine2.id, peer?.url);
     s.clock.advance(600_000);
     for (const env of running) {
-      await eventually(async () => {
-        if ((await get(env.id)).state === 'ready') return true;
-        await tick();
-      });
+      await vi.waitFor(async () => {
+        const { state } = await get(env.id);
+        if (state !== 'ready') await tick();
+        expect(state).toBe('ready');
+      }, MOVED);
     }
     await watched.until((e) => e.waiting === 'pool small: 2 of 2 nodes busy, 2 leases ahead');
     // One ends: the lease at the front is placed (another organization's, first in line), the others move up.
