@@ -7,10 +7,10 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { openApiValidator } from './helpers/openapi';
-import { type BerthProc, eventually, startBerth } from './helpers/processes';
+import { type BerthProc, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 interface Received {
@@ -76,6 +76,9 @@ async function receiver(answer: Answer = () => 204) {
       }),
   };
 }
+
+/** How long the server may take to put a delivery's attempt on record (one may wait out a time-out). */
+const RECORDED = { timeout: 30_000, interval: 100 };
 
 type Receiver = Awaited<ReturnType<typeof receiver>>;
 
@@ -178,10 +181,11 @@ describeBackends('webhooks', (backend) => {
     expect(new Set(r.got.map((g) => g.id)).size).toBe(r.got.length);
 
     // REST leaves null fields out: a delivered one has no nextAttempt.
-    const listed = await eventually(async () => {
+    const listed = await vi.waitFor(async () => {
       const all = await deliveries(hook.id);
-      return all.every((d) => d.delivered) ? all : undefined;
-    });
+      expect(all.every((d) => d.delivered)).toBe(true);
+      return all;
+    }, RECORDED);
     expect(listed).toHaveLength(r.got.length);
     expect(listed.every((d) => d.attempts === 1 && d.lastStatus === 204 && d.nextAttempt === undefined)).toBe(true);
     const page = await admin.get(`/v1/webhooks/${hook.id}/deliveries?limit=2`);
@@ -206,10 +210,11 @@ describeBackends('webhooks', (backend) => {
     const hook = await register(r, ['artifact.created']);
     await upload('retries', 'x');
     await r.until((got) => got.length === 1);
-    const first = await eventually(async () => {
+    const first = await vi.waitFor(async () => {
       const [d] = await deliveries(hook.id);
-      return d?.attempts === 1 ? d : undefined;
-    });
+      expect(d?.attempts).toBe(1);
+      return d!;
+    }, RECORDED);
     expect(first).toMatchObject({ event: 'artifact.created', attempts: 1, lastStatus: 500, lastError: 'HTTP 500: boom' });
     expect(first.delivered).toBeUndefined();
     expect(first.nextAttempt).not.toBeNull();
@@ -284,7 +289,7 @@ describeBackends('webhooks', (backend) => {
       expect(res.status).toBe(201);
     }
     await r.until((got) => got.length >= 10);
-    await eventually(async () => ((await deliveries(hook.id)).every((d) => d.delivered) ? true : undefined));
+    await vi.waitFor(async () => expect((await deliveries(hook.id)).every((d) => d.delivered)).toBe(true), RECORDED);
     expect(r.got).toHaveLength(10);
     expect(new Set(r.got.map((g) => g.id)).size).toBe(10);
     await admin.del(`/v1/webhooks/${hook.id}`);
@@ -297,10 +302,11 @@ describeBackends('webhooks', (backend) => {
     s.app.deps.config.webhookAllowPrivate = false; // as if the name now resolved inside
     try {
       await upload('recheck', 'x');
-      const [d] = await eventually(async () => {
+      const [d] = await vi.waitFor(async () => {
         const listed = await deliveries(hook.id);
-        return listed[0]?.attempts === 1 ? listed : undefined;
-      });
+        expect(listed[0]?.attempts).toBe(1);
+        return listed;
+      }, RECORDED);
       expect(d!.lastError).toMatch(/internal address/);
       expect(r.got).toHaveLength(0);
     } finally {
@@ -442,10 +448,11 @@ describe('webhook deliveries across a kill -9', () => {
     expect(r.got.every((g) => g.verified)).toBe(true);
     expect(r.got[1]!.json.data.id).toBe(lease.body.environment.id);
     const api2 = client(() => berth!.url, BOOTSTRAP);
-    const [d] = await eventually(async () => {
+    const [d] = await vi.waitFor(async () => {
       const listed = (await api2.get(`/v1/webhooks/${created.body.webhook.id}/deliveries`)).body.deliveries;
-      return listed[0]?.delivered ? listed : undefined;
-    });
+      expect(listed[0]?.delivered).toBeTruthy();
+      return listed;
+    }, RECORDED);
     expect(d).toMatchObject({ event: 'environment.created', lastStatus: 204 });
   });
 });
