@@ -13,6 +13,7 @@ import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { reaches } from './helpers/states';
 import { startTcpGate } from './helpers/tcp-gate';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -93,7 +94,7 @@ async function startSwitch(target: string) {
   };
 }
 
-/** How long a node may take to start or end an environment. */
+/** How long the server may take to say why a lease waits, or that a node drains. */
 const WAIT = { timeout: 30_000, interval: 100 };
 
 describeBackends('berth node stopped by a signal', (backend) => {
@@ -105,12 +106,10 @@ describeBackends('berth node stopped by a signal', (backend) => {
   const nodeDir = () => join(dir, 'node');
   const envState = async (id: string) => (await api.get(`/v1/environments/${id}`)).body;
   const builder = async () => (await api.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === 'builder');
-  const untilState = (id: string, state: string) =>
-    vi.waitFor(async () => {
-      const env = await envState(id);
-      expect(env.state).toBe(state);
-      return env;
-    }, WAIT);
+  const untilState = async (id: string, state: string) => {
+    await reaches(s.url, BOOTSTRAP, id, state);
+    return envState(id);
+  };
   const startAgent = (server: string) => {
     const agent = spawnNode(['bin/berth.js', 'node', '--server', server, '--dir', nodeDir(), '--engine', 'none'], {
       BERTH_NODE_TOKEN: secret,
