@@ -10,6 +10,7 @@ import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainerBackends, engine, TEST_IMAGE } from './helpers/containers';
 import { berthExec } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { reaches } from './helpers/states';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -38,7 +39,7 @@ const CATALOG = {
   ],
 };
 
-/** How long a node may take to come online, start or end an environment (a container starts). */
+/** How long the server may take to see a node come online or go. */
 const WAIT = { timeout: 30_000, interval: 100 };
 
 const exists = (path: string) =>
@@ -144,12 +145,10 @@ describeContainerBackends('remote nodes', (backend) => {
   const nodeDir = () => join(dir, 'node');
   const envRoot = (id: string) => join(nodeDir(), id);
   const envState = async (id: string) => (await leases.get(`/v1/environments/${id}`)).body;
-  const untilState = (id: string, state: string) =>
-    vi.waitFor(async () => {
-      const env = await envState(id);
-      expect(env.state).toBe(state);
-      return env;
-    }, WAIT);
+  const untilState = async (id: string, state: string) => {
+    await reaches(peer?.url ?? s.url, BOOTSTRAP, id, state);
+    return envState(id);
+  };
   const nodeNamed = async (name: string) => (await admin.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === name);
 
   let node: { id: string; name: string };
