@@ -9,8 +9,9 @@ import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } fr
 import { podman } from './helpers/engine-setup';
 import { type BerthProc, berthExec, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
+import { reaches } from './helpers/states';
 
-/** How long the restarted server may take to adopt, fail or remove (the engine answers each). */
+/** How long the restarted server may take to remove containers (the engine answers each). */
 const WAIT = { timeout: 30_000, interval: 100 };
 
 describeContainers('containers across a kill -9 of the server', () => {
@@ -21,12 +22,10 @@ describeContainers('containers across a kill -9 of the server', () => {
   let owner = '';
   const api = () => client(() => berth.url, BOOTSTRAP);
   const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
-  const until = (id: string, wanted: string) =>
-    vi.waitFor(async () => {
-      const env = await state(id);
-      expect(env.state).toBe(wanted);
-      return env;
-    }, WAIT);
+  const until = async (id: string, wanted: string) => {
+    await reaches(berth.url, BOOTSTRAP, id, wanted);
+    return state(id);
+  };
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-restart-'));
