@@ -4,11 +4,12 @@ import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { reaches } from './helpers/states';
 
 const GIB = 1024 ** 3;
 
@@ -28,9 +29,6 @@ const CATALOG = {
     { name: 'bare', pool: 'remote', startMs: 0, idle: '30m', hard: '1h', shares: [], services: [] },
   ],
 };
-
-/** How long a node may take to start or end an environment. */
-const WAIT = { timeout: 30_000, interval: 100 };
 
 describeBackends('node capacity', (backend) => {
   let s: TestServer;
@@ -76,7 +74,7 @@ describeBackends('node capacity', (backend) => {
       const created = await admin.post('/v1/environments', { template });
       expect(created.status).toBe(202);
       const id: string = created.body.environment.id;
-      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('ready'), WAIT);
+      await reaches(s.url, BOOTSTRAP, id, 'ready');
       return id;
     };
     const first = await lease('sized');
@@ -87,7 +85,7 @@ describeBackends('node capacity', (backend) => {
 
     const end = async (id: string) => {
       await admin.del(`/v1/environments/${id}`);
-      await vi.waitFor(async () => expect(['stopped', 'failed']).toContain((await admin.get(`/v1/environments/${id}`)).body.state), WAIT);
+      await reaches(s.url, BOOTSTRAP, id, ['stopped', 'failed']);
     };
     await end(first);
     expect((await listed()).allocated).toEqual({ cpus: 1.5, memory: 2 * GIB, unlimited: 1 });
