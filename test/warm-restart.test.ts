@@ -4,12 +4,15 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
-import { type BerthProc, eventually, startBerth } from './helpers/processes';
+import { type BerthProc, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
+import { reaches } from './helpers/states';
 
+/** How long a server may take to start, keep or remove warm containers (the engine answers each). */
+const WAIT = { timeout: 60_000, interval: 100 };
 const POOLS = [{ name: 'tiny', hotNodes: 3, maxQueued: 10 }];
 
 describeContainers('warm containers across a kill -9 of the server', () => {
@@ -37,11 +40,12 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   });
 
   it('keeps the wanted ones, removes the rest, and a lease still claims one', async () => {
-    const names = await eventually(() => {
+    const names = await vi.waitFor(() => {
       const found = podman('ps', '--filter', 'label=berth.warm', '--filter', 'label=berth.template=box', '--format', '{{.Names}}');
       const list = found.split('\n').filter(Boolean);
-      return list.length === 2 ? list : undefined;
-    });
+      expect(list).toHaveLength(2);
+      return list;
+    }, WAIT);
     owner = podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', names[0]!);
 
     await berth.kill('SIGKILL');
@@ -49,19 +53,17 @@ describeContainers('warm containers across a kill -9 of the server', () => {
     await catalog(1);
     berth = await startBerth(env);
 
-    await eventually(() => (warm().length === 1 ? true : undefined));
+    await vi.waitFor(() => expect(warm()).toHaveLength(1), WAIT);
     expect(ours()).toHaveLength(1);
     expect(names).toContain(warm()[0]);
 
     const made = await api().post('/v1/environments', { template: 'box' });
     const id = made.body.environment.id as string;
-    const ready = await eventually(async () => {
-      const now = (await api().get(`/v1/environments/${id}`)).body;
-      return now.state === 'ready' ? now : undefined;
-    });
+    await reaches(berth.url, BOOTSTRAP, id, 'ready');
+    const ready = (await api().get(`/v1/environments/${id}`)).body;
     expect(ready.runtime).toBe('container');
     // The one kept warm is the lease's now; another is made for the next.
     expect(podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/);
-    await eventually(() => (warm().length === 1 ? true : undefined));
+    await vi.waitFor(() => expect(warm()).toHaveLength(1), WAIT);
   });
 });
