@@ -3,19 +3,17 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeContainerBackends, engine, TEST_IMAGE } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { reaches } from './helpers/states';
 
 const TOKEN = 'node-metrics-token-0123456789abcdef';
 const CATALOG = {
   pools: [{ name: 'remote', hotNodes: 0, maxQueued: 10 }],
   templates: [{ name: 'remote', pool: 'remote', startMs: 0, idle: '30m', hard: '1h', shares: [], services: [] }],
 };
-
-/** How long a node may take to start or end an environment. */
-const WAIT = { timeout: 30_000, interval: 100 };
 
 describeBackends('berth node metrics', (backend) => {
   let s: TestServer;
@@ -96,7 +94,7 @@ describeBackends('berth node metrics', (backend) => {
 
     const lease = await api.post('/v1/environments', { template: 'remote' });
     expect(lease.status).toBe(202);
-    await vi.waitFor(async () => expect((await api.get(`/v1/environments/${lease.body.environment.id}`)).body.state).toBe('ready'), WAIT);
+    await reaches(s.url, BOOTSTRAP, lease.body.environment.id, 'ready');
     expect(sample(await scrape(), 'berth_node_slots_in_use')).toBe(1);
     await node.kill('SIGKILL');
     // The node's control channel was a WebSocket session: one line when it ended, naming the node.
@@ -141,8 +139,7 @@ describeContainerBackends('berth node metrics with an engine', (backend) => {
     const url = (await node.waitFor(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/))[1]!;
     const lease = await api.post('/v1/environments', { template: 'remote' });
     const id = lease.body.environment.id;
-    const state = async () => (await api.get(`/v1/environments/${id}`)).body.state;
-    await vi.waitFor(async () => expect(await state()).toBe('ready'), WAIT);
+    await reaches(s.url, BOOTSTRAP, id, 'ready');
     const text = await (await fetch(url)).text();
     for (const operation of ['image', 'create', 'start']) {
       expect(text).toMatch(new RegExp(`^berth_node_container_operations_total\\{operation="${operation}",outcome="ok"\\} [1-9]`, 'm'));
@@ -150,7 +147,7 @@ describeContainerBackends('berth node metrics with an engine', (backend) => {
     }
     expect(text).toMatch(/^berth_node_slots_in_use 1$/m);
     await api.del(`/v1/environments/${id}`);
-    await vi.waitFor(async () => expect(await state()).toBe('stopped'), WAIT);
+    await reaches(s.url, BOOTSTRAP, id, 'stopped');
     const after = await (await fetch(url)).text();
     expect(after).toMatch(/^berth_node_container_operations_total\{operation="remove",outcome="ok"\} [1-9]/m);
     expect(after).toMatch(/^berth_node_slots_in_use 0$/m);
