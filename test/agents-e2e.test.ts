@@ -3,13 +3,12 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/containers';
 import {
   type BerthProc,
   berthExec,
   echoedWhole,
-  eventually,
   forwarding,
   type Proc,
   spawnNode,
@@ -17,6 +16,7 @@ import {
   writeSandboxTree,
 } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
+import { reaches } from './helpers/states';
 
 /** Files under `dir` (recursively) whose bytes contain `needle`. */
 async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
@@ -28,6 +28,9 @@ async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
   }
   return hits;
 }
+/** How long the agents may take to sync a file or clean up an environment (containers end). */
+const WAIT = { timeout: 60_000, interval: 200 };
+
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
 
 for (const backend of backends) {
@@ -43,7 +46,10 @@ for (const backend of backends) {
     const instances: BerthProc[] = [];
     const api = () => client(() => nodeSide.url, BOOTSTRAP);
     const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
-    const until = (id: string, wanted: string) => eventually(async () => ((await state(id)).state === wanted ? state(id) : undefined), 200);
+    const until = async (id: string, wanted: string) => {
+      await reaches(nodeSide.url, BOOTSTRAP, id, wanted);
+      return state(id);
+    };
     let nodeToken: string;
     let envId: string;
     let listen: Record<string, number>;
@@ -150,7 +156,7 @@ for (const backend of backends) {
       await expect(stat(join(src, 'debug.log'))).rejects.toMatchObject({ code: 'ENOENT' });
 
       await writeFile(join(sandboxDir, 'app', 'main.txt'), 'version 2\n');
-      await eventually(async () => ((await readFile(join(src, 'main.txt'), 'utf8').catch(() => '')) === 'version 2\n' ? true : undefined));
+      await vi.waitFor(async () => expect(await readFile(join(src, 'main.txt'), 'utf8')).toBe('version 2\n'), WAIT);
     });
 
     it("a TCP service on the node side answers through the sandbox's port", async () => {
@@ -217,8 +223,8 @@ for (const backend of backends) {
       );
       await nodeAgent.waitFor(/online as builder/);
       // Its container goes first, then its folder.
-      await eventually(async () => (containersOf(envId).length === 0 ? true : undefined));
-      await eventually(async () => ((await stat(join(nodeDir, envId)).catch(() => null)) === null ? true : undefined));
+      await vi.waitFor(() => expect(containersOf(envId)).toEqual([]), WAIT);
+      await vi.waitFor(() => expect(stat(join(nodeDir, envId))).rejects.toMatchObject({ code: 'ENOENT' }), WAIT);
     });
   });
 }

@@ -9,20 +9,14 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/containers';
-import {
-  answers,
-  type BerthProc,
-  echoedWhole,
-  eventually,
-  forwarding,
-  type Proc,
-  spawnNode,
-  startBerth,
-  writeSandboxTree,
-} from './helpers/processes';
+import { answers, type BerthProc, echoedWhole, forwarding, type Proc, spawnNode, startBerth, writeSandboxTree } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
+import { reaches } from './helpers/states';
+
+/** How long the agent may take to sync a file or close a port. */
+const WAIT = { timeout: 30_000, interval: 100 };
 
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
 
@@ -148,7 +142,7 @@ for (const backend of backends) {
       );
       envRoot = join(dataDir, 'workspaces', envId);
       const src = join(envRoot, 'workspace', 'src');
-      await eventually(async () => ((await api().get(`/v1/environments/${envId}`)).body.state === 'ready' ? true : undefined));
+      await reaches(leaseSide.url, BOOTSTRAP, envId, 'ready');
       await agent!.waitFor(/share src: in sync/);
       expect(await readFile(join(src, 'main.txt'), 'utf8')).toBe('version 1\n');
       expect(await readFile(join(src, '.gitignore'), 'utf8')).toBe('dist/\n*.log\n');
@@ -158,12 +152,10 @@ for (const backend of backends) {
 
       await writeFile(join(agentDir, 'app', 'main.txt'), 'version 2\n');
       await writeFile(join(agentDir, 'app', 'new.txt'), 'created later\n');
-      await eventually(async () => ((await readFile(join(src, 'main.txt'), 'utf8').catch(() => '')) === 'version 2\n' ? true : undefined));
-      await eventually(async () =>
-        (await readFile(join(src, 'new.txt'), 'utf8').catch(() => '')) === 'created later\n' ? true : undefined,
-      );
+      await vi.waitFor(async () => expect(await readFile(join(src, 'main.txt'), 'utf8')).toBe('version 2\n'), WAIT);
+      await vi.waitFor(async () => expect(await readFile(join(src, 'new.txt'), 'utf8')).toBe('created later\n'), WAIT);
       await rm(join(agentDir, 'app', 'new.txt'));
-      await eventually(async () => ((await stat(join(src, 'new.txt')).catch(() => null)) === null ? true : undefined));
+      await vi.waitFor(() => expect(stat(join(src, 'new.txt'))).rejects.toMatchObject({ code: 'ENOENT' }), WAIT);
     });
 
     it('forwards the environment services from the sandbox loopback ports, both ways', async () => {
@@ -189,17 +181,16 @@ for (const backend of backends) {
     it('reconnects when its server restarts and keeps forwarding, wiring nothing twice', async () => {
       const wired = () => agent!.output().split(`(${envId}): wired`).length - 1;
       expect(wired()).toBe(1);
-      const connected = () => agent!.output().split('connected to ').length - 1;
-      const before = connected();
+      const before = agent!.output().length;
       // The instance the agent talks to stops and starts again on the same port (and data).
       const port = new URL(agentSide.url).port;
       await agentSide.kill();
-      await eventually(async () => (agent!.output().includes('reconnecting') ? true : undefined));
+      await agent!.waitFor(/reconnecting/);
       const restarted = await startBerth({ ...berthEnv, PORT: port });
       instances.splice(instances.indexOf(agentSide), 1, restarted);
       if (leaseSide === agentSide) leaseSide = restarted;
       agentSide = restarted;
-      await eventually(async () => (connected() > before ? true : undefined));
+      await agent!.waitFor(/connected to /, before);
       const back = await echoedWhole(listen.echo!, Buffer.from('after the restart'));
       expect(back.toString()).toBe('after the restart');
       // The server sent the configuration again on the new connection: the agent kept what it runs.
@@ -212,10 +203,10 @@ for (const backend of backends) {
       await writeFile(join(out, 'reports', 'result.txt'), 'built\n');
       const del = await api().del(`/v1/environments/${envId}`);
       expect(del.status).toBe(200);
-      await eventually(async () => ((await api().get(`/v1/environments/${envId}`)).body.state === 'stopped' ? true : undefined));
+      await reaches(leaseSide.url, BOOTSTRAP, envId, 'stopped');
       expect(await readFile(join(agentDir, 'results', 'reports', 'result.txt'), 'utf8')).toBe('built\n');
       // The environment left the config: its ports close.
-      await eventually(async () => ((await answers(listen.echo!)) ? undefined : true));
+      await vi.waitFor(async () => expect(await answers(listen.echo!)).toBe(false), WAIT);
     });
 
     it('never follows a link out of its folder and never sends its own .berth', async () => {

@@ -3,6 +3,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { join } from 'node:path';
+import { expect, vi } from 'vitest';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -10,8 +11,11 @@ export interface Proc {
   proc: ChildProcess;
   /** stdout and stderr so far. */
   output(): string;
-  /** Resolves with the first match of `re` in the output (the process's own pace, no deadline but the test's). */
-  waitFor(re: RegExp): Promise<RegExpExecArray>;
+  /**
+   * Resolves with the first match of `re` in the output from offset `from` on (the process's own
+   * pace, no deadline but the test's).
+   */
+  waitFor(re: RegExp, from?: number): Promise<RegExpExecArray>;
   /** Resolves with the exit code once the process ended. */
   exited: Promise<number | null>;
   kill(signal?: NodeJS.Signals): Promise<number | null>;
@@ -21,10 +25,10 @@ export interface Proc {
 export function spawnNode(args: string[], env: Record<string, string>): Proc {
   const proc = spawn(process.execPath, args, { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let text = '';
-  const waiters: { re: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
+  const waiters: { re: RegExp; from: number; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
   const check = () => {
     for (const w of [...waiters]) {
-      const m = w.re.exec(text);
+      const m = w.re.exec(text.slice(w.from));
       if (m) {
         waiters.splice(waiters.indexOf(w), 1);
         w.resolve(m);
@@ -45,9 +49,9 @@ export function spawnNode(args: string[], env: Record<string, string>): Proc {
   return {
     proc,
     output: () => text,
-    waitFor: (re) =>
+    waitFor: (re, from = 0) =>
       new Promise((resolve, reject) => {
-        waiters.push({ re, resolve, reject });
+        waiters.push({ re, from, resolve, reject });
         check();
         if (proc.exitCode !== null) reject(new Error(`process ended before printing ${re}:\n${text}`));
       }),
@@ -123,25 +127,14 @@ export function echoThrough(port: number, payload: Buffer): Promise<Buffer> {
  * listens is closed at once, empty (the service starts with the environment, not before "ready").
  */
 export function echoedWhole(port: number, payload: Buffer): Promise<Buffer> {
-  return eventually(async () => {
-    const back = await echoThrough(port, payload);
-    return back.length === payload.length ? back : undefined;
-  });
-}
-
-/** Polls `check` until it returns a value other than undefined (the test's own time-out bounds it). */
-export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, intervalMs = 100): Promise<T> {
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== undefined) return value;
-    } catch (error) {
-      lastError = error;
-    }
-    await new Promise((r) => setTimeout(r, intervalMs));
-    if (lastError && process.env.BERTH_TEST_LOG) console.error(lastError);
-  }
+  return vi.waitFor(
+    async () => {
+      const back = await echoThrough(port, payload);
+      expect(back.length).toBe(payload.length);
+      return back;
+    },
+    { timeout: 30_000, interval: 100 },
+  );
 }
 
 /** `berth exec` as a real process: its exit code and output. */
