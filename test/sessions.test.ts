@@ -7,17 +7,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { type IncomingMessage, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { recorded } from './helpers/states';
 
 const root = new URL('..', import.meta.url).pathname;
-
-/** How long the server may take to end a command whose session went away and record it. */
-const RECORDED = { timeout: 20_000, interval: 100 };
 
 /** One session as a test drives it: what came out, and how it ended. */
 interface Session {
@@ -263,13 +261,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         });
         return res.text();
       };
-      const recorded = await vi.waitFor(async () => {
-        const execs = (await admin.get(`/v1/environments/${envId}/execs`)).body.execs as { command: string; exitCode: number }[];
-        const found = execs.find((e) => e.command.includes('sleep 301'));
-        if (!found) throw new Error('the command is not recorded yet');
-        return found;
-      }, RECORDED);
-      expect(recorded.exitCode).toBe(137);
+      const found = await recorded(s.url, BOOTSTRAP, envId, 'sleep 301');
+      expect(found.exitCode).toBe(137);
       expect(await ps()).not.toMatch(/sleep 30[12]/);
     });
 
@@ -298,13 +291,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       });
       expect(res.statusCode).toBe(400);
       res.resume();
-      const recorded = await vi.waitFor(async () => {
-        const execs = (await admin.get(`/v1/environments/${envId}/execs`)).body.execs as { command: string; exitCode: number }[];
-        const found = execs.find((e) => e.command.includes('sleep 303'));
-        if (!found) throw new Error('the command is not recorded yet');
-        return found;
-      }, RECORDED);
-      expect(recorded.exitCode).toBe(137);
+      const found = await recorded(s.url, BOOTSTRAP, envId, 'sleep 303');
+      expect(found.exitCode).toBe(137);
     });
 
     it('takes a browser credential as a subprotocol and never echoes it', async () => {

@@ -1,9 +1,41 @@
-// Waiting for an environment's state on the server's own event: its `environment` subscription
-// answers the state it is in first, then each change, so a wait started late misses nothing.
+// Waiting on an environment's own subscriptions instead of polling it: `environment` answers the
+// state it is in first, then each change, and `execs` (after: 0) the commands recorded so far, then
+// each new one; so a wait started late misses nothing.
 import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 
 const WATCH = 'subscription TestReaches($id: String!) { environment(id: $id) { state } }';
+const EXECS = 'subscription TestRecorded($id: String!) { execs(environment: $id, after: 0) { command exitCode } }';
+
+/**
+ * Reads subscription `query` from the instance at `url` until `done` accepts a payload, and answers
+ * that one; answers undefined when the subscription ends first. `seen` gets every payload.
+ */
+async function firstOf<T>(
+  url: string,
+  token: string,
+  query: string,
+  id: string,
+  seen: T[],
+  done: (data: T) => boolean,
+): Promise<T | undefined> {
+  const ws = createClient({
+    url: `${url.replace(/^http/, 'ws')}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization: `Bearer ${token}` },
+    retryAttempts: 0,
+  });
+  try {
+    for await (const event of ws.iterate<T>({ query, variables: { id } })) {
+      if (!event.data) throw new Error(`environment ${id}: ${JSON.stringify(event.errors)}`);
+      seen.push(event.data);
+      if (done(event.data)) return event.data;
+    }
+    return undefined;
+  } finally {
+    await ws.dispose();
+  }
+}
 
 /**
  * Resolves once the instance at `url` says environment `id` is in `state` (or one of them); fails
@@ -11,21 +43,16 @@ const WATCH = 'subscription TestReaches($id: String!) { environment(id: $id) { s
  */
 export async function reaches(url: string, token: string, id: string, state: string | string[]): Promise<void> {
   const wanted = [state].flat();
-  const ws = createClient({
-    url: `${url.replace(/^http/, 'ws')}/graphql`,
-    webSocketImpl: WebSocket,
-    connectionParams: { authorization: `Bearer ${token}` },
-    retryAttempts: 0,
-  });
-  const seen: string[] = [];
-  try {
-    for await (const event of ws.iterate<{ environment: { state: string } }>({ query: WATCH, variables: { id } })) {
-      if (!event.data) throw new Error(`environment ${id}: ${JSON.stringify(event.errors)}`);
-      seen.push(event.data.environment.state);
-      if (wanted.includes(event.data.environment.state)) return;
-    }
-  } finally {
-    await ws.dispose();
-  }
-  throw new Error(`environment ${id} went ${seen.join(' → ')} and ended, never ${wanted.join(' or ')}`);
+  const seen: { environment: { state: string } }[] = [];
+  if (await firstOf(url, token, WATCH, id, seen, (data) => wanted.includes(data.environment.state))) return;
+  throw new Error(`environment ${id} went ${seen.map((d) => d.environment.state).join(' → ')} and ended, never ${wanted.join(' or ')}`);
+}
+
+/** The first command recorded for environment `id` whose command line contains `command` (the test's time-out bounds the wait). */
+export async function recorded(url: string, token: string, id: string, command: string): Promise<{ command: string; exitCode: number }> {
+  const found = await firstOf<{ execs: { command: string; exitCode: number } }>(url, token, EXECS, id, [], (data) =>
+    data.execs.command.includes(command),
+  );
+  if (!found) throw new Error(`environment ${id} ended before it recorded ${command}`);
+  return found.execs;
 }
