@@ -4,13 +4,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { type ConsolePage, launchBrowser, openConsole, screenshot, signIn } from './helpers/browser';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
-
-/** How long the server may take to end a shell whose terminal closed and record it. */
-const RECORDED = { timeout: 20_000, interval: 100 };
+import { recorded } from './helpers/states';
 
 describeContainers('web console: a terminal in the environment page', () => {
   let s: TestServer;
@@ -76,11 +74,7 @@ describeContainers('web console: a terminal in the environment page', () => {
     await page.getByRole('status').filter({ hasText: 'Connected' }).waitFor();
     await page.getByRole('button', { name: 'End the shell' }).click();
     await page.getByRole('button', { name: 'Open a terminal' }).waitFor();
-    const recorded = await vi.waitFor(async () => {
-      const [first] = (await admin.get(`/v1/environments/${id}/execs`)).body.execs;
-      if (!first) throw new Error('the shell is not recorded yet');
-      return first;
-    }, RECORDED);
-    expect(recorded).toMatchObject({ command: '/bin/sh', exitCode: 137 });
+    const shell = await recorded(s.url, BOOTSTRAP, id, '/bin/sh');
+    expect(shell).toMatchObject({ command: '/bin/sh', exitCode: 137 });
   });
 });
