@@ -11,6 +11,7 @@ import { openRelay } from '../src/agent/sandbox-agent';
 import { containersOf, describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { recorded } from './helpers/states';
 
 const MISSING_IMAGE = 'localhost/berth-test/no-such-image:1';
 /** How long vi.waitFor waits on something a loaded machine may take its time over. */
@@ -249,9 +250,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       });
       await started;
       gone.abort();
-      let execs: { command: string; exitCode: number }[] = [];
-      while (!execs.some((e) => e.command.includes('sleep 301'))) execs = (await admin.get(`/v1/environments/${env.id}/execs`)).body.execs;
-      expect(execs.find((e) => e.command.includes('sleep 301'))!.exitCode).toBe(137);
+      expect((await recorded(s.url, BOOTSTRAP, env.id, 'sleep 301')).exitCode).toBe(137);
       const ps = await sh(env.id, 'ps -o args');
       expect(ps.stdout).not.toMatch(/sleep 30[01]/);
     });
