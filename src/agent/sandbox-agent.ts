@@ -11,8 +11,8 @@ import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync'
 import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
-import type { ConfigEnvironment, ConfigShare, SandboxConfig } from '../modules/sandboxes';
 import { AGENT_FOLDER } from '../protocol/agent-folder';
+import { type ConfigEnvironment, type ConfigShare, configProblems, JoinAnswer, SandboxConfig } from '../protocol/sandbox-config';
 import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
 
@@ -55,14 +55,13 @@ async function call<T>(server: string, method: string, path: string, opts: { tok
 
 /** Spends a join key and stores the sandbox credential (DIR/.berth/sandbox.json, 0600). */
 export async function joinSandbox(server: string, dir: string, key: string): Promise<StoredSandbox> {
-  const joined = await call<{ sandbox: { id: string; name: string; org: string }; credential: string }>(
-    server,
-    'POST',
-    '/v1/sandboxes/join',
-    {
-      body: { key },
-    },
+  // Only what the agent keeps is checked: the key is spent, so a config it would refuse must not
+  // cost the credential (the subscription brings the config again).
+  const answer = JoinAnswer.pick({ sandbox: true, credential: true }).safeParse(
+    await call<unknown>(server, 'POST', '/v1/sandboxes/join', { body: { key } }),
   );
+  if (!answer.success) throw new Error(`the server's answer to the join is not one: ${configProblems(answer.error)}`);
+  const joined = answer.data;
   const stored: StoredSandbox = {
     server,
     sandbox: { id: joined.sandbox.id, name: joined.sandbox.name, org: joined.sandbox.org },
@@ -380,12 +379,12 @@ export class SandboxAgent {
       },
       onNonLazyError: () => undefined,
     });
-    this.client.subscribe<{ sandboxConfig: SandboxConfig }>(
+    this.client.subscribe<{ sandboxConfig: unknown }>(
       { query: 'subscription($id: ID!) { sandboxConfig(id: $id) }', variables: { id: this.stored.sandbox.id } },
       {
         next: ({ data, errors }) => {
           if (errors?.length) return this.end(false, new Error(errors.map((e) => e.message).join('; ')));
-          if (data?.sandboxConfig) this.apply(data.sandboxConfig);
+          if (data?.sandboxConfig) this.receive(data.sandboxConfig);
         },
         error: (error) => {
           const reason = (error as { reason?: string }).reason;
@@ -398,6 +397,13 @@ export class SandboxAgent {
       },
     );
     void this.beat();
+  }
+
+  /** Checks a configuration the server sent: one the schema refuses is logged, and the running one kept. */
+  private receive(value: unknown): void {
+    const config = SandboxConfig.safeParse(value);
+    if (config.success) this.apply(config.data);
+    else this.log(`refused a configuration from ${this.server}: ${configProblems(config.error)}; keeping version ${this.version}`);
   }
 
   /** Applies a configuration whose version is higher than the one running. */

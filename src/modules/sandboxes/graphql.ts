@@ -1,4 +1,5 @@
 import { builder } from '../../kernel/graphql/builder';
+import type { SandboxConfig } from '../../protocol/sandbox-config';
 import {
   getSandbox,
   joinSandbox,
@@ -11,7 +12,6 @@ import {
   sandboxHeartbeat,
   watchSandboxConfig,
 } from './service';
-import type { SandboxConfig } from './wiring';
 
 export const Sandbox = builder.objectRef<SandboxRecord>('Sandbox').implement({
   description: 'A machine of the organization that environments are wired to',

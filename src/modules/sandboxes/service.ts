@@ -16,9 +16,10 @@ import { generateName, newId } from '../../kernel/names';
 import { hashSecret, newSecret, secretPrefix } from '../../kernel/secrets';
 import { lockFor } from '../../platform/db';
 import { topics } from '../../platform/events';
+import type { SandboxConfig } from '../../protocol/sandbox-config';
 import { checkAudited, recordAudit } from '../audit';
 import { assertNotBlocked, recordFailure } from '../credentials';
-import { findSandboxRow, notifySandboxConfig, type SandboxConfig, sandboxConfig } from './wiring';
+import { findSandboxRow, notifySandboxConfig, sandboxConfig } from './wiring';
 
 /** A DNS label: what the machine is called on the private network. */
 export const SANDBOX_NAME = /^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$/;

@@ -17,6 +17,14 @@ import { DEFAULT_IGNORES, validateInclude, validateRelativePath } from '../../ke
 import type { Tx } from '../../platform/db';
 import { topics } from '../../platform/events';
 import { AGENT_FOLDER, inAgentFolder } from '../../protocol/agent-folder';
+import {
+  ConfigEnvironment,
+  type KeyringEntry,
+  MAX_EXTRA_FILES,
+  PORT_MAX,
+  PORT_MIN,
+  type SandboxConfig,
+} from '../../protocol/sandbox-config';
 import type { TemplateSpec } from '../templates';
 
 export interface WiringInput {
@@ -33,11 +41,6 @@ export interface Wiring {
   shares: WiredShare[];
   sync: SyncSpec;
 }
-
-/** Loopback ports handed out to exports: 10000-29999 (see pickPort). */
-export const PORT_MIN = 10_000;
-export const PORT_MAX = 29_999;
-export const MAX_EXTRA_FILES = 100;
 
 type Db = Pick<Tx, '$queryRaw'>;
 
@@ -207,39 +210,7 @@ function pickPort(target: number, taken: Set<number>, sandbox: string): number {
   throw new ConflictError(`sandbox ${sandbox} has no free loopback port left in ${PORT_MIN}-${PORT_MAX}`, 'no_free_port');
 }
 
-// ---- the agent's configuration
-
-export interface ConfigShare extends WiredShare {
-  /** What the agent sends (in) or receives (out) from the share folder: SyncRules of sync-rules.ts. */
-  sync: { include: string[]; noIgnore: boolean; defaultIgnores: string[]; files: Record<string, string> };
-}
-
-export interface ConfigEnvironment {
-  id: string;
-  name: string;
-  state: string;
-  template: string;
-  project: string;
-  node?: string;
-  imports: Export[];
-  shares: ConfigShare[];
-}
-
-export interface KeyringEntry {
-  project: string;
-  version: number;
-  /** base64 of the 32-byte data key. */
-  key: string;
-}
-
-export interface SandboxConfig {
-  sandbox: { id: string; name: string; org: string; removed?: string };
-  /** Grows on every change; an agent applies a config only when it is newer than its own. */
-  version: number;
-  environments: ConfigEnvironment[];
-  /** Only in the config the sandbox's own agent reads (see `keyring`). */
-  keyring?: KeyringEntry[];
-}
+// ---- the agent's configuration (its schema: src/protocol/sandbox-config.ts)
 
 /**
  * The sandbox's configuration (format: docs/sandboxes.md, "Sandbox configuration"). `keyring`:
@@ -283,7 +254,8 @@ export async function sandboxConfig(deps: Deps, orgId: string, sandboxId: string
     return {
       id: env.id,
       name: env.name,
-      state: env.state,
+      // The query asked for live states only; the schema's enum says so to the type checker.
+      state: ConfigEnvironment.shape.state.parse(env.state),
       template: env.template,
       project: env.project,
       ...(env.node ? { node: env.node } : {}),
