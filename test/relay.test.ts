@@ -4,6 +4,7 @@ import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
+import type { RelayQuery } from '../src/protocol/relay';
 import { engine, TEST_ECHO_IMAGE } from './helpers/containers';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
@@ -12,8 +13,9 @@ describeBackends('relay checks', (backend) => {
   let credential: string;
   let otherCredential: string;
   let envId: string;
+  // Sends queries an agent would never build (missing or unknown fields), as a hostile client can.
   const refusal = (token: string, params: Record<string, string>) =>
-    openRelay(s.url, token, params).then(
+    openRelay(s.url, token, params as unknown as RelayQuery).then(
       (ws) => {
         ws.close();
         return { status: 101, code: 'upgraded' };

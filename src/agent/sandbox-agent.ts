@@ -12,6 +12,7 @@ import { parseAddress } from '../dataplane/relay-node';
 import { bridge, CLOSE } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
 import { AGENT_FOLDER } from '../protocol/agent-folder';
+import { RELAY_PATH, type RelayQuery } from '../protocol/relay';
 import { type ConfigEnvironment, type ConfigShare, configProblems, JoinAnswer, SandboxConfig } from '../protocol/sandbox-config';
 import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
@@ -96,9 +97,9 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 /** Opens one relay socket; rejects with the server's `{error, code}` (an ApiError) when it refuses. */
-export function openRelay(server: string, token: string, params: Record<string, string>): Promise<WebSocket> {
-  const url = new URL(`${wsBase(server)}/v1/relay`);
-  for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+export function openRelay(server: string, token: string, query: RelayQuery): Promise<WebSocket> {
+  const url = new URL(`${wsBase(server)}${RELAY_PATH}`);
+  for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, {
       headers: { authorization: `Bearer ${token}` },

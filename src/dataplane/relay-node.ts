@@ -6,32 +6,10 @@
 // folder-sync.ts (in: the node receives; out: the node sends).
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
-import type { SyncRules } from '../kernel/sync-rules';
+import type { ImportJob, RelayJob } from '../protocol/relay';
 import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
 import { shareDir } from './layout';
 import { type BridgeEnd, bridge, CLOSE, closeReason } from './ws-bridge';
-
-export interface ImportJob {
-  kind: 'import';
-  environment: string;
-  service: string;
-  /** A port on the environment's own loopback. */
-  port: number;
-}
-
-export interface ShareJob {
-  kind: 'share';
-  environment: string;
-  share: string;
-  direction: 'in' | 'out';
-  envPath: string;
-  /** For an `out` share: what the node sends back (`files` does not apply). */
-  sync: SyncRules;
-  /** An `out` share's last pass: send everything once, then end. */
-  final: boolean;
-}
-
-export type RelayJob = ImportJob | ShareJob;
 
 /** `host:port` (IPv6 hosts in brackets) to connect options. */
 export function parseAddress(address: string): { host: string; port: number } {

@@ -8,9 +8,9 @@
 // strings are bounded there; its schemas bound what the agent acts on.
 import { z } from 'zod';
 import { DomainError, ValidationError } from '../kernel/errors';
-import { MAX_INCLUDE_PATTERNS, MAX_PATTERN_LENGTH } from '../kernel/sync-rules';
 import { MAX_TERM } from '../node/command';
 import { EXEC_CHUNK, EXEC_WINDOW, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+import { RelayJob, SyncRulesSchema } from './relay';
 
 /** The most environment ids a hello or a welcome lists. */
 export const MAX_HELD = 1000;
@@ -139,12 +139,6 @@ export type ExecTopicEvent = DistributiveOmit<FromNode<'exec-output' | 'exec-exi
 
 const id = text(200);
 const shares = z.array(z.object({ name: id, envPath: text(4096) })).max(100);
-const SyncRules = z.object({
-  include: z.array(text(MAX_PATTERN_LENGTH)).max(MAX_INCLUDE_PATTERNS).readonly(),
-  noIgnore: z.boolean(),
-  files: z.record(z.string(), z.string()).optional(),
-});
-
 /** What a node needs to know of an environment to hold it (src/node/runtime.ts, EnvironmentSpec). */
 const environmentSpec = {
   name: id,
@@ -164,20 +158,6 @@ const environmentSpec = {
 };
 
 const termSize = z.object({ rows: int(1, MAX_TERM), cols: int(1, MAX_TERM) });
-
-/** A relay socket's work (src/dataplane/relay-node.ts, RelayJob): an import's port or a share's folder sync. */
-const RelayJob = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('import'), environment: id, service: id, port: int(1, 65_535) }),
-  z.object({
-    kind: z.literal('share'),
-    environment: id,
-    share: id,
-    direction: z.enum(['in', 'out']),
-    envPath: text(4096),
-    sync: SyncRules,
-    final: z.boolean(),
-  }),
-]);
 
 const reply = z.string().startsWith('node-reply:');
 
@@ -219,7 +199,7 @@ export const ServerToNode = z.discriminatedUnion('type', [
       id,
       snapshot: z.boolean(),
       saved: z.array(id).max(100),
-      shares: z.array(z.object({ name: id, envPath: text(4096), rules: SyncRules })).max(100),
+      shares: z.array(z.object({ name: id, envPath: text(4096), rules: SyncRulesSchema })).max(100),
     }),
   }),
   z.object({ type: z.literal('discard'), environment: z.object({ id }) }),

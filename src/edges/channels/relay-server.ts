@@ -20,7 +20,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
-import { type RelayJob, serveRelay } from '../../dataplane/relay-node';
+import { serveRelay } from '../../dataplane/relay-node';
 import { CLOSE, joinSockets } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
@@ -28,12 +28,11 @@ import { authenticate } from '../../modules/credentials';
 import { activityRecorder, authorizeRelay, recordOutSynced, recordRelayed } from '../../modules/environments';
 import { tagUpgrades } from '../../observability/requests';
 import { sendToNode } from '../../protocol/node-bus';
+import { RELAY_NODE_PATH, type RelayJob } from '../../protocol/relay';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
 
-export const RELAY_PATH = '/v1/relay';
-export const RELAY_NODE_PATH = '/v1/relay/node';
 /** How long a remote node has to dial back. */
 export const NODE_JOIN_MS = 15_000;
 

@@ -1,0 +1,49 @@
+// The byte relay (docs/agents.md, "The relay"): what a sandbox agent asks for when it opens a relay
+// socket, and the job the server hands the node that serves the other end. Both ends use these.
+import { z } from 'zod';
+import { MAX_INCLUDE_PATTERNS, MAX_PATTERN_LENGTH } from '../kernel/sync-rules';
+
+/** Where a sandbox agent opens a relay socket (Upgrade: websocket, its sandbox credential). */
+export const RELAY_PATH = '/v1/relay';
+/** Where a remote node dials back to serve a relay socket (`?relay=<id>`, its node credential). */
+export const RELAY_NODE_PATH = '/v1/relay/node';
+
+/** A relay socket's purpose, as the query of RELAY_PATH: an import of a service, or a share's folder sync. */
+export type RelayQuery =
+  | { environment: string; kind: 'import'; service: string }
+  /** `final`: an `out` share's last pass, while its environment stops. */
+  | { environment: string; kind: 'share'; share: string; final?: '1' };
+
+const name = z.string().max(200);
+
+/** Which files a share's sync carries (src/kernel/sync-rules.ts, SyncRules). */
+export const SyncRulesSchema = z.object({
+  include: z.array(z.string().max(MAX_PATTERN_LENGTH)).max(MAX_INCLUDE_PATTERNS).readonly(),
+  noIgnore: z.boolean(),
+  files: z.record(z.string(), z.string()).optional(),
+});
+
+/** A relay socket's work on its node (src/dataplane/relay-node.ts): an import's port or a share's folder sync. */
+export const RelayJob = z.discriminatedUnion('kind', [
+  z.object({
+    kind: z.literal('import'),
+    environment: name,
+    service: name,
+    /** A port on the environment's own loopback. */
+    port: z.int().min(1).max(65_535),
+  }),
+  z.object({
+    kind: z.literal('share'),
+    environment: name,
+    share: name,
+    direction: z.enum(['in', 'out']),
+    envPath: z.string().max(4096),
+    /** For an `out` share: what the node sends back (`files` does not apply). */
+    sync: SyncRulesSchema,
+    /** An `out` share's last pass: send everything once, then end. */
+    final: z.boolean(),
+  }),
+]);
+export type RelayJob = z.infer<typeof RelayJob>;
+export type ImportJob = Extract<RelayJob, { kind: 'import' }>;
+export type ShareJob = Extract<RelayJob, { kind: 'share' }>;
