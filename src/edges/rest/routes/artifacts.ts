@@ -1,8 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { execute, type GraphQLSchema } from 'graphql';
-import type { Context, Deps } from '../../../app/context';
+import type { GraphQLSchema } from 'graphql';
+import type { Deps } from '../../../app/context';
 import { graphql } from '../../../generated/gql';
 import {
+  type ArtifactLink,
   type ArtifactRecord,
   asIntegrityError,
   getArtifact,
@@ -12,13 +13,13 @@ import {
   type UploadParams,
 } from '../../../modules/artifacts';
 import { sendError, sendJson } from '../../http/respond';
-import { fragmentsOf, operationOf } from '../adapter';
-import { stripNulls, UPLOAD_IDLE_MS } from '../http';
-import { type JsonSchema, selectionSchema } from '../json-schema';
+import { UPLOAD_IDLE_MS } from '../http';
+import type { JsonSchema } from '../json-schema';
 import { contentDisposition, etagMatches, parseRange } from '../range';
 import { PAGE_PARAMS, type Param, type Route, type StreamRoute } from '../route';
+import { shapeOf } from '../shape';
 
-graphql(`
+const ArtifactFields = graphql(`
   fragment ArtifactFields on Artifact {
     id project name size sha256 contentType labels keyVersion manifest
     segments { name size objects }
@@ -26,7 +27,7 @@ graphql(`
   }
 `);
 
-const ArtifactById = graphql(`query RestArtifact($id: ID!) { artifact(id: $id) { ...ArtifactFields } }`);
+const LinkFields = graphql(`fragment ArtifactLinkFields on ArtifactLink { url expires }`);
 
 const UPLOAD_PARAMS: Param[] = [
   { name: 'name', in: 'query', type: 'string', description: 'name to store it under (default: the artifact id); up to 255 characters' },
@@ -42,12 +43,6 @@ const UPLOAD_PARAMS: Param[] = [
 ];
 
 const BINARY: JsonSchema = { type: 'string', format: 'binary' };
-const LINK_SCHEMA: JsonSchema = {
-  type: 'object',
-  properties: { url: { type: 'string' }, expires: { type: 'string', format: 'date-time' } },
-  required: ['url', 'expires'],
-  additionalProperties: false,
-};
 
 /** The upload's query parameters (the adapter already refused unknown and repeated ones). */
 function uploadParams(req: IncomingMessage, query: URLSearchParams): UploadParams {
@@ -146,22 +141,11 @@ function writeOut(res: ServerResponse, data: Buffer): Promise<void> {
   });
 }
 
-/** The artifact as GraphQL (and so GET /v1/artifacts/{id}) shows it: one shape for every route. */
-async function artifactJson(schema: GraphQLSchema, ctx: Context, id: string): Promise<unknown> {
-  const result = await execute({ schema, document: ArtifactById, variableValues: { id }, contextValue: ctx });
-  if (result.errors?.length) throw result.errors[0]!.originalError ?? result.errors[0];
-  return stripNulls(result.data!.artifact);
-}
-
-function artifactSchema(schema: GraphQLSchema): JsonSchema {
-  const op = operationOf(ArtifactById);
-  const field = op.selectionSet.selections[0]!;
-  if (field.kind !== 'Field') throw new Error('RestArtifact must select the artifact field');
-  return selectionSchema(schema.getQueryType()!.getFields().artifact!.type, field.selectionSet, fragmentsOf(ArtifactById));
-}
-
 /** The /v1 artifact routes; the upload and the two downloads stream bytes, the rest are operations. */
 export function artifactRoutes(schema: GraphQLSchema): Route[] {
+  // The upload answers with the records GET /v1/artifacts/{id} and POST …/links show.
+  const artifact = shapeOf<ArtifactRecord>(schema, ArtifactFields);
+  const link = shapeOf<ArtifactLink>(schema, LinkFields);
   const upload: StreamRoute = {
     method: 'POST',
     path: '/v1/artifacts',
@@ -179,7 +163,7 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
           description: 'Stored',
           schema: {
             type: 'object',
-            properties: { artifact: artifactSchema(schema), link: LINK_SCHEMA },
+            properties: { artifact: artifact.schema, link: link.schema },
             required: ['artifact'],
             additionalProperties: false,
           },
@@ -198,9 +182,8 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
         const stored = await storeArtifact(ctx!.deps, ctx!.actor, { ...params, body: req, signal: controller.signal }).finally(() =>
           res.off('close', onClose),
         );
-        const artifact = await artifactJson(schema, ctx!, stored.artifact.id);
-        const link = stored.link && { url: stored.link.url, expires: stored.link.expires.toISOString() };
-        sendJson(res, 201, link ? { artifact, link } : { artifact });
+        const body = { artifact: await artifact.json(stored.artifact, ctx) };
+        sendJson(res, 201, stored.link ? { ...body, link: await link.json(stored.link, ctx) } : body);
       } catch (err) {
         // The client went away mid-upload: nobody to answer; storeArtifact removed what it wrote.
         if (controller.signal.aborted || (req.destroyed && !req.complete)) return void res.destroy();
@@ -269,7 +252,7 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
       method: 'GET',
       path: '/v1/artifacts/{id}',
       summary: "An artifact's record (unwrapped, like an environment)",
-      document: ArtifactById,
+      document: graphql(`query RestArtifact($id: ID!) { artifact(id: $id) { ...ArtifactFields } }`),
       result: { kind: 'field', field: 'artifact' },
       status: 200,
     },
@@ -288,7 +271,7 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
       summary: 'Make a signed link: body {lifetime} (default 24h, at most 30d, never past the artifact expiry)',
       document: graphql(`
         mutation RestCreateArtifactLink($id: ID!, $input: ArtifactLinkInput) {
-          createArtifactLink(id: $id, input: $input) { url expires }
+          createArtifactLink(id: $id, input: $input) { ...ArtifactLinkFields }
         }
       `),
       body: { variable: 'input' },

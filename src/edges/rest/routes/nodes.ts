@@ -1,8 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream';
-import { GraphQLInt, GraphQLList, GraphQLNonNull, GraphQLString } from 'graphql';
+import { GraphQLInt, GraphQLList, GraphQLNonNull, type GraphQLSchema, GraphQLString } from 'graphql';
 import { graphql } from '../../../generated/gql';
-import type { Snapshot } from '../../../generated/prisma/client';
+import type { Environment, Snapshot } from '../../../generated/prisma/client';
 import { BadRequestError, DomainError } from '../../../kernel/errors';
 import { execRecord, runCommand } from '../../../modules/environments';
 import { nodeOpenArchive, nodeRecordRestored, nodeRestorePlan, nodeSaveShare } from '../../../modules/nodes';
@@ -10,8 +10,9 @@ import { ARCHIVE_CONTENT_TYPE } from '../../../protocol/snapshot-archive';
 import { sendJson } from '../../http/respond';
 import { bodyFields } from '../body';
 import { readJsonBody, UPLOAD_IDLE_MS } from '../http';
-import type { JsonSchema } from '../json-schema';
 import type { Route } from '../route';
+import { shapeOf } from '../shape';
+import { SnapshotFields } from './snapshots';
 
 graphql(`
   fragment NodeFields on Node {
@@ -22,42 +23,12 @@ graphql(`
 
 const dateTime = { type: 'string', format: 'date-time' };
 
-const SNAPSHOT_SCHEMA: JsonSchema = {
-  type: 'object',
-  properties: {
-    id: { type: 'string' },
-    project: { type: 'string' },
-    key: { type: 'string' },
-    share: { type: 'string' },
-    root: { type: 'string' },
-    keyVersion: { type: 'integer' },
-    files: { type: 'integer' },
-    bytes: { type: 'integer' },
-    objects: { type: 'integer' },
-    lease: { type: 'string' },
-    createdBy: { type: 'string' },
-    created: dateTime,
-  },
-  required: ['id', 'project', 'key', 'share', 'root', 'keyVersion', 'files', 'bytes', 'objects', 'lease', 'createdBy', 'created'],
-  additionalProperties: false,
-};
-
-function snapshotJson(s: Snapshot) {
-  return {
-    id: s.id,
-    project: s.project,
-    key: s.key,
-    share: s.share,
-    root: s.root,
-    keyVersion: s.keyVersion,
-    files: s.files,
-    bytes: Number(s.bytes),
-    objects: s.objects,
-    lease: s.lease,
-    createdBy: s.createdBy,
-    created: s.created.toISOString(),
-  };
-}
+// What a node's restore report answers: the environment with its Restored, as GraphQL shows them.
+const RestoredShape = graphql(`
+  fragment RestRestoredEnvironment on Environment {
+    id name state node restored { key root files created }
+  }
+`);
 
 function requireArchive(req: IncomingMessage): void {
   const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
@@ -74,140 +45,148 @@ const EXEC_BODY = bodyFields({ command: { type: new GraphQLNonNull(new GraphQLLi
 
 const NODE_ONLY = 'Node credentials (bnd_) only, for an environment currently on that node; others 403.';
 
-export const nodeRoutes: Route[] = [
-  {
-    method: 'POST',
-    path: '/v1/nodes',
-    summary: 'Create a node credential for one pool (admins)',
-    description:
-      'Body: {pool, name}. 201 {node, secret}: the secret (bnd_…) is shown once, for `berth node --token`. ' +
-      '409 name_taken when a node of the organization has that name; 422 for an unknown pool or a bad name.',
-    document: graphql(`
+/** The node's routes; the save and the restore report answer records through their GraphQL types. */
+export function nodeRoutes(schema: GraphQLSchema): Route[] {
+  // The Snapshot of GET /v1/snapshots: one shape wherever a snapshot is shown.
+  const snapshot = shapeOf<Snapshot>(schema, SnapshotFields);
+  const restored = shapeOf<Environment>(schema, RestoredShape);
+  return [
+    {
+      method: 'POST',
+      path: '/v1/nodes',
+      summary: 'Create a node credential for one pool (admins)',
+      description:
+        'Body: {pool, name}. 201 {node, secret}: the secret (bnd_…) is shown once, for `berth node --token`. ' +
+        '409 name_taken when a node of the organization has that name; 422 for an unknown pool or a bad name.',
+      document: graphql(`
       mutation RestCreateNode($input: CreateNodeInput!) {
         createNode(input: $input) { node { ...NodeFields } secret }
       }
     `),
-    body: { variable: 'input', required: true },
-    result: { kind: 'field', field: 'createNode' },
-    status: 201,
-  },
-  {
-    method: 'GET',
-    path: '/v1/nodes',
-    summary: "The organization's remote nodes with their state, slots, capacity, what is allocated and live environments",
-    document: graphql(`query RestNodes { nodes { ...NodeFields } }`),
-    result: { kind: 'wrap', field: 'nodes', key: 'nodes' },
-    status: 200,
-  },
-  {
-    method: 'DELETE',
-    path: '/v1/nodes/{id}',
-    summary: 'Drain a node now and revoke it once its live environments have ended (admins)',
-    description: "200 {node} with state draining. Another organization's node, like an unknown or revoked one, is 404.",
-    document: graphql(`mutation RestRemoveNode($id: ID!) { removeNode(id: $id) { ...NodeFields } }`),
-    result: { kind: 'wrap', field: 'removeNode', key: 'node' },
-    status: 200,
-  },
-  {
-    method: 'PUT',
-    path: '/v1/snapshots/{lease}/{share}',
-    summary: "A node saves one share of an environment it is releasing (the share's tar archive)",
-    description: `${NODE_ONLY} 201 the new snapshot; 200 the existing one when that share of the lease is already saved; 409 when the lease has no snapshot key or is not stopping.`,
-    auth: 'bearer',
-    openapi: {
-      requestBody: { contentType: ARCHIVE_CONTENT_TYPE, type: 'string', format: 'binary' },
-      responses: {
-        '201': { description: 'Saved', schema: SNAPSHOT_SCHEMA },
-        '200': { description: 'Already saved', schema: SNAPSHOT_SCHEMA },
+      body: { variable: 'input', required: true },
+      result: { kind: 'field', field: 'createNode' },
+      status: 201,
+    },
+    {
+      method: 'GET',
+      path: '/v1/nodes',
+      summary: "The organization's remote nodes with their state, slots, capacity, what is allocated and live environments",
+      document: graphql(`query RestNodes { nodes { ...NodeFields } }`),
+      result: { kind: 'wrap', field: 'nodes', key: 'nodes' },
+      status: 200,
+    },
+    {
+      method: 'DELETE',
+      path: '/v1/nodes/{id}',
+      summary: 'Drain a node now and revoke it once its live environments have ended (admins)',
+      description: "200 {node} with state draining. Another organization's node, like an unknown or revoked one, is 404.",
+      document: graphql(`mutation RestRemoveNode($id: ID!) { removeNode(id: $id) { ...NodeFields } }`),
+      result: { kind: 'wrap', field: 'removeNode', key: 'node' },
+      status: 200,
+    },
+    {
+      method: 'PUT',
+      path: '/v1/snapshots/{lease}/{share}',
+      summary: "A node saves one share of an environment it is releasing (the share's tar archive)",
+      description: `${NODE_ONLY} 201 the new snapshot; 200 the existing one when that share of the lease is already saved; 409 when the lease has no snapshot key or is not stopping.`,
+      auth: 'bearer',
+      openapi: {
+        requestBody: { contentType: ARCHIVE_CONTENT_TYPE, type: 'string', format: 'binary' },
+        responses: {
+          '201': { description: 'Saved', schema: snapshot.schema },
+          '200': { description: 'Already saved', schema: snapshot.schema },
+        },
+      },
+      async handle(req, res, { ctx, params }) {
+        requireArchive(req);
+        req.setTimeout(UPLOAD_IDLE_MS);
+        const saved = await nodeSaveShare(ctx!.deps, ctx!.actor, params.lease!, params.share!, req);
+        sendJson(res, saved.created ? 201 : 200, await snapshot.json(saved.snapshot, ctx));
       },
     },
-    async handle(req, res, { ctx, params }) {
-      requireArchive(req);
-      req.setTimeout(UPLOAD_IDLE_MS);
-      const { snapshot, created } = await nodeSaveShare(ctx!.deps, ctx!.actor, params.lease!, params.share!, req);
-      sendJson(res, created ? 201 : 200, snapshotJson(snapshot));
-    },
-  },
-  {
-    method: 'GET',
-    path: '/v1/environments/{id}/restore',
-    summary: 'What an environment starting on the calling node restores',
-    description: `${NODE_ONLY} 200 {key, root, created, shares: [{share, snapshot}]}; 204 when nothing matches.`,
-    auth: 'bearer',
-    openapi: {
-      responses: {
-        '200': {
-          description: 'The save to restore',
-          schema: {
-            type: 'object',
-            properties: {
-              key: { type: 'string' },
-              root: { type: 'string' },
-              created: dateTime,
-              shares: {
-                type: 'array',
-                items: {
-                  type: 'object',
-                  properties: { share: { type: 'string' }, snapshot: { type: 'string' } },
-                  required: ['share', 'snapshot'],
-                  additionalProperties: false,
+    {
+      method: 'GET',
+      path: '/v1/environments/{id}/restore',
+      summary: 'What an environment starting on the calling node restores',
+      description: `${NODE_ONLY} 200 {key, root, created, shares: [{share, snapshot}]}; 204 when nothing matches.`,
+      auth: 'bearer',
+      openapi: {
+        responses: {
+          '200': {
+            description: 'The save to restore',
+            schema: {
+              type: 'object',
+              properties: {
+                key: { type: 'string' },
+                root: { type: 'string' },
+                created: dateTime,
+                shares: {
+                  type: 'array',
+                  items: {
+                    type: 'object',
+                    properties: { share: { type: 'string' }, snapshot: { type: 'string' } },
+                    required: ['share', 'snapshot'],
+                    additionalProperties: false,
+                  },
                 },
               },
+              required: ['key', 'root', 'created', 'shares'],
+              additionalProperties: false,
             },
-            required: ['key', 'root', 'created', 'shares'],
-            additionalProperties: false,
           },
+          '204': { description: 'Nothing to restore' },
         },
-        '204': { description: 'Nothing to restore' },
+      },
+      async handle(_req, res, { ctx, params }) {
+        const plan = await nodeRestorePlan(ctx!.deps, ctx!.actor, params.id!);
+        if (!plan) {
+          res.writeHead(204).end();
+          return;
+        }
+        sendJson(res, 200, {
+          key: plan.key,
+          root: plan.root,
+          created: plan.created.toISOString(),
+          shares: plan.shares.map((s) => ({ share: s.share, snapshot: s.id })),
+        });
       },
     },
-    async handle(_req, res, { ctx, params }) {
-      const plan = await nodeRestorePlan(ctx!.deps, ctx!.actor, params.id!);
-      if (!plan) {
-        res.writeHead(204).end();
-        return;
-      }
-      sendJson(res, 200, {
-        key: plan.key,
-        root: plan.root,
-        created: plan.created.toISOString(),
-        shares: plan.shares.map((s) => ({ share: s.share, snapshot: s.id })),
-      });
+    {
+      method: 'GET',
+      path: '/v1/snapshots/{snapshot}/archive',
+      summary: "One saved share's tar archive, for a node restoring it",
+      description: `${NODE_ONLY} The archive is authenticated chunk by chunk as it is sent; a damaged chunk aborts the response.`,
+      auth: 'bearer',
+      openapi: {
+        responses: {
+          '200': { description: 'The archive', contentType: ARCHIVE_CONTENT_TYPE, schema: { type: 'string', format: 'binary' } },
+        },
+      },
+      async handle(_req, res, { ctx, params }) {
+        const stream = await nodeOpenArchive(ctx!.deps, ctx!.actor, params.snapshot!);
+        res.writeHead(200, { 'content-type': ARCHIVE_CONTENT_TYPE });
+        pipeline(stream, res, () => undefined);
+      },
     },
-  },
-  {
-    method: 'GET',
-    path: '/v1/snapshots/{snapshot}/archive',
-    summary: "One saved share's tar archive, for a node restoring it",
-    description: `${NODE_ONLY} The archive is authenticated chunk by chunk as it is sent; a damaged chunk aborts the response.`,
-    auth: 'bearer',
-    openapi: {
-      responses: { '200': { description: 'The archive', contentType: ARCHIVE_CONTENT_TYPE, schema: { type: 'string', format: 'binary' } } },
+    {
+      method: 'POST',
+      path: '/v1/environments/{id}/restored',
+      summary: 'A node reports what it restored into an environment starting on it',
+      description: `${NODE_ONLY} Body: {root, files}. 200 {id, name, state, node, restored}; only while the environment is starting.`,
+      auth: 'bearer',
+      openapi: {
+        requestBody: RESTORED_BODY.schema,
+        responses: { '200': { description: 'Recorded', schema: restored.schema } },
+      },
+      async handle(req, res, { ctx, params }) {
+        const body = await readJsonBody(req);
+        RESTORED_BODY.check(body);
+        const env = await nodeRecordRestored(ctx!.deps, ctx!.actor, params.id!, body);
+        sendJson(res, 200, await restored.json(env, ctx));
+      },
     },
-    async handle(_req, res, { ctx, params }) {
-      const stream = await nodeOpenArchive(ctx!.deps, ctx!.actor, params.snapshot!);
-      res.writeHead(200, { 'content-type': ARCHIVE_CONTENT_TYPE });
-      pipeline(stream, res, () => undefined);
-    },
-  },
-  {
-    method: 'POST',
-    path: '/v1/environments/{id}/restored',
-    summary: 'A node reports what it restored into an environment starting on it',
-    description: `${NODE_ONLY} Body: {root, files}. 200 {id, name, state, node, restored}; only while the environment is starting.`,
-    auth: 'bearer',
-    openapi: {
-      requestBody: RESTORED_BODY.schema,
-      responses: { '200': { description: 'Recorded', schema: { type: 'object' } } },
-    },
-    async handle(req, res, { ctx, params }) {
-      const body = await readJsonBody(req);
-      RESTORED_BODY.check(body);
-      const env = await nodeRecordRestored(ctx!.deps, ctx!.actor, params.id!, body);
-      sendJson(res, 200, { id: env.id, name: env.name, state: env.state, node: env.node, restored: env.restored });
-    },
-  },
-];
+  ];
+}
 
 /** The Exec row as the exec stream's last line shows it (the same fields as GET …/execs). */
 export const execRoute: Route = {

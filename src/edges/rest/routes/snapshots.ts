@@ -1,7 +1,8 @@
 import { graphql } from '../../../generated/gql';
 import { PAGE_PARAMS, type Route } from '../route';
 
-graphql(`
+/** A Snapshot as every route shows it (also the answer of a node's save, routes/nodes.ts). */
+export const SnapshotFields = graphql(`
   fragment SnapshotFields on Snapshot {
     project key share root keyVersion
     segments { name size objects }
