@@ -43,6 +43,9 @@ function warmOf(template: string): { name: string; running: boolean; spec: strin
 
 const running = (template: string) => warmOf(template).filter((c) => c.running);
 
+/** Making warm containers takes 20-50 s on an idle machine: more than the default test bound when two suites share the cores. */
+const LONG = { timeout: 180_000 };
+
 describeContainers('warm containers on the built-in pool', () => {
   let s: TestServer;
   let dir: string;
@@ -109,7 +112,7 @@ describeContainers('warm containers on the built-in pool', () => {
     return { stdout, exitCode };
   }
 
-  it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', async () => {
+  it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', LONG, async () => {
     const wait = { timeout: 60_000, interval: 100 };
     await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
     // Never an environment; operators see them in the metrics.
@@ -147,38 +150,42 @@ describeContainers('warm containers on the built-in pool', () => {
     expect(podman('ps', '-aq', '--filter', `name=^berth-${env.id}$`)).toBe('');
   });
 
-  it("replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them", async () => {
-    const wait = { timeout: 60_000, interval: 100 };
-    const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
-    expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
-    await vi.waitFor(() => expect(running('twin')).toHaveLength(1), wait);
-    const [first] = warmOf('twin');
+  it(
+    "replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them",
+    LONG,
+    async () => {
+      const wait = { timeout: 60_000, interval: 100 };
+      const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
+      expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
+      await vi.waitFor(() => expect(running('twin')).toHaveLength(1), wait);
+      const [first] = warmOf('twin');
 
-    // Another organization leases the catalog's twin (the same container spec): it never takes ours.
-    const other = await createOrganization(s.app.deps.prisma, 'warmother', 'boss@warm.example');
-    const them = client(() => s.url, other.secret);
-    const theirs = await them.post('/v1/environments', { template: 'twin' });
-    expect(theirs.status).toBe(202);
-    const ready = await until(other.secret, theirs.body.environment.id, 'ready');
-    expect(containersOf(ready.id)).toHaveLength(1);
-    expect(warmOf('twin').map((c) => c.name)).toEqual([first!.name]);
-    expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
-    await them.del(`/v1/environments/${ready.id}`);
+      // Another organization leases the catalog's twin (the same container spec): it never takes ours.
+      const other = await createOrganization(s.app.deps.prisma, 'warmother', 'boss@warm.example');
+      const them = client(() => s.url, other.secret);
+      const theirs = await them.post('/v1/environments', { template: 'twin' });
+      expect(theirs.status).toBe(202);
+      const ready = await until(other.secret, theirs.body.environment.id, 'ready');
+      expect(containersOf(ready.id)).toHaveLength(1);
+      expect(warmOf('twin').map((c) => c.name)).toEqual([first!.name]);
+      expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
+      await them.del(`/v1/environments/${ready.id}`);
 
-    // A change of what the container is made from replaces it.
-    expect((await admin.put('/v1/templates/twin', { ...body, env: { CHANGED: '1' } })).status).toBe(200);
-    await vi.waitFor(() => {
-      const now = running('twin');
-      expect(now).toHaveLength(1);
-      expect(now[0]!.spec).not.toBe(first!.spec);
-    }, wait);
-    expect((await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'twin')).toMatchObject({ warm: 1 });
+      // A change of what the container is made from replaces it.
+      expect((await admin.put('/v1/templates/twin', { ...body, env: { CHANGED: '1' } })).status).toBe(200);
+      await vi.waitFor(() => {
+        const now = running('twin');
+        expect(now).toHaveLength(1);
+        expect(now[0]!.spec).not.toBe(first!.spec);
+      }, wait);
+      expect((await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'twin')).toMatchObject({ warm: 1 });
 
-    expect((await admin.put('/v1/templates/twin', { ...body, warm: 0 })).status).toBe(200);
-    await vi.waitFor(() => expect(warmOf('twin')).toEqual([]), wait);
-  });
+      expect((await admin.put('/v1/templates/twin', { ...body, warm: 0 })).status).toBe(200);
+      await vi.waitFor(() => expect(warmOf('twin')).toEqual([]), wait);
+    },
+  );
 
-  it("keeps an organization's warm containers within its share of the hot nodes", async () => {
+  it("keeps an organization's warm containers within its share of the hot nodes", LONG, async () => {
     // 4 hot nodes, POOL_ORG_SHARE 0.5: two of them at most, whatever the template asks.
     const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 4 };
     expect((await admin.put('/v1/templates/greedy', body)).status).toBe(200);
@@ -189,7 +196,7 @@ describeContainers('warm containers on the built-in pool', () => {
     await vi.waitFor(() => expect(warmOf('greedy')).toEqual([]), { timeout: 60_000, interval: 100 });
   });
 
-  it("a lease of another template takes a warm container's slot rather than waiting", async () => {
+  it("a lease of another template takes a warm container's slot rather than waiting", LONG, async () => {
     const wait = { timeout: 60_000, interval: 100 };
     await vi.waitFor(() => expect(running('tinywarm')).toHaveLength(1), wait);
     const made = await admin.post('/v1/environments', { template: 'tinycold' });
