@@ -1,12 +1,11 @@
 // A node's capacity (its hello's CPUs and memory) and what its live environments are allocated
 // (their templates' limits added up), on GET /v1/nodes and GraphQL `nodes` (docs/agents.md, "Capacity").
-import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
+import { nodeChannel } from './helpers/node-channel';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 import { reaches } from './helpers/states';
@@ -103,19 +102,8 @@ describeBackends('node capacity', (backend) => {
     const before = (await listed()).capacity;
     // A stand-in for the agent on the control channel.
     await agent?.kill('SIGKILL');
-    const ws = new WebSocket(`${s.url.replace(/^http/, 'ws')}/v1/nodes/channel`, { headers: { authorization: `Bearer ${secret}` } });
-    const inbox: Record<string, unknown>[] = [];
-    const waiters: (() => void)[] = [];
-    ws.on('message', (data) => {
-      inbox.push(JSON.parse(data.toString()));
-      for (const wake of waiters.splice(0)) wake();
-    });
-    const next = async () => {
-      while (inbox.length === 0) await new Promise<void>((resolve) => waiters.push(resolve));
-      return inbox.shift()!;
-    };
+    const { ws, next } = await nodeChannel(s.url, secret);
     try {
-      await once(ws, 'open');
       const bad: [unknown, string][] = [
         [{ cpus: 0, memory: GIB }, 'capacity.cpus'],
         [{ cpus: 1.5, memory: GIB }, 'capacity.cpus'],

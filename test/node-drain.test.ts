@@ -3,14 +3,13 @@
 // offline; the process exits 0, and the same credential started again serves. A second signal
 // stops at once. Berth in-process, `berth node` as a real process (files only: no engine needed).
 import { execFile } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
-import WebSocket from 'ws';
+import { nodeChannel } from './helpers/node-channel';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 import { reaches } from './helpers/states';
@@ -222,19 +221,8 @@ describeBackends('berth node stopped by a signal', (backend) => {
 
   it('a heartbeat that crosses `drained` is answered `drained` again, not with a hello that makes the node leaving', async () => {
     // A stand-in for the agent on the control channel, so the heartbeat comes exactly after the drain.
-    const ws = new WebSocket(`${s.url.replace(/^http/, 'ws')}/v1/nodes/channel`, { headers: { authorization: `Bearer ${secret}` } });
-    const inbox: Record<string, unknown>[] = [];
-    const waiters: (() => void)[] = [];
-    ws.on('message', (data) => {
-      inbox.push(JSON.parse(data.toString()));
-      for (const wake of waiters.splice(0)) wake();
-    });
-    const next = async () => {
-      while (inbox.length === 0) await new Promise<void>((resolve) => waiters.push(resolve));
-      return inbox.shift()!;
-    };
+    const { ws, next } = await nodeChannel(s.url, secret);
     try {
-      await once(ws, 'open');
       ws.send(JSON.stringify({ type: 'hello', slots: 1, environments: [], leaving: true }));
       expect(await next()).toMatchObject({ type: 'welcome' });
       expect(await next()).toMatchObject({ type: 'drained' });

@@ -1,12 +1,11 @@
 // The node control channel's messages (src/protocol/node-channel.ts): what each end builds passes
 // the other end's schema, and what is out of bounds or unknown is refused, on its own and through
 // a real channel, where a bad frame is answered with an `error` frame and nothing else changes.
-import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import { DomainError, ValidationError } from '../src/kernel/errors';
 import { EXEC_CHUNK, execOutput, MAX_SLOTS } from '../src/protocol/dataplane';
 import { type NodeToServer, parseNodeToServer, parseServerToNode, type ServerToNode } from '../src/protocol/node-channel';
+import { nodeChannel } from './helpers/node-channel';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 
 const RUN = '0f8e4a52-3c1b-4d7e-9a6f-2b5c8d1e0a37';
@@ -184,25 +183,10 @@ describeBackends('node channel abuse', (backend) => {
     await s?.stop();
   });
 
-  /** A stand-in for a node agent on the control channel: what it sends and, in order, what it is answered. */
+  /** A stand-in node on the control channel, registered under `name`. */
   async function channel(name: string) {
     const { secret } = (await admin.post('/v1/nodes', { pool: 'default', name })).body;
-    const ws = new WebSocket(`${s.url.replace(/^http/, 'ws')}/v1/nodes/channel`, { headers: { authorization: `Bearer ${secret}` } });
-    const inbox: Record<string, unknown>[] = [];
-    const waiters: (() => void)[] = [];
-    ws.on('message', (data) => {
-      inbox.push(JSON.parse(data.toString()));
-      for (const wake of waiters.splice(0)) wake();
-    });
-    await once(ws, 'open');
-    return {
-      ws,
-      send: (frame: unknown) => ws.send(typeof frame === 'string' ? frame : JSON.stringify(frame)),
-      next: async () => {
-        while (inbox.length === 0) await new Promise<void>((resolve) => waiters.push(resolve));
-        return inbox.shift()!;
-      },
-    };
+    return nodeChannel(s.url, secret);
   }
 
   it('answers a frame that is not the protocol with an error frame; the node and the others go on', async () => {
