@@ -211,19 +211,19 @@ for (const backend of backends) {
     it('killing the node agent fails its environments with the reason; the restarted agent removes their containers', {
       timeout: 120_000,
     }, async () => {
-      expect(containersOf(envId)).toHaveLength(1);
+      expect(await containersOf(envId)).toHaveLength(1);
       await nodeAgent!.kill('SIGKILL');
       const failed = await until(envId, 'failed');
       expect(failed.error).toMatch(/^node builder was lost/);
       // The container outlived the killed agent; the restarted one finds it ended on the server.
-      expect(containersOf(envId)).toHaveLength(1);
+      expect(await containersOf(envId)).toHaveLength(1);
       nodeAgent = spawnNode(
         ['bin/berth.js', 'node', '--server', nodeSide.url, '--token', nodeToken, '--dir', nodeDir, '--engine', engine()],
         {},
       );
       await nodeAgent.waitFor(/online as builder/);
       // Its container goes first, then its folder.
-      await vi.waitFor(() => expect(containersOf(envId)).toEqual([]), WAIT);
+      await vi.waitFor(async () => expect(await containersOf(envId)).toEqual([]), WAIT);
       await vi.waitFor(() => expect(stat(join(nodeDir, envId))).rejects.toMatchObject({ code: 'ENOENT' }), WAIT);
     });
   });

@@ -35,8 +35,8 @@ describeContainers('containers across a kill -9 of the server', () => {
   });
   afterAll(async () => {
     await berth?.kill('SIGKILL');
-    const left = owner ? podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`).split('\n').filter(Boolean) : [];
-    if (left.length) podman('rm', '-f', ...left);
+    const left = owner ? (await podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean) : [];
+    if (left.length) await podman('rm', '-f', ...left);
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -44,14 +44,14 @@ describeContainers('containers across a kill -9 of the server', () => {
     const lease = async () => until((await api().post('/v1/environments', { template: 'box' })).body.environment.id, 'ready');
     const kept = await lease();
     const stopped = await lease();
-    const [keptContainer] = containersOf(kept.id);
-    owner = podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', keptContainer!);
+    const [keptContainer] = await containersOf(kept.id);
+    owner = await podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', keptContainer!);
 
     await berth.kill('SIGKILL');
     // While no server runs: one environment's container ends, and a container of this server's
     // appears that belongs to no environment of it.
-    podman('kill', containersOf(stopped.id)[0]!);
-    const ghost = podman(
+    await podman('kill', (await containersOf(stopped.id))[0]!);
+    const ghost = await podman(
       'run',
       '-d',
       '--ulimit',
@@ -72,15 +72,15 @@ describeContainers('containers across a kill -9 of the server', () => {
 
     const failed = await until(stopped.id, 'failed');
     expect(failed.error).toMatch(/its container ended: the image's command exited with code 137/);
-    await vi.waitFor(() => expect([...containersOf('env_ghost0000'), ...containersOf(stopped.id)]).toEqual([]), WAIT);
-    expect(podman('ps', '-aq', '--filter', `id=${ghost}`)).toBe('');
+    await vi.waitFor(async () => expect([...(await containersOf('env_ghost0000')), ...(await containersOf(stopped.id))]).toEqual([]), WAIT);
+    expect(await podman('ps', '-aq', '--filter', `id=${ghost}`)).toBe('');
 
     // The adopted one still runs commands, and is watched again: its container's end fails it.
     expect((await state(kept.id)).state).toBe('ready');
     expect(await berthExec(berth.url, BOOTSTRAP, kept.id, 'echo', 'still here')).toMatchObject({ code: 0, stdout: 'still here\n' });
-    podman('kill', keptContainer!);
+    await podman('kill', keptContainer!);
     const ended = await until(kept.id, 'failed');
     expect(ended.error).toMatch(/exited with code 137/);
-    await vi.waitFor(() => expect(containersOf(kept.id)).toEqual([]), WAIT);
+    await vi.waitFor(async () => expect(await containersOf(kept.id)).toEqual([]), WAIT);
   });
 });

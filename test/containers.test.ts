@@ -487,7 +487,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         }
         await s.app.deps.background.tick();
       }
-      expect(containersOf(env.id)).toEqual([]);
+      expect(await containersOf(env.id)).toEqual([]);
     });
   });
 }

@@ -18,33 +18,32 @@ const METRICS_TOKEN = 'warm-containers-metrics-0123456789abcdef';
 const SHARED = [{ name: 'src', direction: 'in', envPath: '/workspace/src' }];
 
 /** The engine's warm containers (not yet claimed) of `template`: name, whether it runs, spec label. */
-function warmOf(template: string): { name: string; running: boolean; spec: string }[] {
-  const list = (...filters: string[]) =>
-    podman(
-      'ps',
-      '-a',
-      '--filter',
-      'label=berth.warm',
-      '--filter',
-      `label=berth.template=${template}`,
-      ...filters,
-      '--format',
-      '{{.Names}} {{.Labels}}',
+async function warmOf(template: string): Promise<{ name: string; running: boolean; spec: string }[]> {
+  const list = async (...filters: string[]) =>
+    (
+      await podman(
+        'ps',
+        '-a',
+        '--filter',
+        'label=berth.warm',
+        '--filter',
+        `label=berth.template=${template}`,
+        ...filters,
+        '--format',
+        '{{.Names}} {{.Labels}}',
+      )
     )
       .split('\n')
       .filter((l) => l.startsWith('berth-warm-'));
-  const up = new Set(list('--filter', 'status=running').map((l) => l.split(' ')[0]));
-  return list().map((line) => ({
+  const up = new Set((await list('--filter', 'status=running')).map((l) => l.split(' ')[0]));
+  return (await list()).map((line) => ({
     name: line.split(' ')[0]!,
     running: up.has(line.split(' ')[0]),
     spec: /berth\.spec:(\w+)/.exec(line)?.[1] ?? '',
   }));
 }
 
-const running = (template: string) => warmOf(template).filter((c) => c.running);
-
-/** Making warm containers takes 20-50 s on an idle machine: more than the default test bound when two suites share the cores. */
-const LONG = { timeout: 180_000 };
+const running = async (template: string) => (await warmOf(template)).filter((c) => c.running);
 
 describeContainers('warm containers on the built-in pool', () => {
   let s: TestServer;
@@ -76,8 +75,10 @@ describeContainers('warm containers on the built-in pool', () => {
     }
     await s?.stop();
     // What the server kept warm goes with it (a server stopped for good leaves its engine clean).
-    for (const line of podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.node.options.owner}`).split('\n').filter(Boolean)) {
-      podman('rm', '-f', line);
+    for (const line of (await podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.node.options.owner}`))
+      .split('\n')
+      .filter(Boolean)) {
+      await podman('rm', '-f', line);
     }
     await rm(dir, { recursive: true, force: true });
   });
@@ -112,9 +113,9 @@ describeContainers('warm containers on the built-in pool', () => {
     return { stdout, exitCode };
   }
 
-  it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', LONG, async () => {
+  it('keeps N started containers before any lease; a lease claims one, restored, and the pool refills', async () => {
     const wait = { timeout: 60_000, interval: 100 };
-    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
+    await vi.waitFor(async () => expect(await running('warmbox')).toHaveLength(2), wait);
     // Never an environment; operators see them in the metrics.
     expect((await admin.get('/v1/environments?state=live')).body.environments).toEqual([]);
     await vi.waitFor(async () => {
@@ -128,15 +129,15 @@ describeContainers('warm containers on the built-in pool', () => {
     expect((await sh(one.id, 'echo kept > /workspace/src/kept')).exitCode).toBe(0);
     await admin.del(`/v1/environments/${one.id}`);
     await until(BOOTSTRAP, one.id, 'stopped');
-    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
-    const before = warmOf('warmbox').map((c) => c.name);
+    await vi.waitFor(async () => expect(await running('warmbox')).toHaveLength(2), wait);
+    const before = (await warmOf('warmbox')).map((c) => c.name);
 
     const made = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });
     const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
     expect(env.readyMs).toEqual(expect.any(Number));
     expect(env.runtime).toBe('container');
     // The container is one of the warm ones, now named after the environment.
-    const claimed = podman('ps', '--filter', `name=^berth-${env.id}$`, '--format', '{{.Labels}}');
+    const claimed = await podman('ps', '--filter', `name=^berth-${env.id}$`, '--format', '{{.Labels}}');
     expect(claimed).toMatch(/berth\.warm:/);
     expect(before.some((name) => claimed.includes(`berth.warm:${name.slice('berth-warm-'.length)}`))).toBe(true);
     // Restored, owned by the image's user, and commands run; its hostname is the template's name.
@@ -144,69 +145,65 @@ describeContainers('warm containers on the built-in pool', () => {
     expect(seen).toEqual({ stdout: 'kept\n1234\n1234\nwarmbox\n', exitCode: 0 });
     expect((await admin.get(`/v1/environments/${env.id}`)).body.restored).toMatchObject({ files: 1 });
     // The pool makes another, so two wait again besides the claimed one.
-    await vi.waitFor(() => expect(running('warmbox')).toHaveLength(2), wait);
+    await vi.waitFor(async () => expect(await running('warmbox')).toHaveLength(2), wait);
     await admin.del(`/v1/environments/${env.id}`);
     await until(BOOTSTRAP, env.id, 'stopped');
-    expect(podman('ps', '-aq', '--filter', `name=^berth-${env.id}$`)).toBe('');
+    expect(await podman('ps', '-aq', '--filter', `name=^berth-${env.id}$`)).toBe('');
   });
 
-  it(
-    "replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them",
-    LONG,
-    async () => {
-      const wait = { timeout: 60_000, interval: 100 };
-      const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
-      expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
-      await vi.waitFor(() => expect(running('twin')).toHaveLength(1), wait);
-      const [first] = warmOf('twin');
+  it("replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them", async () => {
+    const wait = { timeout: 60_000, interval: 100 };
+    const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
+    expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
+    await vi.waitFor(async () => expect(await running('twin')).toHaveLength(1), wait);
+    const [first] = await warmOf('twin');
 
-      // Another organization leases the catalog's twin (the same container spec): it never takes ours.
-      const other = await createOrganization(s.app.deps.prisma, 'warmother', 'boss@warm.example');
-      const them = client(() => s.url, other.secret);
-      const theirs = await them.post('/v1/environments', { template: 'twin' });
-      expect(theirs.status).toBe(202);
-      const ready = await until(other.secret, theirs.body.environment.id, 'ready');
-      expect(containersOf(ready.id)).toHaveLength(1);
-      expect(warmOf('twin').map((c) => c.name)).toEqual([first!.name]);
-      expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
-      await them.del(`/v1/environments/${ready.id}`);
+    // Another organization leases the catalog's twin (the same container spec): it never takes ours.
+    const other = await createOrganization(s.app.deps.prisma, 'warmother', 'boss@warm.example');
+    const them = client(() => s.url, other.secret);
+    const theirs = await them.post('/v1/environments', { template: 'twin' });
+    expect(theirs.status).toBe(202);
+    const ready = await until(other.secret, theirs.body.environment.id, 'ready');
+    expect(await containersOf(ready.id)).toHaveLength(1);
+    expect((await warmOf('twin')).map((c) => c.name)).toEqual([first!.name]);
+    expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
+    await them.del(`/v1/environments/${ready.id}`);
 
-      // A change of what the container is made from replaces it.
-      expect((await admin.put('/v1/templates/twin', { ...body, env: { CHANGED: '1' } })).status).toBe(200);
-      await vi.waitFor(() => {
-        const now = running('twin');
-        expect(now).toHaveLength(1);
-        expect(now[0]!.spec).not.toBe(first!.spec);
-      }, wait);
-      expect((await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'twin')).toMatchObject({ warm: 1 });
+    // A change of what the container is made from replaces it.
+    expect((await admin.put('/v1/templates/twin', { ...body, env: { CHANGED: '1' } })).status).toBe(200);
+    await vi.waitFor(async () => {
+      const now = await running('twin');
+      expect(now).toHaveLength(1);
+      expect(now[0]!.spec).not.toBe(first!.spec);
+    }, wait);
+    expect((await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'twin')).toMatchObject({ warm: 1 });
 
-      expect((await admin.put('/v1/templates/twin', { ...body, warm: 0 })).status).toBe(200);
-      await vi.waitFor(() => expect(warmOf('twin')).toEqual([]), wait);
-    },
-  );
+    expect((await admin.put('/v1/templates/twin', { ...body, warm: 0 })).status).toBe(200);
+    await vi.waitFor(async () => expect(await warmOf('twin')).toEqual([]), wait);
+  });
 
-  it("keeps an organization's warm containers within its share of the hot nodes", LONG, async () => {
+  it("keeps an organization's warm containers within its share of the hot nodes", async () => {
     // 4 hot nodes, POOL_ORG_SHARE 0.5: two of them at most, whatever the template asks.
     const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 4 };
     expect((await admin.put('/v1/templates/greedy', body)).status).toBe(200);
-    await vi.waitFor(() => expect(running('greedy')).toHaveLength(2), { timeout: 60_000, interval: 100 });
+    await vi.waitFor(async () => expect(await running('greedy')).toHaveLength(2), { timeout: 60_000, interval: 100 });
     await s.app.deps.background.tick();
-    expect(warmOf('greedy')).toHaveLength(2);
+    expect(await warmOf('greedy')).toHaveLength(2);
     expect((await admin.put('/v1/templates/greedy', { ...body, warm: 0 })).status).toBe(200);
-    await vi.waitFor(() => expect(warmOf('greedy')).toEqual([]), { timeout: 60_000, interval: 100 });
+    await vi.waitFor(async () => expect(await warmOf('greedy')).toEqual([]), { timeout: 60_000, interval: 100 });
   });
 
-  it("a lease of another template takes a warm container's slot rather than waiting", LONG, async () => {
+  it("a lease of another template takes a warm container's slot rather than waiting", async () => {
     const wait = { timeout: 60_000, interval: 100 };
-    await vi.waitFor(() => expect(running('tinywarm')).toHaveLength(1), wait);
+    await vi.waitFor(async () => expect(await running('tinywarm')).toHaveLength(1), wait);
     const made = await admin.post('/v1/environments', { template: 'tinycold' });
     const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
-    expect(containersOf(env.id)).toHaveLength(1);
-    expect(warmOf('tinywarm')).toEqual([]);
+    expect(await containersOf(env.id)).toHaveLength(1);
+    expect(await warmOf('tinywarm')).toEqual([]);
     await admin.del(`/v1/environments/${env.id}`);
     await until(BOOTSTRAP, env.id, 'stopped');
     // Once the slot is free again, the warm container comes back.
-    await vi.waitFor(() => expect(running('tinywarm')).toHaveLength(1), wait);
+    await vi.waitFor(async () => expect(await running('tinywarm')).toHaveLength(1), wait);
   });
 
   it('refuses a warm outside 0-32 with 422 naming the field, over REST, GraphQL and the catalog', async () => {

@@ -25,8 +25,8 @@ describeContainers('warm containers on a remote node', () => {
       BERTH_NODE_TOKEN: secret,
     });
   /** The engine's warm containers of the pool (unclaimed), by name. */
-  const warmNames = () =>
-    podman('ps', '-a', '--filter', 'label=berth.warm', '--filter', 'label=berth.pool=remote', '--format', '{{.Names}}')
+  const warmNames = async () =>
+    (await podman('ps', '-a', '--filter', 'label=berth.warm', '--filter', 'label=berth.pool=remote', '--format', '{{.Names}}'))
       .split('\n')
       .filter((n) => n.startsWith('berth-warm-'))
       .sort();
@@ -46,8 +46,8 @@ describeContainers('warm containers on a remote node', () => {
   }, 60_000);
   afterAll(async () => {
     await node?.kill('SIGKILL');
-    const left = podman('ps', '-aq', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
-    if (left.length) podman('rm', '-f', ...left);
+    const left = (await podman('ps', '-aq', '--filter', 'label=berth.pool=remote')).split('\n').filter(Boolean);
+    if (left.length) await podman('rm', '-f', ...left);
     await s?.stop();
     await rm(dir, { recursive: true, force: true });
   });
@@ -63,7 +63,7 @@ describeContainers('warm containers on a remote node', () => {
     };
     expect((await admin.put('/v1/templates/nodebox', body)).status).toBe(200);
     await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
-    expect(warmNames()).toHaveLength(2);
+    expect(await warmNames()).toHaveLength(2);
     const [listed] = (await admin.get('/v1/nodes')).body.nodes;
     expect(listed.warm[0]).toMatchObject({ template: 'nodebox', state: 'ready', slot: expect.stringMatching(/-\d+$/) });
 
@@ -73,7 +73,7 @@ describeContainers('warm containers on a remote node', () => {
     expect((await them.get('/v1/nodes')).body.nodes).toEqual([]);
     expect((await them.post('/v1/environments', { template: 'nodebox' })).body.code).toBe('no_template');
 
-    const before = warmNames();
+    const before = await warmNames();
     const made = await admin.post('/v1/environments', { template: 'nodebox' });
     const id = made.body.environment.id as string;
     const env = await vi.waitFor(async () => {
@@ -82,7 +82,7 @@ describeContainers('warm containers on a remote node', () => {
       return now;
     }, WAIT);
     expect(env.readyMs).toEqual(expect.any(Number));
-    const labels = podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}');
+    const labels = await podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}');
     expect(before.some((name) => labels.includes(`berth.warm:${name.slice('berth-warm-'.length)}`))).toBe(true);
     expect(await berthExec(s.url, BOOTSTRAP, id, 'sh', '-c', 'ls -d /src && hostname')).toMatchObject({
       code: 0,
@@ -92,22 +92,22 @@ describeContainers('warm containers on a remote node', () => {
     await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
     await admin.del(`/v1/environments/${id}`);
     await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('stopped'), WAIT);
-    expect(podman('ps', '-aq', '--filter', `name=^berth-${id}$`)).toBe('');
+    expect(await podman('ps', '-aq', '--filter', `name=^berth-${id}$`)).toBe('');
   });
 
   it('after a kill -9 of the node, the restarted one makes them again and leaves no orphan', async () => {
     await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
-    const before = podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
+    const before = (await podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote')).split('\n').filter(Boolean);
     expect(before).toHaveLength(2);
     await node!.kill('SIGKILL');
     node = startNode();
     await node.waitFor(/online as warmer/);
     await vi.waitFor(async () => {
       expect(await readyOnNode()).toHaveLength(2);
-      expect(warmNames()).toHaveLength(2);
+      expect(await warmNames()).toHaveLength(2);
     }, WAIT);
     // The containers are new ones (the old were removed when the node started again).
-    const after = podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote').split('\n').filter(Boolean);
+    const after = (await podman('ps', '-aq', '--no-trunc', '--filter', 'label=berth.pool=remote')).split('\n').filter(Boolean);
     expect(after).toHaveLength(2);
     expect(after.filter((id) => before.includes(id))).toEqual([]);
     expect(node.output()).toMatch(/removed the warm container of slot/);

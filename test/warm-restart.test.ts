@@ -22,9 +22,9 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   let owner = '';
   const api = () => client(() => berth.url, BOOTSTRAP);
   /** This server's containers: name and whether it runs. */
-  const ours = () =>
-    podman('ps', '-a', '--filter', `label=berth.owner=${owner}`, '--format', '{{.Names}}').split('\n').filter(Boolean).sort();
-  const warm = () => ours().filter((n) => n.startsWith('berth-warm-'));
+  const ours = async () =>
+    (await podman('ps', '-a', '--filter', `label=berth.owner=${owner}`, '--format', '{{.Names}}')).split('\n').filter(Boolean).sort();
+  const warm = async () => (await ours()).filter((n) => n.startsWith('berth-warm-'));
   const catalog = (n: number) => writeCatalog(dir, [{ name: 'box', image: TEST_IMAGE, pool: 'tiny', warm: n }], POOLS);
 
   beforeAll(async () => {
@@ -34,28 +34,28 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   });
   afterAll(async () => {
     await berth?.kill('SIGKILL');
-    const left = owner ? podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`).split('\n').filter(Boolean) : [];
-    if (left.length) podman('rm', '-f', ...left);
+    const left = owner ? (await podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean) : [];
+    if (left.length) await podman('rm', '-f', ...left);
     await rm(dir, { recursive: true, force: true });
   });
 
   it('keeps the wanted ones, removes the rest, and a lease still claims one', async () => {
-    const names = await vi.waitFor(() => {
-      const found = podman('ps', '--filter', 'label=berth.warm', '--filter', 'label=berth.template=box', '--format', '{{.Names}}');
+    const names = await vi.waitFor(async () => {
+      const found = await podman('ps', '--filter', 'label=berth.warm', '--filter', 'label=berth.template=box', '--format', '{{.Names}}');
       const list = found.split('\n').filter(Boolean);
       expect(list).toHaveLength(2);
       return list;
     }, WAIT);
-    owner = podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', names[0]!);
+    owner = await podman('inspect', '--format', '{{index .Config.Labels "berth.owner"}}', names[0]!);
 
     await berth.kill('SIGKILL');
     // While no server runs, the template comes to ask for one only.
     await catalog(1);
     berth = await startBerth(env);
 
-    await vi.waitFor(() => expect(warm()).toHaveLength(1), WAIT);
-    expect(ours()).toHaveLength(1);
-    expect(names).toContain(warm()[0]);
+    await vi.waitFor(async () => expect(await warm()).toHaveLength(1), WAIT);
+    expect(await ours()).toHaveLength(1);
+    expect(names).toContain((await warm())[0]);
 
     const made = await api().post('/v1/environments', { template: 'box' });
     const id = made.body.environment.id as string;
@@ -63,7 +63,7 @@ describeContainers('warm containers across a kill -9 of the server', () => {
     const ready = (await api().get(`/v1/environments/${id}`)).body;
     expect(ready.runtime).toBe('container');
     // The one kept warm is the lease's now; another is made for the next.
-    expect(podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/);
-    await vi.waitFor(() => expect(warm()).toHaveLength(1), WAIT);
+    expect(await podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/);
+    await vi.waitFor(async () => expect(await warm()).toHaveLength(1), WAIT);
   });
 });

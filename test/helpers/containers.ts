@@ -25,6 +25,6 @@ export function describeContainerBackends(name: string, suite: (backend: Backend
 }
 
 /** The ids of the engine's containers of one environment (none once it is removed). */
-export function containersOf(environmentId: string): string[] {
-  return podman('ps', '-aq', '--filter', `label=berth.environment=${environmentId}`).split('\n').filter(Boolean);
+export async function containersOf(environmentId: string): Promise<string[]> {
+  return (await podman('ps', '-aq', '--filter', `label=berth.environment=${environmentId}`)).split('\n').filter(Boolean);
 }

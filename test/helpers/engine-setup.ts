@@ -4,10 +4,11 @@
 // and the cgroupfs manager (crun refuses these machines' hybrid cgroups: ../shared/DESIGN.md).
 // The test image is built offline from Debian's busybox-static (no registry is reachable here).
 // Suites read the engine with inject('engine'); '' means none, and they skip saying why.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import type { TestProject } from 'vitest/node';
 
 export const TEST_IMAGE = 'localhost/berth-test/busybox:1';
@@ -39,15 +40,26 @@ function which(program: string): boolean {
   }
 }
 
-/** Runs the podman command on the tests' storage; its output, trimmed. */
-export const podman = (...args: string[]) =>
+/** Runs the podman command on the tests' storage, here in the global setup (no server shares its process); its output, trimmed. */
+const podmanHere = (...args: string[]) =>
   execFileSync('podman', [...PODMAN_FLAGS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
     .toString()
     .trim();
 
+const run = promisify(execFile);
+
+/**
+ * Runs the podman command on the tests' storage; its output, trimmed. Never blocking: a suite's
+ * server runs in the suite's process, and a waitFor asking podman every 100 ms would starve it
+ * (a `podman ps` takes 0.2-1 s).
+ */
+export async function podman(...args: string[]): Promise<string> {
+  return (await run('podman', [...PODMAN_FLAGS, ...args])).stdout.trim();
+}
+
 /** The busybox image (and one with a user of its own), imported from a root file system made here. */
 export function buildImages(): void {
-  const have = podman('images', '--format', '{{.Repository}}:{{.Tag}}');
+  const have = podmanHere('images', '--format', '{{.Repository}}:{{.Tag}}');
   if ([TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE].every((image) => have.includes(image))) return;
   // (Delete the images to build them again after changing them here.)
   const root = mkdtempSync(join(tmpdir(), 'berth-rootfs-'));
@@ -63,12 +75,12 @@ export function buildImages(): void {
     execFileSync('chown', ['1234:1234', join(root, 'home/builder')]);
     const tar = join(root, '..', `${root.split('/').pop()}.tar`);
     execFileSync('tar', ['-C', root, '-cf', tar, '.']);
-    podman('import', '--change', 'CMD ["sh"]', tar, TEST_IMAGE);
-    podman('import', '--change', 'CMD ["sh"]', '--change', 'USER builder', '--change', 'WORKDIR /home/builder', tar, TEST_USER_IMAGE);
+    podmanHere('import', '--change', 'CMD ["sh"]', tar, TEST_IMAGE);
+    podmanHere('import', '--change', 'CMD ["sh"]', '--change', 'USER builder', '--change', 'WORKDIR /home/builder', tar, TEST_USER_IMAGE);
     const hog = 'while [ ! -e /tmp/go ]; do sleep 0.1; done; head -c 1000000000 /dev/zero | tail';
-    podman('import', '--change', `CMD ["sh", "-c", "${hog}"]`, tar, TEST_HOG_IMAGE);
+    podmanHere('import', '--change', `CMD ["sh", "-c", "${hog}"]`, tar, TEST_HOG_IMAGE);
     const services = 'nc -ll -p 9000 -e wc -c & exec nc -ll -p 7000 -e cat';
-    podman('import', '--change', `CMD ["sh", "-c", "${services}"]`, tar, TEST_ECHO_IMAGE);
+    podmanHere('import', '--change', `CMD ["sh", "-c", "${services}"]`, tar, TEST_ECHO_IMAGE);
     rmSync(tar, { force: true });
   } finally {
     rmSync(root, { recursive: true, force: true });
@@ -133,8 +145,8 @@ export default async function setup(project: TestProject): Promise<() => void> {
     // Whatever a failed suite left behind: containers of the test images.
     if (which('podman')) {
       for (const image of [TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE]) {
-        const ids = podman('ps', '-aq', '--filter', `ancestor=${image}`).split('\n').filter(Boolean);
-        if (ids.length) podman('rm', '-f', ...ids);
+        const ids = podmanHere('ps', '-aq', '--filter', `ancestor=${image}`).split('\n').filter(Boolean);
+        if (ids.length) podmanHere('rm', '-f', ...ids);
       }
     }
     stopPodman();
