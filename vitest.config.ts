@@ -15,6 +15,9 @@ export default defineConfig({
     globalSetup: ['test/helpers/console-build.ts', 'test/helpers/engine-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
+    // expect.poll's own default (1 s) is shorter than a shell starting in a container under load:
+    // the same bound as the browser suites' Playwright waits.
+    expect: { poll: { timeout: 15_000 } },
     // Two cores: each suite starts its own server and database; two at a time keeps them responsive.
     maxWorkers: 2,
     pool: 'forks',

@@ -1,6 +1,8 @@
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
@@ -29,12 +31,14 @@ describeBackends('web console: an admin', (backend) => {
   let browser: Browser;
   let c: ConsolePage;
   let page: Page;
+  let files: string;
   const admin = client(() => s.url, BOOTSTRAP);
   const sockets: { url: string; closed: boolean }[] = [];
   const requested: string[] = [];
 
   beforeAll(async () => {
     s = await startServer(backend, { TEMPLATES_FILE: CONSOLE_TEMPLATES });
+    files = await mkdtemp(join(tmpdir(), 'berth-console-files-'));
     gate = await startTcpGate(s.url);
     browser = await launchBrowser();
     c = await openConsole(browser, gate.url);
@@ -56,6 +60,7 @@ describeBackends('web console: an admin', (backend) => {
     await browser?.close();
     await gate?.close();
     await s?.stop();
+    if (files) await rm(files, { recursive: true, force: true });
   });
 
   it('refuses a wrong token, then signs in', async () => {
@@ -167,7 +172,10 @@ describeBackends('web console: an admin', (backend) => {
     await page.getByText('No artifacts yet').waitFor();
     const bytes = randomBytes(20 * MiB);
     const sha256 = createHash('sha256').update(bytes).digest('hex');
-    await page.getByLabel('File').setInputFiles({ name: 'build.bin', mimeType: 'application/octet-stream', buffer: bytes });
+    // Chosen from disk, as a person would: a 20 MiB buffer would cross the browser protocol as base64.
+    const file = join(files, 'build.bin');
+    await writeFile(file, bytes);
+    await page.getByLabel('File').setInputFiles(file);
     await page.getByLabel('Project', { exact: true }).fill('web');
     await page.getByLabel('Retention').fill('3d');
     await page.getByLabel('Labels').fill('build=42');
