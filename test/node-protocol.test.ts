@@ -169,6 +169,12 @@ describe('node channel schemas', () => {
     expect(refusal(parseServerToNode, { type: 'exec', exec: RUN, environment: { id: 'env_abc' }, argv: [], workdir: '/' }).code).toBe(
       'invalid',
     );
+    // Sync rules carry validated include patterns only (the sandbox configuration's share the schema).
+    const relay = toNode.find((m) => m.type === 'relay' && m.job.kind === 'share')!;
+    const share = { ...relay, job: { ...(relay as { job: object }).job, sync: { ...RULES, include: ['src/**', ''] } } };
+    const empty = refusal(parseServerToNode, share);
+    expect(empty.code).toBe('invalid');
+    expect(empty.message).toMatch(/^job\.sync\.include\.1: /);
   });
 });
 

@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { DomainError, ValidationError } from '../kernel/errors';
 import { MAX_TERM } from '../node/command';
 import { EXEC_CHUNK, EXEC_WINDOW, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
-import { RelayJob, SyncRulesSchema } from './relay';
+import { RelayJob } from './relay';
+import { SyncRulesSchema } from './sync-rules';
 
 /** The most environment ids a hello or a welcome lists. */
 export const MAX_HELD = 1000;

@@ -1,7 +1,7 @@
 // The byte relay (docs/agents.md, "The relay"): what a sandbox agent asks for when it opens a relay
 // socket, and the job the server hands the node that serves the other end. Both ends use these.
 import { z } from 'zod';
-import { MAX_INCLUDE_PATTERNS, MAX_PATTERN_LENGTH } from '../kernel/sync-rules';
+import { SyncRulesSchema } from './sync-rules';
 
 /** Where a sandbox agent opens a relay socket (Upgrade: websocket, its sandbox credential). */
 export const RELAY_PATH = '/v1/relay';
@@ -15,13 +15,6 @@ export type RelayQuery =
   | { environment: string; kind: 'share'; share: string; final?: '1' };
 
 const name = z.string().max(200);
-
-/** Which files a share's sync carries (src/kernel/sync-rules.ts, SyncRules). */
-export const SyncRulesSchema = z.object({
-  include: z.array(z.string().max(MAX_PATTERN_LENGTH)).max(MAX_INCLUDE_PATTERNS).readonly(),
-  noIgnore: z.boolean(),
-  files: z.record(z.string(), z.string()).optional(),
-});
 
 /** A relay socket's work on its node (src/dataplane/relay-node.ts): an import's port or a share's folder sync. */
 export const RelayJob = z.discriminatedUnion('kind', [

@@ -4,8 +4,9 @@
 // The bounds are the server's own when it wires an environment, so a config it built always passes.
 import { z } from 'zod';
 import { LIVE_STATES } from '../kernel/environment-states';
-import { MAX_INCLUDE_PATTERNS, MAX_PATTERN_LENGTH, validateRelativePath } from '../kernel/sync-rules';
+import { validateRelativePath } from '../kernel/sync-rules';
 import { AGENT_FOLDER, inAgentFolder } from './agent-folder';
+import { IncludePatterns } from './sync-rules';
 
 /** Loopback ports handed out to imports: 10000-29999. */
 export const PORT_MIN = 10_000;
@@ -51,7 +52,7 @@ export type ConfigImport = z.infer<typeof ConfigImport>;
 
 /** A share's sync rules: SyncRules of src/kernel/sync-rules.ts, with the default ignores spelled out. */
 export const ConfigSync = z.object({
-  include: z.array(z.string().min(1).max(MAX_PATTERN_LENGTH)).max(MAX_INCLUDE_PATTERNS),
+  include: IncludePatterns,
   noIgnore: z.boolean(),
   defaultIgnores: z.array(z.string()),
   /** Extra files: destination in the share to source relative to the agent's folder. */
