@@ -261,7 +261,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const serving = "ps -o pid,args | awk '/envd serve/ && !/awk/ {print $1}'";
       // Its descriptors (every command's frames) are closed even to root in the environment.
       const peek = await sh(env.id, `p=$(${serving}); cat /proc/$p/fd/0 || echo no-read; echo x >> /proc/$p/fd/1 || echo no-write`);
-      expect(peek.stdout).toBe('no-read\nno-write\n');
+      expect(peek.stdout, JSON.stringify(peek)).toBe('no-read\nno-write\n');
       const change = await sh(env.id, 'echo x > /.berth/envd || cp /bin/busybox /.berth/envd || echo unchanged');
       expect(change.stdout).toBe('unchanged\n');
       expect(change.stderr).toMatch(/Read-only file system/);
@@ -282,7 +282,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       }, WAIT);
       expect(recorded.exitCode).toBe(137);
       const after = await sh(env.id, 'echo after; ps -o args');
-      expect(after).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^after\n/) });
+      // The whole answer on failure: its stderr says why a command did not start.
+      expect(after, JSON.stringify(after)).toMatchObject({ exitCode: 0, stdout: expect.stringMatching(/^after\n/) });
       expect(after.stdout).not.toMatch(/sleep 305/);
       // The other environment's command ran on throughout.
       const seen = ticks;

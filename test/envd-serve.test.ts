@@ -6,8 +6,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Command } from '../src/node/command';
+import type { Engine } from '../src/node/engine';
 import { EnvdChannel, LINE_BACKLOG_MAX, SERVE_INPUT_WINDOW } from '../src/node/envd-channel';
-import { ENVD_BINARY } from '../src/node/runtime';
+import { ENVD_BINARY, NodeRuntime } from '../src/node/runtime';
 import { EXEC_WINDOW } from '../src/protocol/dataplane';
 
 interface Served {
@@ -173,6 +174,70 @@ describe.skipIf(!existsSync(ENVD_BINARY))('berth-envd serve', () => {
     }
     expect(await closed).toBe('berth-envd stopped taking frames');
     expect(await waiting.command.exited).toBe(137);
+  });
+});
+
+// NodeRuntime.exec over lines an engine fails to open or that end as they open: the command goes
+// down a new line, never two, and a missing container is not tried again.
+describe.skipIf(!existsSync(ENVD_BINARY))('a node runtime opening its lines', () => {
+  /** A runtime whose engine answers each exec of `serve` with the next of `lines` (then real serves). */
+  function runtimeWith(lines: (() => never | 'ended')[]) {
+    const opened: string[] = [];
+    const logged: string[] = [];
+    const engine = {
+      async exec(name: string, options: { cmd: string[] }) {
+        opened.push(`${name} ${options.cmd.join(' ')}`);
+        if (lines.shift()?.() === 'ended') {
+          const child = spawn('true', { stdio: ['pipe', 'pipe', 'pipe'] });
+          started.push(child);
+          return { stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited: Promise.resolve(0) };
+        }
+        const { process: child } = serve();
+        const exited = new Promise<number>((resolve) => child.once('close', (code) => resolve(code ?? 137)));
+        return { stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited };
+      },
+    } as unknown as Engine;
+    const runtime = new NodeRuntime({ engine, dir: '/nonexistent', owner: 'test', log: (line) => logged.push(line) });
+    const exec = async (argv: string[]) => {
+      let stdout = '';
+      const command = await runtime.exec('env_abc', argv, '', (stream, data) => {
+        if (stream === 'stdout') stdout += data.toString();
+      });
+      return { exitCode: await command.exited, stdout };
+    };
+    return { exec, opened, logged };
+  }
+  const hiccup = () => {
+    throw Object.assign(new Error('(HTTP code 500) server error - OCI runtime exec failed: read init-p: connection reset'), {
+      statusCode: 500,
+    });
+  };
+
+  it('runs a command on a new line when the engine could not open one', async () => {
+    const { exec, opened, logged } = runtimeWith([hiccup]);
+    expect(await exec(['echo', 'once'])).toEqual({ exitCode: 0, stdout: 'once\n' });
+    expect(opened).toEqual(['berth-env_abc /.berth/envd serve', 'berth-env_abc /.berth/envd serve']);
+    expect(logged).toEqual([
+      'could not open the command line to berth-env_abc (trying again): OCI runtime exec failed: read init-p: connection reset',
+    ]);
+  });
+
+  it('runs a command on a new line when the one opened ended at once', async () => {
+    const { exec, opened } = runtimeWith([() => 'ended']);
+    expect(await exec(['echo', 'once'])).toEqual({ exitCode: 0, stdout: 'once\n' });
+    expect(opened).toHaveLength(2);
+  });
+
+  it('gives up after three lines, and at once for a container that is gone', async () => {
+    const failing = runtimeWith([hiccup, hiccup, hiccup, hiccup]);
+    await expect(failing.exec(['true'])).rejects.toThrow(/OCI runtime exec failed/);
+    expect(failing.opened).toHaveLength(3);
+    const gone = () => {
+      throw Object.assign(new Error('no such container'), { statusCode: 404 });
+    };
+    const missing = runtimeWith([gone, gone]);
+    await expect(missing.exec(['true'])).rejects.toThrow('no such container');
+    expect(missing.opened).toHaveLength(1);
   });
 });
 

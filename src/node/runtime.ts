@@ -25,7 +25,7 @@ import { environmentRoot, shareDir } from '../dataplane/layout';
 import { formatSize, parseSize } from '../kernel/sizes';
 import type { Command, SessionOptions } from './command';
 import { DiskCount } from './disk-count';
-import { type Engine, engineMessage, type RunningExec } from './engine';
+import { type Engine, engineMessage, isMissing, type RunningExec } from './engine';
 import { EnvdChannel } from './envd-channel';
 
 /** Where a node finds berth-envd (scripts/build-envd.mjs builds it); BERTH_ENVD overrides. */
@@ -59,6 +59,8 @@ export interface NodeUsage {
 
 /** Environments sampled at once. */
 const SAMPLED_AT_ONCE = 8;
+/** Lines to berth-envd an exec opens at most before it gives up (docs/environments.md, "Commands"). */
+const LINE_TRIES = 3;
 const ENVIRONMENT_FOLDER = /^env_[A-Za-z0-9]{1,64}$/;
 
 export interface EnvironmentSpec {
@@ -505,10 +507,21 @@ export class NodeRuntime {
     output: (stream: 'stdout' | 'stderr', data: Buffer) => void,
     session?: SessionOptions,
   ): Promise<Command> {
-    let channel = await this.channel(id);
-    // A line that ended since (its serve was killed): the next one.
-    if (channel.closed) channel = await this.channel(id);
-    return channel.spawn(argv, workdir, output, session);
+    // A line that ended since it was opened (its serve was killed), or one the engine failed to
+    // open: another, a few times. Nothing of the command went down such a line, so trying again
+    // never runs it twice.
+    for (let attempt = 1; ; attempt++) {
+      let channel: EnvdChannel;
+      try {
+        channel = await this.channel(id);
+      } catch (error) {
+        if (attempt === LINE_TRIES || isMissing(error)) throw error;
+        this.options.log(`could not open the command line to ${containerName(id)} (trying again): ${engineMessage(error)}`);
+        continue;
+      }
+      if (!channel.closed) return channel.spawn(argv, workdir, output, session);
+      if (attempt === LINE_TRIES) throw new Error('the line to the environment ended as it opened');
+    }
   }
 
   /** The environment's line to berth-envd `serve`, opened at its first use and again after it ended. */
