@@ -107,7 +107,9 @@ export async function startPodman(): Promise<{ engine: string } | { missing: str
   buildImages();
   dir = mkdtempSync(join(tmpdir(), 'berth-podman-'));
   const socket = join(dir, 'podman.sock');
-  service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore' });
+  // In a folder of its own: conmon leaves an empty `oom` file in its working folder when a
+  // command is killed for memory, which would land in the checkout.
+  service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore', cwd: dir });
   // The service makes its socket a moment after it starts.
   for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
   if (await answers(socket)) return { engine: `unix://${socket}` };
