@@ -48,6 +48,8 @@ const running = async (template: string) => (await warmOf(template)).filter((c) 
 describeContainers('warm containers on the built-in pool', () => {
   let s: TestServer;
   let dir: string;
+  /** The server's log, one JSON line each. */
+  const logged: string[] = [];
   const admin = client(() => s.url, BOOTSTRAP);
 
   beforeAll(async () => {
@@ -65,7 +67,11 @@ describeContainers('warm containers on the built-in pool', () => {
         { name: 'tiny', hotNodes: 1, maxQueued: 10 },
       ],
     );
-    s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: engine(), POOL_ORG_SHARE: '0.5', METRICS_TOKEN });
+    s = await startServer(
+      'pglite',
+      { TEMPLATES_FILE: templates, DOCKER_HOST: engine(), POOL_ORG_SHARE: '0.5', METRICS_TOKEN },
+      { logLines: (line) => void logged.push(line) },
+    );
   }, 60_000);
   afterAll(async () => {
     const live = await admin.get('/v1/environments?state=live');
@@ -204,6 +210,48 @@ describeContainers('warm containers on the built-in pool', () => {
     await until(BOOTSTRAP, env.id, 'stopped');
     // Once the slot is free again, the warm container comes back.
     await vi.waitFor(async () => expect(await running('tinywarm')).toHaveLength(1), wait);
+  });
+
+  it('makes one that could not be made, or whose command ended, again after a backoff that doubles', async () => {
+    const wait = { timeout: 60_000, interval: 100 };
+    const body = { pool: 'small', idle: '30m', hard: '2h', warm: 1 };
+    const said = (template: string, seconds: number, why: RegExp) =>
+      logged.some((line) => {
+        const msg = String(JSON.parse(line).msg);
+        const m = new RegExp(
+          `^built-in node: the warm container of ${template} on slot \\S+ failed \\(tried again in ${seconds} s\\): (.*)$`,
+        ).exec(msg);
+        return m !== null && why.test(m[1]!);
+      });
+    const scraped = async () =>
+      (await (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text()).split('\n');
+
+    // A container whose command ends (killed from outside, as a crash would end it): each end is
+    // seen by the node's next look and waits twice as long as the one before, across makings.
+    expect((await admin.put('/v1/templates/crashy', { ...body, image: TEST_IMAGE })).status).toBe(200);
+    for (const seconds of [5, 10, 20]) {
+      await vi.waitFor(async () => expect(await running('crashy')).toHaveLength(1), wait);
+      await podman('kill', (await running('crashy'))[0]!.name);
+      await s.app.deps.background.tick();
+      expect(said('crashy', seconds, /^its container ended$/), logged.slice(-5).join('\n')).toBe(true);
+      expect(await scraped()).toContain('berth_warm_containers{pool="small",template="crashy",state="failed"} 1');
+      s.clock.advance(seconds * 1000);
+      await s.app.deps.background.tick();
+    }
+    await vi.waitFor(async () => expect(await running('crashy')).toHaveLength(1), wait);
+
+    // An image that cannot be pulled: the engine's words, tried again later each time.
+    const image = 'localhost:1/berth-test/nowhere:1';
+    expect((await admin.put('/v1/templates/unpullable', { ...body, image })).status).toBe(200);
+    await vi.waitFor(() => expect(said('unpullable', 5, /^cannot pull image localhost:1\/berth-test\/nowhere:1: /)).toBe(true), wait);
+    s.clock.advance(5000);
+    await s.app.deps.background.tick();
+    expect(said('unpullable', 10, /^cannot pull image /)).toBe(true);
+    expect(await warmOf('unpullable')).toEqual([]);
+
+    for (const name of ['crashy', 'unpullable'])
+      expect((await admin.put(`/v1/templates/${name}`, { ...body, image: TEST_IMAGE, warm: 0 })).status).toBe(200);
+    await vi.waitFor(async () => expect(await warmOf('crashy')).toEqual([]), wait);
   });
 
   it('refuses a warm outside 0-32 with 422 naming the field, over REST, GraphQL and the catalog', async () => {

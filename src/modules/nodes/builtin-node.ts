@@ -14,6 +14,7 @@ import { Engine, engineAddress, engineMessage } from '../../node/engine';
 import { type FoundWarm, NodeRuntime } from '../../node/runtime';
 import { poolImages } from '../templates';
 import { resourcesOf } from './specs';
+import { warmFailed } from './warm-job';
 
 type Log = (message: string, err?: unknown) => void;
 
@@ -97,7 +98,7 @@ async function reconcile(deps: Deps): Promise<void> {
 /**
  * Of the warm containers and folders the built-in node found, the slots the database still wants:
  * one being made (`starting`), or a ready one of the slot's spec that runs. A ready one that is
- * gone or ended (and was made before the listing) is cleared, for the warm job to make again.
+ * gone or ended (and was made before the listing) failed: the warm job makes it again after a backoff.
  */
 async function wantedWarm(deps: Deps, found: FoundWarm[], listed: Date): Promise<Set<string>> {
   const slots = await deps.prisma.node.findMany({
@@ -111,10 +112,7 @@ async function wantedWarm(deps: Deps, found: FoundWarm[], listed: Date): Promise
     if (slot.warmState === 'starting' || (there?.running && there.hash === slot.warmSpec)) {
       keep.add(slot.id);
     } else if (slot.warmSince && slot.warmSince < listed) {
-      await deps.prisma.node.updateMany({
-        where: { id: slot.id, warmSince: slot.warmSince, environmentId: null },
-        data: { warmState: 'failed', warmError: there ? 'its container ended' : 'its container is gone', warmRetry: deps.clock.now() },
-      });
+      await warmFailed(deps, slot.id, slot.warmSince, there ? 'its container ended' : 'its container is gone', deps.node.options.log);
     }
   }
   return keep;

@@ -215,19 +215,24 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
   });
 }
 
-/** The node made the slot's container (that making of it): it may be claimed now. `remoteId`: only a slot of that node. */
+/**
+ * The node made the slot's container (that making of it): it may be claimed now. `remoteId`: only
+ * a slot of that node. Its failures still count (a claim or a change of template clears them), so
+ * a container whose command keeps ending is made again ever later, not every minute.
+ */
 export async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string | null = null): Promise<boolean> {
   const { count } = await deps.prisma.node.updateMany({
     where: { id: slot, remoteId, warmSince: since, warmState: 'starting', environmentId: null },
-    data: { warmState: 'ready', warmError: null, warmFailures: 0 },
+    data: { warmState: 'ready', warmError: null },
   });
   if (count === 1) deps.background.nudge(CLAIM_JOB);
   return count === 1;
 }
 
 /**
- * The node could not make the slot's container: tried again after a backoff, the error kept for
- * operators. `log` says so where the node's log is (the server's for the built-in pool).
+ * The node could not make the slot's container, or the one it made ended: tried again after a
+ * backoff, the error kept for operators. `log` says so where the node's log is (the server's for
+ * the built-in pool).
  */
 export async function warmFailed(
   deps: Deps,
@@ -245,7 +250,7 @@ export async function warmFailed(
   const backoff = Math.min(WARM_BACKOFF_MAX_MS, WARM_BACKOFF_MIN_MS * 2 ** row.warmFailures);
   const now = deps.clock.now();
   const { count } = await deps.prisma.node.updateMany({
-    where: { id: slot, warmSince: since, warmState: 'starting' },
+    where: { id: slot, warmSince: since, warmState: { in: ['starting', 'ready'] }, environmentId: null },
     data: {
       warmState: 'failed',
       warmError: error.slice(0, 1000),
@@ -329,6 +334,12 @@ export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'
   for (const slot of slots) {
     if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
     if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
+    // A ready one that ended (its command exited, or the node restarted) waits its backoff, as on
+    // the built-in pool; a making lost with the node's process is done again at once.
+    if (slot.warmState === 'ready') {
+      await warmFailed(deps, slot.id, slot.warmSince, 'the node no longer holds it', undefined, actor.nodeId!);
+      continue;
+    }
     await deps.prisma.node.updateMany({
       where: { id: slot.id, warmSince: slot.warmSince },
       data: { warmState: 'failed', warmError: 'the node no longer holds it', warmRetry: now },
