@@ -7,7 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Command } from '../src/node/command';
 import type { Engine } from '../src/node/engine';
-import { EnvdChannel, LINE_BACKLOG_MAX, SERVE_INPUT_WINDOW } from '../src/node/envd-channel';
+import { EnvdChannel, LINE_BACKLOG_MAX, SERVE_INPUT_WINDOW, type ServeLine } from '../src/node/envd-channel';
 import { ENVD_BINARY, NodeRuntime } from '../src/node/runtime';
 import { EXEC_WINDOW } from '../src/protocol/dataplane';
 
@@ -21,15 +21,20 @@ interface Served {
 const WAIT = { timeout: 20_000, interval: 20 };
 const started: ChildProcess[] = [];
 
-function serve(): Served {
-  const child = spawn(ENVD_BINARY, ['serve'], { stdio: ['pipe', 'pipe', 'pipe'] });
+/** A local `serve` (or `program`) as the line an engine exec gives the node. */
+function serveLine(program = ENVD_BINARY, args = ['serve']): { line: ServeLine; process: ChildProcess } {
+  const child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   started.push(child);
   // 'close': after its stderr (why it ended) was read.
   const exited = new Promise<number>((resolve) => child.once('close', (code) => resolve(code ?? 137)));
+  return { line: { stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited }, process: child };
+}
+
+function serve(): Served {
+  const { line, process: child } = serveLine();
   let closed!: (why: string) => void;
   const done = new Promise<string>((resolve) => (closed = resolve));
-  const channel = new EnvdChannel({ stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited }, closed);
-  return { channel, process: child, closed: done };
+  return { channel: new EnvdChannel(line, closed), process: child, closed: done };
 }
 
 afterEach(() => {
@@ -187,14 +192,8 @@ describe.skipIf(!existsSync(ENVD_BINARY))('a node runtime opening its lines', ()
     const engine = {
       async exec(name: string, options: { cmd: string[] }) {
         opened.push(`${name} ${options.cmd.join(' ')}`);
-        if (lines.shift()?.() === 'ended') {
-          const child = spawn('true', { stdio: ['pipe', 'pipe', 'pipe'] });
-          started.push(child);
-          return { stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited: Promise.resolve(0) };
-        }
-        const { process: child } = serve();
-        const exited = new Promise<number>((resolve) => child.once('close', (code) => resolve(code ?? 137)));
-        return { stdin: child.stdin!, stdout: child.stdout!, stderr: child.stderr!, exited };
+        if (lines.shift()?.() === 'ended') return { ...serveLine('true', []).line, exited: Promise.resolve(0) };
+        return serveLine().line;
       },
     } as unknown as Engine;
     const runtime = new NodeRuntime({ engine, dir: '/nonexistent', owner: 'test', log: (line) => logged.push(line) });

@@ -103,6 +103,11 @@ describeContainers('warm containers on the built-in pool', () => {
     );
   }
 
+  /** What the metrics endpoint shows now. */
+  async function scraped(): Promise<string> {
+    return (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
+  }
+
   async function sh(id: string, script: string): Promise<{ stdout: string; exitCode?: number }> {
     const res = await fetch(`${s.url}/v1/environments/${id}/exec`, {
       method: 'POST',
@@ -125,8 +130,7 @@ describeContainers('warm containers on the built-in pool', () => {
     // Never an environment; operators see them in the metrics.
     expect((await admin.get('/v1/environments?state=live')).body.environments).toEqual([]);
     await vi.waitFor(async () => {
-      const scraped = await (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
-      expect(scraped).toMatch(/^berth_warm_containers\{pool="default",template="warmbox",state="ready"\} 2$/m);
+      expect(await scraped()).toMatch(/^berth_warm_containers\{pool="default",template="warmbox",state="ready"\} 2$/m);
     }, wait);
 
     // A first lease saves a file to its snapshot; the next claims a warm container and gets it back.
@@ -223,8 +227,6 @@ describeContainers('warm containers on the built-in pool', () => {
         ).exec(msg);
         return m !== null && why.test(m[1]!);
       });
-    const scraped = async () =>
-      (await (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text()).split('\n');
 
     // A container whose command ends (killed from outside, as a crash would end it): each end is
     // seen by the node's next look and waits twice as long as the one before, across makings.
@@ -234,7 +236,7 @@ describeContainers('warm containers on the built-in pool', () => {
       await podman('kill', (await running('crashy'))[0]!.name);
       await s.app.deps.background.tick();
       expect(said('crashy', seconds, /^its container ended$/), logged.slice(-5).join('\n')).toBe(true);
-      expect(await scraped()).toContain('berth_warm_containers{pool="small",template="crashy",state="failed"} 1');
+      expect(await scraped()).toMatch(/^berth_warm_containers\{pool="small",template="crashy",state="failed"\} 1$/m);
       s.clock.advance(seconds * 1000);
       await s.app.deps.background.tick();
     }
