@@ -1,1 +1,12 @@
-export * from './service';
+export {
+  type ArtifactLink,
+  type ArtifactRecord,
+  artifactSweeper,
+  asIntegrityError,
+  getArtifact,
+  openArtifact,
+  resolveLink,
+  storeArtifact,
+  sweepArtifacts,
+  type UploadParams,
+} from './service';

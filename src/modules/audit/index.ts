@@ -1,1 +1,1 @@
-export * from './service';
+export { checkAudited, pruneAuditEvents, recordAudit } from './service';

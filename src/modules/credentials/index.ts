@@ -1,3 +1,3 @@
-export * from './auth';
-export * from './cache';
-export * from './service';
+export { assertNotBlocked, authenticate, loadAddressLocks, pruneAuthFailures, recordFailure } from './auth';
+export { CredentialCache } from './cache';
+export { issueCliToken, normalizeEmail, viewer } from './service';

@@ -1,5 +1,56 @@
-export * from './exec';
-export * from './job';
-export * from './relay';
-export * from './service';
-export * from './usage';
+export {
+  commandEnvironment,
+  commandLine,
+  type ExecEvent,
+  execRecord,
+  requireRuntime,
+  runCommand,
+  type StartedCommand,
+  type StartOptions,
+  startCommand,
+} from './exec';
+export { claimJob, environmentJob, eventPruneJob } from './job';
+export {
+  AGENT_LIVE_MS,
+  type AuthorizedRelay,
+  activityRecorder,
+  authorizeRelay,
+  awaitingOutSync,
+  FINAL_SYNC_WAIT_MS,
+  RELAY_ACTIVITY_STEP_MS,
+  type RelayRequest,
+  recordOutSynced,
+  recordRelayActivity,
+  recordRelayed,
+  relayActivityStep,
+} from './relay';
+export {
+  type CreateEnvironmentInput,
+  createEnvironment,
+  DEFAULT_PROJECT,
+  type ExecInput,
+  environmentEnds,
+  findEnvironment,
+  keepAlive,
+  listEnvironments,
+  listExecs,
+  recordExec,
+  recordExecRow,
+  stopEnvironment,
+  transition,
+  transitionIn,
+  watchExecs,
+} from './service';
+export {
+  formatUsed,
+  HISTORY_MS,
+  latestUsageLoader,
+  latestUsages,
+  RECENT_MS,
+  recordUsage,
+  storeUsage,
+  thin,
+  type Usage,
+  usageHistory,
+  watchUsage,
+} from './usage';

@@ -1,1 +1,1 @@
-export * from './readiness';
+export { readiness } from './readiness';

@@ -1,6 +1,14 @@
-export * from './builtin-node';
-export * from './provider';
-export * from './remote-nodes';
-export * from './service';
-export * from './specs';
-export * from './warm-job';
+export { builtinNodeJob, failEnded, openBuiltinEngine, openBuiltinNode, prepullBuiltin } from './builtin-node';
+export { type NodeProvider, startBound } from './provider';
+export { nodeJob, nodeProvider } from './remote-nodes';
+export {
+  nodeEnvironmentEnded,
+  nodeHeartbeat,
+  nodeHello,
+  nodeLeaving,
+  nodeOpenArchive,
+  nodeRecordRestored,
+  nodeRestorePlan,
+  nodeSaveShare,
+} from './service';
+export { NO_WARM, nodeWarmFailed, nodeWarmHeld, nodeWarmReady, warmJob } from './warm-job';

@@ -1,2 +1,2 @@
-export * from './limits';
-export * from './service';
+export { admitStorage, hotNodesFor, orgLimits, StorageQuotaError, setOrgLimits, storageRoom } from './limits';
+export { createOrganization, ensureDefaultOrganization, issueAdminToken } from './service';

@@ -1,1 +1,1 @@
-export * from './shredding';
+export { shredJob } from './shredding';

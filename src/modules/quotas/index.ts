@@ -1,1 +1,1 @@
-export * from './service';
+export { admitUnderQuota, quotasFor } from './service';

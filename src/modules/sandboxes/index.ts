@@ -1,2 +1,2 @@
-export * from './service';
-export * from './wiring';
+export { joinSandbox, SANDBOX_NAME } from './service';
+export { findSandboxRow, notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from './wiring';

@@ -1,1 +1,10 @@
-export * from './service';
+export {
+  openSnapshotShare,
+  planRestore,
+  purgeSnapshot,
+  type RestorePlan,
+  recordRestored,
+  savedShares,
+  saveSnapshotShare,
+  snapshotVersionPrefix,
+} from './service';

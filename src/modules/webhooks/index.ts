@@ -1,2 +1,2 @@
-export * from './events';
-export * from './service';
+export { artifactData, emitEnvironmentState, emitWebhookEvent, environmentData, snapshotData } from './events';
+export { nudgeWebhooks, webhookJob, webhookPruneJob } from './service';

@@ -3,7 +3,15 @@ import type { BlobStore } from './blob-store';
 import { FsBlobStore } from './fs-store';
 
 export type { AzureBlobStore, AzureBlobStoreOptions } from './azure-store';
-export * from './blob-store';
+export {
+  BlobNotFoundError,
+  BlobRangeError,
+  BlobSizeMismatchError,
+  type BlobStore,
+  type ByteRange,
+  InvalidBlobNameError,
+  openBlobWriter,
+} from './blob-store';
 export { FsBlobStore, type FsBlobStoreOptions } from './fs-store';
 
 export interface BlobStoreConfig {
