@@ -68,6 +68,12 @@ module.exports = {
       },
     ),
     rule(
+      'nodes-report-through-ends',
+      'the node side ends environments through deps.ends (src/kernel/environment-ends.ts): the nodes module imports nothing of the environments module, which places work on nodes',
+      { path: '^src/modules/nodes/', pathNot: '^src/modules/nodes/graphql\\.ts$' },
+      { path: '^src/modules/environments/' },
+    ),
+    rule(
       'edges-through-index',
       "the edges reach a module through its index; only the schema's assembly imports each module's GraphQL types",
       { path: `${EDGES}|${APP}|^src/observability/`, pathNot: '^src/edges/schema/index\\.ts$' },

@@ -1,6 +1,7 @@
 // The layer rules of .dependency-cruiser.cjs (run by `npm run lint`) refuse a planted back-edge,
 // naming the file: each case is a small tree in a folder of its own, cruised with the real rules.
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -70,6 +71,36 @@ describe('layer rules', () => {
       'kernel-only-platform: src/kernel/access.ts → src/modules/audit/index.ts',
       'modules-not-edges: src/modules/audit/service.ts → src/edges/http/respond.ts',
     ]);
+  });
+
+  it('refuse the nodes module importing the environments module, even lazily; its GraphQL types may name them', async () => {
+    const found = await violations({
+      'src/modules/environments/index.ts': "export { transition } from './service';\n",
+      'src/modules/environments/service.ts': 'export const transition = 1;\n',
+      'src/modules/environments/graphql.ts': 'export const EnvironmentRef = 1;\n',
+      'src/modules/nodes/service.ts': "export const fail = () => import('../environments');\n",
+      'src/modules/nodes/graphql.ts': "import { EnvironmentRef } from '../environments/graphql';\nexport const n = EnvironmentRef;\n",
+    });
+    expect(found).toEqual(['nodes-report-through-ends: src/modules/nodes/service.ts → src/modules/environments/index.ts']);
+  });
+
+  it('refuse a module face that re-exports everything of a file (Biome, with the real configuration)', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'berth-faces-'));
+    dirs.push(dir);
+    const root = path.join(import.meta.dirname, '..');
+    // The project's rules without its VCS settings: the temporary folder is no repository.
+    const biomeConfig = JSON.parse(await readFile(path.join(root, 'biome.json'), 'utf8'));
+    delete biomeConfig.$schema;
+    await writeFile(path.join(dir, 'biome.json'), JSON.stringify({ ...biomeConfig, vcs: { enabled: false } }));
+    await mkdir(path.join(dir, 'src/modules/nodes'), { recursive: true });
+    const lint = async (text: string) => {
+      await writeFile(path.join(dir, 'src/modules/nodes/index.ts'), text);
+      return spawnSync(path.join(root, 'node_modules/.bin/biome'), ['lint', 'src'], { cwd: dir, encoding: 'utf8' });
+    };
+    const star = await lint("export * from './service';\n");
+    expect(star.status).not.toBe(0);
+    expect(star.stdout + star.stderr).toContain('lint/performance/noReExportAll');
+    expect((await lint("export { nodeHello } from './service';\n")).status).toBe(0);
   });
 
   it('refuse a cycle of static imports, not one closed by a type-only or dynamic import', async () => {

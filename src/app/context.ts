@@ -1,4 +1,5 @@
 import type { Background } from '../kernel/background';
+import type { EnvironmentEnds } from '../kernel/environment-ends';
 import type { CredentialCache } from '../modules/credentials';
 import type { Catalog } from '../modules/templates';
 import type { NodeRuntime } from '../node/runtime';
@@ -29,6 +30,8 @@ export interface Deps {
   catalog: Catalog;
   /** The built-in pool's node (src/modules/nodes/builtin-node.ts). */
   node: NodeRuntime;
+  /** How the node side ends environments: the environments module's (src/kernel/environment-ends.ts). */
+  ends: EnvironmentEnds;
   /** This instance's Prometheus registry and metrics (src/observability/metrics.ts). */
   metrics: Metrics;
 }

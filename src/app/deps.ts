@@ -3,6 +3,7 @@
 
 import { createBackground } from '../kernel/background';
 import { CredentialCache, loadAddressLocks } from '../modules/credentials';
+import { environmentEnds, recordUsage } from '../modules/environments';
 import { failEnded, openBuiltinEngine, openBuiltinNode } from '../modules/nodes';
 import { applyCatalog, loadCatalog } from '../modules/templates';
 import { createMetrics } from '../observability/metrics';
@@ -49,7 +50,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       const credentials = new CredentialCache(events, clock);
       await loadAddressLocks(db.prisma, credentials, clock.now());
       const node = openBuiltinNode(config, masterKey, engine, log);
-      const deps: Deps = {
+      const deps = {
         config,
         db,
         prisma: db.prisma,
@@ -62,13 +63,11 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
         background,
         node,
         metrics: createMetrics(db.prisma),
-      };
+        // Set just below: the environments module's ends close over the finished deps.
+      } satisfies Omit<Deps, 'ends'> as Deps;
+      deps.ends = environmentEnds(deps);
       node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
-      // Imported when a sample comes: the environments module imports the nodes module this file builds.
-      node.onUsage = (id, usage) =>
-        void import('../modules/environments')
-          .then(({ recordUsage }) => recordUsage(deps, null, id, usage))
-          .catch((err) => log(`could not record the usage of ${id}`, err));
+      node.onUsage = (id, usage) => void recordUsage(deps, null, id, usage).catch((err) => log(`could not record the usage of ${id}`, err));
       return deps;
     } catch (err) {
       await events.close();

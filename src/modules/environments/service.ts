@@ -2,6 +2,7 @@ import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec, Prisma as P } from '../../generated/prisma/client';
 import { principalOf, requireMember, requireOwner } from '../../kernel/access';
 import { parseDuration } from '../../kernel/durations';
+import type { EnvironmentEnds } from '../../kernel/environment-ends';
 import {
   assertTransitions,
   type EnvironmentState,
@@ -240,6 +241,14 @@ export async function transition<To extends EnvironmentState>(
     await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   }
   return env;
+}
+
+/** What the node side may do to environments (src/kernel/environment-ends.ts), for `deps.ends`. */
+export function environmentEnds(deps: Deps): EnvironmentEnds {
+  return {
+    fail: (id, from, error) => transition(deps, id, from, 'failed', (at) => ({ error, stopped: at })),
+    stop: (id, from, error) => transition(deps, id, from, 'stopping', () => ({ error })),
+  };
 }
 
 /**

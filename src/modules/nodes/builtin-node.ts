@@ -55,9 +55,7 @@ export async function prepullBuiltin(deps: Deps): Promise<void> {
 
 /** Ends a live environment whose container ended without being asked, with why. */
 export async function failEnded(deps: Deps, id: string, reason: string, from: readonly SourceOf<'failed'>[] = RUNNING): Promise<void> {
-  // Imported lazily: the environments module imports this one (its job places onto nodes).
-  const { transition } = await import('../environments');
-  const failed = await transition(deps, id, from, 'failed', (at) => ({ error: reason, stopped: at }));
+  const failed = await deps.ends.fail(id, from, reason);
   if (failed) await deps.node.discard(id);
 }
 

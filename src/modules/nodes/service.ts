@@ -285,14 +285,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     return { node, stale };
   });
   await announce(deps, node, stateOf(node));
-  // Imported lazily: the environments module imports this one (its job places onto nodes).
-  const { transition } = await import('../environments');
-  for (const env of stale) {
-    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
-      error: `node ${node.name} restarted and no longer holds the environment`,
-      stopped: at,
-    }));
-  }
+  for (const env of stale) await deps.ends.fail(env.id, ON_NODE, `node ${node.name} restarted and no longer holds the environment`);
   if (input.leaving) await endForLeaving(deps, node);
   const live = await deps.prisma.environment.findMany({ where: { nodeId, state: { in: [...LIVE_STATES] } }, select: { id: true } });
   return {
@@ -349,12 +342,7 @@ async function endForLeaving(deps: Deps, node: RemoteNode): Promise<void> {
     where: { nodeId: node.id, state: { in: [...RUNNING] } },
     select: { id: true },
   });
-  const { transition } = await import('../environments');
-  for (const env of live) {
-    await transition(deps, env.id, RUNNING, 'stopping', () => ({
-      error: `node ${node.name} shut down: its agent was stopped`,
-    }));
-  }
+  for (const env of live) await deps.ends.stop(env.id, RUNNING, `node ${node.name} shut down: its agent was stopped`);
   deps.background.nudge(ENVIRONMENT_JOB);
   // With nothing left to end, the agent hears `drained` at once.
   deps.background.nudge(NODE_JOB);
@@ -381,8 +369,7 @@ async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readon
  */
 export async function nodeEnvironmentEnded(deps: Deps, actor: Actor, envId: string, reason: string): Promise<void> {
   const env = await envOnNode(deps, actor, envId, RUNNING);
-  const { transition } = await import('../environments');
-  await transition(deps, env.id, RUNNING, 'failed', (at) => ({ error: `${reason} (node ${env.node})`, stopped: at }));
+  await deps.ends.fail(env.id, RUNNING, `${reason} (node ${env.node})`);
   await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
 }
 
@@ -461,13 +448,8 @@ export async function markLostNodes(deps: Deps): Promise<void> {
   const stranded = await deps.prisma.$queryRaw<{ id: string; name: string }[]>`
     SELECT e.id, r.name FROM "Environment" e JOIN "RemoteNode" r ON r.id = e."nodeId"
      WHERE r.state = 'lost' AND e.state = ANY(${[...LIVE_STATES]}::text[])`;
-  const { transition } = await import('../environments');
-  for (const env of stranded) {
-    await transition(deps, env.id, ON_NODE, 'failed', (at) => ({
-      error: `node ${env.name} was lost: not heard from for ${formatDuration(bound)}`,
-      stopped: at,
-    }));
-  }
+  for (const env of stranded)
+    await deps.ends.fail(env.id, ON_NODE, `node ${env.name} was lost: not heard from for ${formatDuration(bound)}`);
 }
 
 /** Draining nodes with no live environment left are revoked: credential, slots and channel. */
