@@ -2,12 +2,9 @@
 // each event (src/modules/webhooks/events.ts) are sent by the delivery job, signed the Standard
 // Webhooks way, retried with backoff, in order per environment, at least once.
 import { createHmac, randomBytes } from 'node:crypto';
-import { lookup as dnsLookup } from 'node:dns/promises';
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';
-import ipaddr from 'ipaddr.js';
-import type { Config } from '../../app/config';
 import type { Actor, Deps } from '../../app/context';
 import { requireAdmin } from '../../kernel/access';
 import type { BackgroundJob } from '../../kernel/background';
@@ -20,6 +17,7 @@ import { show } from '../../kernel/show';
 import { unwrapKey, wrapKey } from '../../platform/crypto/data-keys';
 import { lockFor } from '../../platform/db';
 import { checkAudited, recordAudit } from '../audit';
+import { resolveTarget, type Target } from './addresses';
 
 export const MAX_WEBHOOKS = 20;
 const MAX_URL_LENGTH = 2048;
@@ -39,14 +37,7 @@ export interface CreateWebhookInput {
 const secretAad = (orgId: string, id: string) => JSON.stringify(['berth.webhook', orgId, id]);
 
 // ---------------------------------------------------------------------------------------------
-// Which addresses an endpoint may have
-
-/** Refused: the URL's host is, or resolves to, an address inside (loopback, private, link-local…). */
-class InternalAddressError extends ValidationError {
-  constructor(host: string, address: string) {
-    super(`url: ${host} resolves to ${address}, an internal address (set WEBHOOK_ALLOW_PRIVATE=1 to allow)`, 'url');
-  }
-}
+// Which URLs an endpoint may have (and which addresses: src/modules/webhooks/addresses.ts)
 
 /** The checked URL: http(s), no credentials, bounded length. */
 function parseUrl(text: string): URL {
@@ -60,33 +51,6 @@ function parseUrl(text: string): URL {
   if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ValidationError('url: only http and https URLs', 'url');
   if (url.username || url.password) throw new ValidationError('url: must not carry credentials (user:password@)', 'url');
   return url;
-}
-
-/**
- * The address to connect to for `url`: every address its host resolves to must be public (only
- * ipaddr.js's `unicast` range: no loopback, private, link-local, CGNAT, unspecified, multicast,
- * reserved, nor IPv4-mapped or translated forms of them) unless WEBHOOK_ALLOW_PRIVATE=1. The
- * request then connects to this address, not to a second lookup that DNS could answer otherwise.
- */
-export async function resolveTarget(config: Pick<Config, 'webhookAllowPrivate'>, url: URL): Promise<{ address: string; family: number }> {
-  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
-  let addresses: { address: string; family: number }[];
-  if (ipaddr.isValid(host)) {
-    addresses = [{ address: host, family: host.includes(':') ? 6 : 4 }];
-  } else {
-    try {
-      addresses = await dnsLookup(host, { all: true, verbatim: true });
-    } catch {
-      throw new ValidationError(`url: ${host} does not resolve`, 'url');
-    }
-  }
-  if (addresses.length === 0) throw new ValidationError(`url: ${host} does not resolve`, 'url');
-  if (!config.webhookAllowPrivate) {
-    for (const { address } of addresses) {
-      if (ipaddr.process(address).range() !== 'unicast') throw new InternalAddressError(host, address);
-    }
-  }
-  return addresses[0]!;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,7 +195,7 @@ const storable = (text: string) => text.replace(/\0/g, '').slice(0, ERROR_BYTES)
  * POSTs `body` to `url` at `target` (the checked address): no redirects followed, at most
  * `timeoutMs` in all, at most ERROR_BYTES of the answer read.
  */
-function post(url: URL, target: { address: string; family: number }, headers: Record<string, string>, body: string, timeoutMs: number) {
+function post(url: URL, target: Target, headers: Record<string, string>, body: string, timeoutMs: number) {
   const lookup: LookupFunction = (_host, options, callback) => {
     if (options.all) (callback as (err: null, all: { address: string; family: number }[]) => void)(null, [target]);
     else callback(null, target.address, target.family);
