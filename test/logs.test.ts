@@ -169,6 +169,31 @@ describeBackends('logs', (backend) => {
     expect(queried.status).toBe(422);
     const line = await requestLine(queried.headers.get('x-request-id')!);
     expect(line.path).toBe('/v1/me?token=[redacted]&sig=[redacted]&x=visible');
+    const named = [
+      'jwt',
+      'JWT',
+      'access_token',
+      'refresh_token',
+      'id_token',
+      'key',
+      'api_key',
+      'ApiKey',
+      'signature',
+      'X-Amz-Signature',
+      'password',
+      'passwd',
+      'pwd',
+      'secret',
+      'client_secret',
+      'session',
+      'client_assertion',
+      'code',
+    ];
+    const sent = named.map((name, i) => `${name}=qq-named-secret-${i}`).join('&');
+    const credentials = await admin.get(`/v1/me?${sent}&page=visible`);
+    expect(credentials.status).toBe(422);
+    const credentialsLine = await requestLine(credentials.headers.get('x-request-id')!);
+    expect(credentialsLine.path).toBe(`/v1/me?${named.map((name) => `${name}=[redacted]`).join('&')}&page=visible`);
     await admin.get('/v1/me', { authorization: 'Bearer bct_qq-unknown-token-0123456789abcdef' });
     await new Promise((resolve) => setImmediate(resolve));
     const all = book.raw.join('');
@@ -177,6 +202,7 @@ describeBackends('logs', (backend) => {
       linkToken,
       'qq-query-secret',
       'qq-sig-secret',
+      'qq-named-secret',
       'qq-cookie-secret',
       'qq-unknown-token',
       'zzz-refused-secret',

@@ -69,8 +69,14 @@ export function tagUpgrades(wss: WebSocketServer): void {
   });
 }
 
-/** Query parameters whose values are credentials or signatures. */
-const SECRET_PARAMS = /token|sig|secret|key|password|auth|credential|code/i;
+/**
+ * Query parameters whose values are credentials or signatures, by a part of their name (any case):
+ * `token` (access_token, refresh_token, id_token), `jwt`, `sig` (signature, X-Amz-Signature),
+ * `secret`, `key` (api_key, apikey), `pass` (password, passwd, passphrase), `pwd`, `auth`,
+ * `credential`, `session`, `assertion` (client_assertion), `bearer`, `ticket`, `code` (OAuth's).
+ * A harmless parameter caught by it (`keyword`) is only hidden from the log.
+ */
+const SECRET_PARAMS = /token|jwt|sig|secret|key|pass|pwd|auth|credential|session|assertion|bearer|ticket|code/i;
 /** Path segments that are credentials: a signed link's token. */
 const SECRET_PATHS: [RegExp, string][] = [[/^\/v1\/links\/[^/]+/, '/v1/links/[redacted]']];
 
