@@ -13,6 +13,7 @@ import { serveGraphQLWebSocket } from '../edges/graphql/ws';
 import { createGraphQLHandler } from '../edges/graphql/yoga';
 import { watchBodyIdle } from '../edges/http/body-idle';
 import { corsPolicy } from '../edges/http/cors';
+import { LingeringResponse } from '../edges/http/early-answer';
 import { sendLiveness, sendReadiness } from '../edges/http/health';
 import { answerProtocolErrors, trackRequest } from '../edges/http/protocol-errors';
 import { sendError } from '../edges/http/respond';
@@ -125,7 +126,8 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const web = createConsoleHandler();
   let stopping = false;
 
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  // An answer given while the request's body still arrives waits for it, bounded (early-answer.ts).
+  const server = createServer({ ServerResponse: LingeringResponse }, (req: IncomingMessage, res: ServerResponse) => {
     const started = process.hrtime.bigint();
     const info = beginRequest(req, 'other');
     res.setHeader('x-request-id', info.id);

@@ -43,7 +43,8 @@ export function rawRequest(url: string, request: string | Buffer, opts: { endAft
   });
 }
 
-function parseResponse(data: Buffer, closed = false): RawReply | undefined {
+/** The first response in `data`, once it is all there (or whatever arrived, when the connection `closed`). */
+export function parseResponse(data: Buffer, closed = false): RawReply | undefined {
   const end = data.indexOf('\r\n\r\n');
   if (end < 0) return undefined;
   const [statusLine, ...lines] = data.subarray(0, end).toString('latin1').split('\r\n');

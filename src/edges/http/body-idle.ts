@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { declaresBody } from './early-answer';
 import { sendError } from './respond';
 
 // Requests as a whole have no time limit (a 2 GiB upload takes minutes on a slow link), so a body
@@ -9,7 +10,7 @@ import { sendError } from './respond';
 
 /** Answers 408 when `req`'s declared body receives nothing for `idleMs`. */
 export function watchBodyIdle(req: IncomingMessage, res: ServerResponse, idleMs: number): void {
-  if (!(Number(req.headers['content-length']) > 0) && req.headers['transfer-encoding'] === undefined) return;
+  if (!declaresBody(req)) return;
   // On the response: Node emits a request's `timeout` only while its body is incomplete, and
   // destroys the socket when nobody listens.
   res.setTimeout(idleMs, () => {

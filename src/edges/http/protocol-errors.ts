@@ -4,15 +4,13 @@ import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { type ErrorCode, statusOf } from '../../kernel/error-codes';
 import { socketInfoOf } from '../../observability/requests';
+import { LINGER_MS } from './early-answer';
 import { boundMessage } from './respond';
 
 // Requests Node's HTTP parser refuses (headers over 16 KiB, a bad or duplicated Content-Length,
 // chunked with Content-Length, a bad request line, bytes after a body shorter than its
 // Content-Length said) never reach a handler: Node answers them itself, with an empty body. Here
 // they get the `{error, code}` body every other error has.
-
-/** How long a connection we are done with may linger while the client reads the answer. */
-const LINGER_MS = 5_000;
 
 /** Answers on the raw socket (no ServerResponse exists: a refused request, a WebSocket upgrade) and closes it. */
 export function endWithError(socket: Duplex, code: ErrorCode, error: string): void {

@@ -248,11 +248,8 @@ export function createRestHandler(deps: Deps, schema: GraphQLSchema, routes: Rou
         // The client went away mid-request (a reset, a stalled body cut): nobody to answer.
         if (req.destroyed && !req.complete) res.destroy();
         else if (res.headersSent) res.destroy(error as Error);
-        else {
-          // Answered before the whole body was read: close rather than read the rest.
-          if (!req.complete) res.setHeader('connection', 'close');
-          sendClientError(res, error, log);
-        }
+        // Answered before the whole body was read, the connection closes after it (src/edges/http/early-answer.ts).
+        else sendClientError(res, error, log);
       }
       return true;
     },

@@ -187,8 +187,6 @@ export function artifactRoutes(schema: GraphQLSchema): Route[] {
       } catch (err) {
         // The client went away mid-upload: nobody to answer; storeArtifact removed what it wrote.
         if (controller.signal.aborted || (req.destroyed && !req.complete)) return void res.destroy();
-        // Answered before the whole body arrived (422, 413, ...): close rather than read the rest.
-        if (!req.complete && !res.headersSent) res.setHeader('connection', 'close');
         throw err;
       }
     },
