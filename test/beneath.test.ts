@@ -1,6 +1,6 @@
 // The node's share code against links an environment plants (src/dataplane/beneath.ts): what the
 // scan listed a moment ago may be a link by the time it is read or written.
-import { chown, lstat, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { chown, lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
@@ -25,26 +25,29 @@ async function* listed(...files: { path: string; size: number }[]) {
   for (const f of files) yield { ...f, mode: 0o644, mtimeMs: 0 };
 }
 
-it('reads a file swapped for a link, or behind a folder swapped for one, as zeros: never the target', async () => {
+it('leaves a file swapped for a link, or behind a folder swapped for one, out of the archive: never the target', async () => {
+  await writeFile(join(share, 'kept'), 'kept');
   await symlink(join(outside, 'secret'), join(share, 'key'));
   await symlink(outside, join(share, 'folder'));
-  const archive = archiveStream(share, listed({ path: 'key', size: 20 }, { path: 'folder/secret', size: 20 }));
+  const archive = archiveStream(share, listed({ path: 'folder/secret', size: 20 }, { path: 'kept', size: 4 }, { path: 'key', size: 20 }));
   const copy = join(dir, 'copy');
-  await extractArchive(archive, copy);
-  expect(await readFile(join(copy, 'key'))).toEqual(Buffer.alloc(20));
-  expect(await readFile(join(copy, 'folder', 'secret'))).toEqual(Buffer.alloc(20));
+  expect(await extractArchive(archive, copy)).toEqual({ files: 1, bytes: 4 });
+  expect(await readdir(copy)).toEqual(['kept']);
 });
 
-it('writes through neither a planted file link nor a planted folder link', async () => {
+it('writes through neither a planted file link nor a planted folder link: real files replace them', async () => {
   const source = join(dir, 'source');
   await mkdir(join(source, 'folder'), { recursive: true });
   await writeFile(join(source, 'key'), 'restored');
   await writeFile(join(source, 'folder', 'secret'), 'restored');
-  const archive = archiveStream(source, listed({ path: 'key', size: 8 }, { path: 'folder/secret', size: 8 }));
+  const archive = archiveStream(source, listed({ path: 'folder/secret', size: 8 }, { path: 'key', size: 8 }));
   await symlink(join(outside, 'secret'), join(share, 'key'));
   await symlink(outside, join(share, 'folder'));
-  await expect(extractArchive(archive, share)).rejects.toThrow();
+  await extractArchive(archive, share);
   expect(await readFile(join(outside, 'secret'), 'utf8')).toBe('the node host secret');
+  expect(await readdir(outside)).toEqual(['secret']);
+  for (const path of ['key', 'folder/secret']) expect(await readFile(join(share, path), 'utf8')).toBe('restored');
+  expect((await lstat(join(share, 'folder'))).isDirectory()).toBe(true);
 });
 
 it.skipIf(process.getuid?.() !== 0)("gives what the sync writes to the share's owner (an image's user), folders included", async () => {

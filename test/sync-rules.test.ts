@@ -1,3 +1,4 @@
+import { readlinkSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -22,9 +23,11 @@ vi.mock('node:fs/promises', async (importOriginal) => {
   return {
     ...actual,
     readdir: ((...args: Parameters<typeof actual.readdir>) => {
-      fsSpy.readdirs.push(String(args[0]));
+      // The walk lists folders through their descriptors (/proc/self/fd/N): the folder's own path.
+      const dir = String(args[0]).startsWith('/proc/self/fd/') ? readlinkSync(String(args[0])) : String(args[0]);
+      fsSpy.readdirs.push(dir);
       return (actual.readdir as (...a: unknown[]) => Promise<unknown>)(...args).then((entries) => {
-        fsSpy.onListed?.(String(args[0]));
+        fsSpy.onListed?.(dir);
         return entries;
       });
     }) as typeof actual.readdir,

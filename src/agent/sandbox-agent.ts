@@ -210,6 +210,11 @@ class EnvironmentRunner {
     return { root, extras };
   }
 
+  /** Says that a special file of the share (a FIFO, a socket, a device) is not synced. */
+  private skipped(share: ConfigShare): (path: string, kind: string) => void {
+    return (path, kind) => this.log(`share ${share.name}: skipped ${path}: a ${kind} is never synced`);
+  }
+
   /** Keeps one share's sync running while the environment is ready, reconnecting with backoff. */
   private loopShare(share: ConfigShare): void {
     void (async () => {
@@ -227,6 +232,7 @@ class EnvironmentRunner {
           this.sockets.add(ws);
           const [near, far] = duplexPair();
           const ended = bridge(ws, near);
+          const skipped = this.skipped(share);
           const stop = () => ws.close(CLOSE.goingAway, 'the agent stops this sync');
           this.abort.signal.addEventListener('abort', stop, { once: true });
           const work =
@@ -239,10 +245,12 @@ class EnvironmentRunner {
                   withhold: share.localPath === '.' ? AGENT_FOLDER : undefined,
                   watch: true,
                   onSynced: (s) => this.log(`share ${share.name}: in sync (${s.files} files, ${s.deletes} deletes sent)`),
+                  onSkipped: skipped,
                 })
               : receiveFolder(far, {
                   root: where.root,
                   onBatch: (s) => this.log(`share ${share.name}: received (${s.files} files, ${s.deletes} deletes)`),
+                  onSkipped: skipped,
                 });
           work.catch((error: Error) => {
             this.log(`share ${share.name}: ${error.message}`);
@@ -285,7 +293,7 @@ class EnvironmentRunner {
           this.sockets.add(ws);
           const [near, far] = duplexPair();
           const ended = bridge(ws, near);
-          const stats = await receiveFolder(far, { root }).catch((error: Error) => {
+          const stats = await receiveFolder(far, { root, onSkipped: this.skipped(share) }).catch((error: Error) => {
             far.destroy();
             throw error;
           });

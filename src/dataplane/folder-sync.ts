@@ -3,28 +3,30 @@
 //
 //   sender -> receiver: a tar stream (tar-stream). Regular-file entries are files to write (path
 //     relative to the share, mode, mtime, bytes); an entry with pax `berth.op=delete` removes the
-//     file at its path; an entry with pax `berth.op=mark` and `berth.seq=N` ends a batch.
+//     file at its path; an entry with pax `berth.op=mark` and `berth.seq=N` ends a batch; a FIFO
+//     entry with pax `berth.op=skip` and `berth.kind` names a special file the rules select, which
+//     is never sent (once, until it is gone; receivers that do not know it ignore a FIFO entry).
 //   receiver -> sender: one JSON line `{"ack":N}` once everything before mark N is on disk.
 //
 // The first batch is the whole selection; with `watch` the sender then rescans after every change
 // has settled (settleMs without events) and sends what differs from what it sent (size, mtime or
 // mode changed, new files) and deletes for files gone. A `final` sender ends the stream after the
 // first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
-// so a reader never sees half a file; it never follows a symbolic link on the way to a path.
+// so a reader never sees half a file. Either side works in its folder beneath it (beneath.ts): no
+// link is followed, and nothing but a regular file is opened, whatever the folder's owner changes
+// meanwhile.
 import { once } from 'node:events';
-import { closeSync, constants, fchmodSync, fchownSync, futimesSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
-import { lstat, mkdir, open, rm, unlink } from 'node:fs/promises';
+import { closeSync, fchmodSync, fchownSync, futimesSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { lstat, mkdir, open, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Duplex } from 'node:stream';
 import { type FSWatcher, watch } from 'chokidar';
 import * as tar from 'tar-stream';
 import { DEFAULT_IGNORES, type SyncRules, selectFiles, validateRelativePath } from '../kernel/sync-rules';
-import { Beneath } from './beneath';
+import { Beneath, type Kind, NEW_FILE, openRegular, openRegularSync, replace } from './beneath';
 
 /** Files up to this size are read whole; larger ones are streamed. */
 const SMALL_FILE = 512 * 1024;
-/** A temporary file of the receiver: new, and never through a link. */
-const NEW_FILE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 /** The process's umask, read once (files are created with mode & ~umask). */
 const UMASK = (() => {
   const mask = process.umask(0o022);
@@ -34,6 +36,9 @@ const UMASK = (() => {
 const READ_CHUNK = 256 * 1024;
 const OP = 'berth.op';
 const SEQ = 'berth.seq';
+const KIND = 'berth.kind';
+/** What a `skip` entry may say a file is. */
+const SPECIAL_KINDS: ReadonlySet<string> = new Set<Kind>(['FIFO', 'socket', 'device']);
 const EMPTY = Buffer.alloc(0);
 
 type Header = Partial<tar.Header> & { name: string; pax?: Record<string, string> };
@@ -48,11 +53,19 @@ interface IndexEntry {
 
 type Index = Map<string, IndexEntry>;
 
+/** One scan: the files to send, and the special files the rules select (never sent). */
+interface Scan {
+  files: Index;
+  special: Map<string, Kind>;
+}
+
 export interface SyncStats {
   files: number;
   bytes: number;
   deletes: number;
   batches: number;
+  /** Special files the sender named and did not send. */
+  skipped: number;
 }
 
 export interface SendOptions {
@@ -73,6 +86,8 @@ export interface SendOptions {
   signal?: AbortSignal;
   /** Called after each acknowledged batch. */
   onSynced?(stats: SyncStats): void;
+  /** Called for each special file (FIFO, socket, device) the rules select: never sent. */
+  onSkipped?(path: string, kind: Kind): void;
 }
 
 /** The longest line an acknowledgement may be. */
@@ -133,10 +148,13 @@ function ackReader(channel: Duplex) {
 }
 
 /** The files the rules select under `root`, plus the extras (which win over a walked file). */
-async function scan(root: string, rules: SyncRules, extras: Record<string, string>, withhold?: string): Promise<Index> {
+async function scan(root: string, rules: SyncRules, extras: Record<string, string>, withhold?: string): Promise<Scan> {
   const index: Index = new Map();
-  for await (const f of selectFiles(root, rules)) {
-    if (withhold !== undefined && (f.path === withhold || f.path.startsWith(`${withhold}/`))) continue;
+  const special = new Map<string, Kind>();
+  const held = (rel: string) => withhold !== undefined && (rel === withhold || rel.startsWith(`${withhold}/`));
+  const files = selectFiles(root, rules, { special: (rel, kind) => void (held(rel) || special.set(rel, kind)) });
+  for await (const f of files) {
+    if (held(f.path)) continue;
     index.set(f.path, { size: f.size, mtimeMs: f.mtimeMs, mode: f.mode });
   }
   for (const [dest, source] of Object.entries(extras)) {
@@ -144,7 +162,7 @@ async function scan(root: string, rules: SyncRules, extras: Record<string, strin
     if (st?.isFile()) index.set(dest, { size: st.size, mtimeMs: st.mtimeMs, mode: st.mode & 0o777, source });
     else index.delete(dest);
   }
-  return index;
+  return { files: index, special };
 }
 
 function sameEntry(a: IndexEntry, b: IndexEntry): boolean {
@@ -159,7 +177,6 @@ function entryPromise(pack: tar.Pack, header: Header, body?: Buffer): Promise<vo
   });
 }
 
-/** Writes one file entry: small files whole, large ones streamed at exactly the size recorded. */
 /** The file's path beneath the folder, or '' when a name on its way is no longer a folder. */
 function beneathFile(beneath: Beneath, rel: string): string {
   try {
@@ -169,29 +186,28 @@ function beneathFile(beneath: Beneath, rel: string): string {
   }
 }
 
-async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry, noFollow: boolean): Promise<number> {
+/**
+ * Writes one file entry: small files whole, large ones streamed at exactly the size recorded. The
+ * file is opened only if it is a regular file (never a link, a FIFO); -1 when it is not one now.
+ */
+async function packFile(pack: tar.Pack, rel: string, file: string, entry: IndexEntry): Promise<number> {
   if (!file) return -1;
-  const flags = constants.O_RDONLY | (noFollow ? constants.O_NOFOLLOW : 0);
   const header = { name: rel, mode: entry.mode, mtime: new Date(entry.mtimeMs), type: 'file' as const };
   if (entry.size <= SMALL_FILE) {
-    let body: Buffer;
+    // Small: cheaper than four round trips through the thread pool.
+    const opened = openRegularSync(file);
+    if (!opened) return -1;
+    // At most what a small file may be: one that grew since the scan is cut (the next scan sends it).
+    let body = Buffer.allocUnsafe(Math.min(opened.stats.size, SMALL_FILE));
     try {
-      // Small: cheaper than four round trips through the thread pool.
-      const fd = openSync(file, flags);
-      try {
-        body = readFileSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT' || code === 'EISDIR' || code === 'ENOTDIR' || code === 'ELOOP') return -1;
-      throw error;
+      body = body.subarray(0, readSync(opened.fd, body, 0, body.length, 0));
+    } finally {
+      closeSync(opened.fd);
     }
     await entryPromise(pack, { ...header, size: body.length }, body);
     return body.length;
   }
-  const fh = await open(file, flags).catch(() => null);
+  const fh = (await openRegular(file))?.handle;
   if (!fh) return -1;
   try {
     let sinkError: Error | undefined;
@@ -240,7 +256,7 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   const extras = opts.extras ?? {};
   await mkdir(opts.root, { recursive: true });
   const pack = tar.pack();
-  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0 };
+  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0, skipped: 0 };
   const acks = ackReader(channel);
   let closed = false;
   const gone = new Promise<void>((resolve) => {
@@ -262,10 +278,12 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   pack.on('end', () => channel.end());
 
   let sent: Index = new Map();
+  /** Special files named to the receiver, until they are gone. */
+  let named = new Set<string>();
   let seq = 0;
   const batch = async (): Promise<number> => {
-    const now = await scan(opts.root, opts.rules, extras, opts.withhold);
-    const before0 = stats.files + stats.deletes;
+    const { files: now, special } = await scan(opts.root, opts.rules, extras, opts.withhold);
+    const before0 = stats.files + stats.deletes + stats.skipped;
     // Files of the folder are read beneath it, never through a link (a folder the other side may change).
     const beneath = Beneath.open(opts.root);
     try {
@@ -273,7 +291,7 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
         if (closed) return seq;
         const before = sent.get(rel);
         if (before && sameEntry(before, entry)) continue;
-        const size = await packFile(pack, rel, entry.source ?? beneathFile(beneath, rel), entry, !entry.source);
+        const size = await packFile(pack, rel, entry.source ?? beneathFile(beneath, rel), entry);
         if (size < 0) {
           now.delete(rel); // gone while we scanned; the next scan sees it
           continue;
@@ -290,7 +308,15 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
       await entryPromise(pack, { name: rel, size: 0, type: 'file', pax: { [OP]: 'delete' } }, EMPTY);
       stats.deletes++;
     }
-    const changed = stats.files + stats.deletes !== before0;
+    for (const [rel, kind] of special) {
+      if (closed) return seq;
+      if (named.has(rel)) continue;
+      opts.onSkipped?.(rel, kind);
+      await entryPromise(pack, { name: rel, size: 0, type: 'fifo', pax: { [OP]: 'skip', [KIND]: kind } }, EMPTY);
+      stats.skipped++;
+    }
+    named = new Set(special.keys());
+    const changed = stats.files + stats.deletes + stats.skipped !== before0;
     sent = now;
     // A rescan that found nothing to send says nothing (the first batch always ends with a mark).
     if (seq > 0 && !changed) return seq;
@@ -351,6 +377,8 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
     watcher = watch([opts.root, ...Object.values(extras)], {
       ignoreInitial: true,
       ignored: watchIgnored(opts.rules),
+      // A link in the folder is a name, never a way into what it points at.
+      followSymlinks: false,
       persistent: true,
     });
     watcher.on('all', schedule);
@@ -372,13 +400,15 @@ export interface ReceiveOptions {
   root: string;
   /** Called after each batch is on disk. */
   onBatch?(stats: SyncStats): void;
+  /** Called for each special file the sender named and did not send. */
+  onSkipped?(path: string, kind: Kind): void;
 }
 
 /** Writes what a sender sends into `root` until the sender ends the stream. */
 export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Promise<SyncStats> {
   const root = path.resolve(opts.root);
   await mkdir(root, { recursive: true });
-  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0 };
+  const stats: SyncStats = { files: 0, bytes: 0, deletes: 0, batches: 0, skipped: 0 };
   const extract = tar.extract();
   channel.pipe(extract as unknown as NodeJS.WritableStream);
   channel.on('error', (err) => extract.destroy(err));
@@ -406,6 +436,13 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
       } catch {
         entry.resume();
         continue; // never outside the folder
+      }
+      if (op === 'skip') {
+        entry.resume();
+        const kind = header.pax?.[KIND] ?? '';
+        stats.skipped++;
+        opts.onSkipped?.(rel, SPECIAL_KINDS.has(kind) ? (kind as Kind) : 'device');
+        continue;
       }
       if (op === 'delete') {
         entry.resume();
@@ -468,10 +505,9 @@ export async function receiveFolder(channel: Duplex, opts: ReceiveOptions): Prom
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code;
         if (code !== 'EISDIR' && code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
-        // A folder stands where the file goes: the file wins.
+        // A folder stands where the file goes: the file wins (the folder removed beneath it).
         beneath.forget(rel);
-        await rm(target, { recursive: true, force: true });
-        renameSync(tmp, target);
+        await replace(tmp, folder, path.posix.basename(rel));
       }
       stats.files++;
       stats.bytes += bytes;

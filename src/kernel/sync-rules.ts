@@ -20,15 +20,16 @@
 //    milliseconds of work, mid-match if need be.
 // 4. `files` keys (destinations of extra files, relative to root) are selected like exact include
 //    paths; their values (sources on the sandbox) are not read here.
-// Symbolic links are never followed and never selected; neither are sockets, FIFOs or devices.
+// Symbolic links are never followed and never selected; neither are sockets, FIFOs or devices
+// (never opened: `special` names them).
 // Files come out sorted by path in code-unit order (`a.txt` before `a/b`), so a walk is
 // deterministic.
-import type { Dirent } from 'node:fs';
-import { lstat, readdir, readFile } from 'node:fs/promises';
+import { type FileHandle, lstat, open, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import ignore, { type Ignore } from 'ignore';
 import { ValidationError } from './errors';
 import { type Answer, Glob, GlobSyntaxError, type Meter, type Paused } from './glob';
+import { at, FOLDER_FLAGS, type Kind, kindOf, openFolder, openRegular } from './no-follow';
 import { show } from './show';
 
 /**
@@ -56,6 +57,8 @@ export const DEFAULT_IGNORES: readonly string[] = Object.freeze([
 export const MAX_INCLUDE_PATTERNS = 100;
 export const MAX_PATTERN_LENGTH = 1024;
 export const MAX_PATH_LENGTH = 4096;
+/** What of a .gitignore file is read. */
+const MAX_GITIGNORE = 1024 * 1024;
 
 /** Matching work (glob.ts steps: a few milliseconds of it) a walk does between two turns it gives the event loop. */
 const SLICE_STEPS = 1 << 18;
@@ -184,43 +187,55 @@ type WalkMode =
   /** Inside a folder an include matched (or everything with noIgnore): select all. */
   | 'all';
 
-/** The files of `root` that `rules` select, sorted by path (see the top of this file). */
-export async function* selectFiles(root: string, rules: SyncRules): AsyncGenerator<SelectedFile> {
+/** Options of selectFiles. */
+export interface SelectOptions {
+  /**
+   * Called for each special file (FIFO, socket, device) the rules would select were it a file:
+   * it is never opened nor yielded, and the caller may say so.
+   */
+  special?(path: string, kind: Kind): void;
+}
+
+/**
+ * The files of `root` that `rules` select, sorted by path (see the top of this file). Every folder
+ * is opened through the one before without following a link (no-follow.ts): a folder the owner of
+ * the tree swaps for a link meanwhile is not walked, and nothing but a regular file is opened.
+ */
+export async function* selectFiles(root: string, rules: SyncRules, opts: SelectOptions = {}): AsyncGenerator<SelectedFile> {
   const base = path.resolve(root);
   const meter: Meter = { steps: 0, pauseAt: SLICE_STEPS };
   const globs = compileInclude([...rules.include], 'include', meter);
   const exact = Object.keys(rules.files ?? {}).map((dest) => validateRelativePath(dest, `files[${JSON.stringify(dest)}]`));
   const matcher = new IncludeMatcher(globs, exact, meter);
-  if (rules.noIgnore) {
-    yield* walk(base, '', 'all', null, matcher);
-    return;
+  const folder = await open(base, FOLDER_FLAGS);
+  try {
+    if (rules.noIgnore) {
+      yield* walk(folder, '', 'all', null, matcher, opts);
+      return;
+    }
+    const defaults = ignore({ ignorecase: false }).add([...DEFAULT_IGNORES]);
+    yield* walk(folder, '', 'normal', defaults, matcher, opts);
+  } finally {
+    await folder.close();
   }
-  const defaults = ignore({ ignorecase: false }).add([...DEFAULT_IGNORES]);
-  yield* walk(base, '', 'normal', defaults, matcher);
 }
 
 async function* walk(
-  absDir: string,
+  folder: FileHandle,
   relDir: string,
   mode: WalkMode,
   rules: Ignore | null,
   includes: IncludeMatcher,
+  opts: SelectOptions,
 ): AsyncGenerator<SelectedFile> {
-  let entries: Dirent[];
-  try {
-    entries = await readdir(absDir, { withFileTypes: true });
-  } catch (err) {
-    // A folder removed while we walk simply has no files; the root itself must exist.
-    if (relDir !== '' && isCode(err, 'ENOENT', 'ENOTDIR')) return;
-    throw err;
-  }
+  const entries = await readdir(`/proc/self/fd/${folder.fd}`, { withFileTypes: true });
   const items = entries
-    .filter((e) => e.isFile() || e.isDirectory()) // no symlinks, sockets, FIFOs, devices
-    .map((e) => ({ name: e.name, dir: e.isDirectory(), key: e.isDirectory() ? `${e.name}/` : e.name }))
+    .filter((e) => !e.isSymbolicLink())
+    .map((e) => ({ name: e.name, dir: e.isDirectory(), kind: kindOf(e), key: e.isDirectory() ? `${e.name}/` : e.name }))
     .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 
-  if (mode === 'normal' && rules && items.some((e) => e.name === '.gitignore' && !e.dir)) {
-    const text = await readText(path.join(absDir, '.gitignore'));
+  if (mode === 'normal' && rules && items.some((e) => e.name === '.gitignore' && e.kind === 'file')) {
+    const text = await readText(at(folder.fd, '.gitignore'));
     if (text !== null) {
       rules = ignore({ ignorecase: false }).add(rules).add(rebaseGitignore(text, relDir));
     }
@@ -229,7 +244,7 @@ async function* walk(
   for (const item of items) {
     await includes.entry();
     const rel = relDir === '' ? item.name : `${relDir}/${item.name}`;
-    const abs = path.join(absDir, item.name);
+    const here = at(folder.fd, item.name);
     let next: WalkMode | null;
     if (mode === 'all') {
       next = 'all';
@@ -242,10 +257,18 @@ async function* walk(
     }
     if (next === null) continue;
     if (item.dir) {
-      yield* walk(abs, rel, next, next === 'normal' ? rules : null, includes);
+      // A folder swapped for anything else since it was listed is not walked.
+      const child = await openFolder(here);
+      if (!child) continue;
+      try {
+        yield* walk(child, rel, next, next === 'normal' ? rules : null, includes, opts);
+      } finally {
+        await child.close();
+      }
     } else {
-      const st = await lstatOrNull(abs);
+      const st = await lstatOrNull(here);
       if (st?.isFile()) yield { path: rel, size: st.size, mode: st.mode & 0o777, mtimeMs: st.mtimeMs };
+      else if (st && !st.isSymbolicLink() && !st.isDirectory()) opts.special?.(rel, kindOf(st));
     }
   }
 }
@@ -336,12 +359,19 @@ class IncludeMatcher {
   }
 }
 
+/**
+ * A .gitignore's text, its first MAX_GITIGNORE bytes (the folder's owner may make it huge); null
+ * when it is gone or no longer a regular file (never a FIFO's wait).
+ */
 async function readText(file: string): Promise<string | null> {
+  const opened = await openRegular(file);
+  if (!opened) return null;
   try {
-    return await readFile(file, 'utf8');
-  } catch (err) {
-    if (isCode(err, 'ENOENT', 'ENOTDIR', 'EISDIR')) return null;
-    throw err;
+    const buffer = Buffer.alloc(Math.min(opened.stats.size, MAX_GITIGNORE));
+    const { bytesRead } = await opened.handle.read(buffer, 0, buffer.length, 0);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await opened.handle.close();
   }
 }
 

@@ -3,12 +3,15 @@
 // item however many files it has and any `tar` can read it.
 //
 // Paths are POSIX, relative to the share folder (as selectFiles yields them). Only regular files
-// are stored; folders are implied by paths. A file that shrinks while it is read is padded with
+// are stored, each opened beneath the folder (src/dataplane/beneath.ts: never through a link, never
+// a FIFO, socket or device); folders are implied by paths. A file that shrinks while it is read is padded with
 // zeros and one that grows is cut at the size recorded in its header, so the entry's size holds.
-import { constants, type FileHandle, open } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { type FileHandle, open, unlink } from 'node:fs/promises';
+import path from 'node:path';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
 import * as tar from 'tar-stream';
-import { Beneath } from '../dataplane/beneath';
+import { Beneath, isGone, NEW_FILE, openRegular, replace } from '../dataplane/beneath';
 import { ValidationError } from '../kernel/errors';
 import { type SelectedFile, validateRelativePath } from '../kernel/sync-rules';
 
@@ -20,29 +23,35 @@ export interface ArchiveStats {
   bytes: number;
 }
 
-/**
- * The content of one file, exactly `size` bytes long whatever the file does meanwhile; opened
- * beneath the folder, never through a link (a file swapped for one reads as zeros).
- */
-async function* exactly(beneath: Beneath, rel: string, size: number): AsyncGenerator<Buffer> {
-  let sent = 0;
-  let handle: FileHandle | undefined;
+/** The file `rel` opened beneath the folder; null when it is gone or is no regular file there now. */
+async function openBeneath(beneath: Beneath, rel: string): Promise<{ handle: FileHandle; stats: Stats } | null> {
+  let file: string;
   try {
-    handle = await open(beneath.file(rel), constants.O_RDONLY | constants.O_NOFOLLOW);
-  } catch {
-    // gone, or no longer a file beneath the folder
+    file = beneath.file(rel);
+  } catch (error) {
+    if (isGone(error)) return null; // a name on its way is no longer a folder
+    throw error;
   }
-  if (handle && size > 0) {
-    for await (const piece of handle.createReadStream({ start: 0, end: size - 1 })) {
+  return openRegular(file);
+}
+
+/** The content of an open file, exactly `size` bytes long whatever the file does meanwhile. */
+async function* exactly(handle: FileHandle, size: number): AsyncGenerator<Buffer> {
+  let sent = 0;
+  if (size > 0) {
+    for await (const piece of handle.createReadStream({ start: 0, end: size - 1, autoClose: false })) {
       sent += (piece as Buffer).length;
       yield piece as Buffer;
     }
   }
-  await handle?.close().catch(() => undefined);
   if (sent < size) yield Buffer.alloc(size - sent);
 }
 
-/** Streams the tar archive of `files` (relative to `root`). */
+/**
+ * Streams the tar archive of `files` (relative to `root`). Each is opened beneath the folder as it
+ * is now, never through a link: one that is gone, or is no longer a regular file (a link, a FIFO),
+ * is left out, and its size and mode are the open file's.
+ */
 export function archiveStream(root: string, files: AsyncIterable<SelectedFile>): Readable {
   const pack = tar.pack();
   (async () => {
@@ -60,14 +69,21 @@ export function archiveStream(root: string, files: AsyncIterable<SelectedFile>):
 
 async function packAll(pack: tar.Pack, beneath: Beneath, files: AsyncIterable<SelectedFile>): Promise<void> {
   for await (const file of files) {
-    await new Promise<void>((resolve, reject) => {
-      const entry = pack.entry({ name: file.path, size: file.size, mode: file.mode & 0o777, type: 'file' }, (err) =>
-        err ? reject(err) : resolve(),
-      );
-      Readable.from(exactly(beneath, file.path, file.size))
-        .on('error', reject)
-        .pipe(entry as unknown as NodeJS.WritableStream);
-    });
+    const opened = await openBeneath(beneath, file.path);
+    if (!opened) continue;
+    const { handle, stats } = opened;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const entry = pack.entry({ name: file.path, size: stats.size, mode: stats.mode & 0o777, type: 'file' }, (err) =>
+          err ? reject(err) : resolve(),
+        );
+        Readable.from(exactly(handle, stats.size))
+          .on('error', reject)
+          .pipe(entry as unknown as NodeJS.WritableStream);
+      });
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
   }
 }
 
@@ -149,7 +165,9 @@ function archiveError(err: Error): Error {
 /**
  * Writes the archive's files under `root` (overwriting). Nothing is written outside `root`: paths
  * are relative without `..`, and every name on the way is resolved beneath `root` without
- * following a link (a link or file where a folder goes is replaced by the folder).
+ * following a link (a link or file where a folder goes is replaced by the folder). Each file is
+ * written to a new name and renamed over its place, so whatever stood there (a link, a FIFO, a
+ * folder, removed beneath `root`) is replaced, never opened.
  */
 export async function extractArchive(stream: Readable, root: string): Promise<ArchiveStats> {
   const extract = tar.extract();
@@ -157,14 +175,13 @@ export async function extractArchive(stream: Readable, root: string): Promise<Ar
   const beneath = Beneath.open(root);
   const source = stream.on('error', (err) => extract.destroy(err));
   source.pipe(extract as unknown as NodeJS.WritableStream);
+  let counter = 0;
   try {
     for await (const entry of extract) {
       const { rel, size, mode } = checkedEntry(entry.header);
-      const handle = await open(
-        beneath.file(rel, true),
-        constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
-        mode,
-      );
+      const folder = beneath.folder(path.posix.dirname(rel), true);
+      const tmp = `${folder}/.berth-restore-${process.pid}-${counter++}.tmp`;
+      const handle = await open(tmp, NEW_FILE, mode);
       try {
         let written = 0;
         for await (const piece of entry as AsyncIterable<Buffer>) {
@@ -173,9 +190,13 @@ export async function extractArchive(stream: Readable, root: string): Promise<Ar
         }
         if (written !== size) throw new Error('snapshot archive is truncated');
         await handle.chmod(mode);
+      } catch (err) {
+        await unlink(tmp).catch(() => undefined);
+        throw err;
       } finally {
         await handle.close();
       }
+      await replace(tmp, folder, path.posix.basename(rel));
       stats.files++;
       stats.bytes += size;
     }
