@@ -1,14 +1,27 @@
 // Environments as containers, through the public interfaces, on both kinds of node: the built-in
 // pool (in the server) and `berth node` (a real process), with a real engine (Podman's Docker API).
+import { createHash, randomInt } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { type IncomingMessage, request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
-import { containersOf, describeContainers, engine, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
+import { ENVD_BINARY } from '../src/node/runtime';
+import {
+  containersOf,
+  countingListener,
+  describeContainers,
+  engine,
+  ownAddress,
+  TEST_HOG_IMAGE,
+  TEST_IMAGE,
+  TEST_LINKED_IMAGE,
+  TEST_USER_IMAGE,
+  writeCatalog,
+} from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 import { recorded } from './helpers/states';
@@ -34,6 +47,7 @@ const TEMPLATES = [
   { name: 'egress', image: TEST_IMAGE, network: 'egress' },
   { name: 'hog', image: TEST_HOG_IMAGE, resources: { memory: '64MiB' } },
   { name: 'missing', image: MISSING_IMAGE },
+  { name: 'linked', image: TEST_LINKED_IMAGE },
   {
     name: 'files',
     shares: [{ name: 'src', direction: 'in', envPath: '/workspace/src' }],
@@ -292,6 +306,45 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       await ticking;
     });
 
+    it('root in the environment can neither move, replace nor cover berth-envd: a killed serve comes back as the real one', async () => {
+      const env = await lease('box');
+      const real = createHash('sha256')
+        .update(await readFile(ENVD_BINARY))
+        .digest('hex');
+      const steps = {
+        rename: 'mv /.berth /x',
+        move: 'mv /.berth/envd /tmp/envd',
+        write: 'echo x > /.berth/envd',
+        remove: 'rm -rf /.berth',
+        cover: 'mkdir -p /tmp/fake && cp /bin/busybox /tmp/fake/envd && mount --bind /tmp/fake /.berth',
+        mount: 'mount -t tmpfs none /.berth',
+        unmount: 'umount -l /.berth',
+        remount: 'mount -o remount,rw /.berth',
+      };
+      const tried = await sh(
+        env.id,
+        `${Object.entries(steps)
+          .map(([name, step]) => `${step}; echo "${name} $?"`)
+          .join('; ')}; sha256sum /.berth/envd`,
+      );
+      expect(tried.stdout, JSON.stringify(tried)).toContain(`\n${real}  /.berth/envd\n`);
+      for (const name of Object.keys(steps)) expect(tried.stdout, JSON.stringify(tried)).toMatch(new RegExp(`^${name} [1-9]`, 'm'));
+      // Its line ended: the node opens another, to /.berth/envd, which is still the real one.
+      await sh(env.id, `kill -9 $(ps -o pid,args | awk '/envd serve/ && !/awk/ {print $1}')`);
+      const ran = await sh(env.id, 'echo "the real command"; exit 7');
+      expect(ran, JSON.stringify(ran)).toMatchObject({ exitCode: 7, stdout: 'the real command\n' });
+      expect(await recorded(s.url, BOOTSTRAP, env.id, 'the real command')).toMatchObject({ exitCode: 7 });
+      const after = await sh(env.id, "ps -o args | grep -c '^/.berth/envd serve'; sha256sum /.berth/envd");
+      expect(after.stdout).toBe(`1\n${real}  /.berth/envd\n`);
+    });
+
+    it('an image whose /.berth is a link cannot be leased: it would move berth-envd to where the environment may replace it', async () => {
+      const made = await admin.post('/v1/environments', { template: 'linked' });
+      const failed = await until(made.body.environment.id, 'failed');
+      expect(failed.error).toMatch(/\/\.berth is not a folder/);
+      expect(await containersOf(made.body.environment.id)).toEqual([]);
+    });
+
     it('a caller that reads slowly slows the command down, and then gets all of its output', async () => {
       const env = await lease('box');
       const total = 30_000_000;
@@ -394,14 +447,15 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       }
     });
 
-    it('egress reaches neither this machine, its gateway, link-local addresses nor a neighbour, and cannot undo its rules', async () => {
+    it('egress reaches neither this machine, its gateway nor a neighbour, and cannot undo its rules', async () => {
       const env = await lease('egress');
       const neighbour = await lease('egress');
       const neighbourIp = (await sh(neighbour.id, "ip -o -4 addr show | grep -v ' lo ' | awk '{print $4}' | cut -d/ -f1")).stdout.trim();
       const gateway = (await sh(env.id, "ip route | awk '/default/ {print $3}'")).stdout.trim();
       expect(neighbourIp).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
       const port = new URL(s.url).port;
-      const targets = [...hostAddresses().map((h) => `${h}:${port}`), `${gateway}:${port}`, '169.254.169.254:80', `${neighbourIp}:80`];
+      // Every one of them is this machine's or one of its containers': no probe leaves it.
+      const targets = [...hostAddresses().map((h) => `${h}:${port}`), `${gateway}:${port}`, `${neighbourIp}:80`];
       for (const target of targets) {
         const [host, port] = target.split(':');
         const probe = await sh(env.id, `nc -w 2 ${host} ${port} </dev/null 2>&1; echo "exit $?"`);
@@ -411,6 +465,51 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const undo = await sh(env.id, 'ip rule del prio 10 2>&1; ip rule flush 2>&1; ip rule | grep -c prohibit');
       expect(undo.stdout).toMatch(/not permitted/i);
       expect(Number(undo.stdout.trim().split('\n').at(-1))).toBeGreaterThan(0);
+    });
+
+    it("egress reaches no link-local address: one of this machine's own, made for the test, is prohibited", async (ctx) => {
+      const env = await lease('egress');
+      // Link-local addresses (cloud metadata among them) are blocked as a whole, never one by one.
+      expect((await sh(env.id, 'ip rule')).stdout).toMatch(/to 169\.254\.0\.0\/16 .*prohibit/);
+      const address = `169.254.77.${randomInt(1, 255)}`;
+      const own = await ownAddress(address);
+      if ('missing' in own) return ctx.skip(own.missing);
+      const listener = await countingListener(address).catch(async (error) => {
+        await own.remove();
+        throw error;
+      });
+      try {
+        const probe = await sh(env.id, `nc -w 2 ${address} ${listener.port} </dev/null 2>&1; echo "exit $?"`);
+        expect(probe.stdout).not.toContain('exit 0');
+        expect(probe.stdout).toMatch(/denied|prohibited/i);
+        expect(listener.connections()).toBe(0);
+      } finally {
+        listener.close();
+        await own.remove();
+      }
+    });
+
+    it('egress never reaches an address this machine gains while the environment runs', async (ctx) => {
+      const env = await lease('egress');
+      // 198.18.0.0/15 (benchmarking) is no one's on this machine but what the test gives it.
+      const address = `198.18.${randomInt(0, 256)}.${randomInt(1, 255)}`;
+      const own = await ownAddress(address);
+      if ('missing' in own) return ctx.skip(own.missing);
+      const listener = await countingListener(address).catch(async (error) => {
+        await own.remove();
+        throw error;
+      });
+      try {
+        const rule = new RegExp(`to ${address.replaceAll('.', '\\.')} .*prohibit`);
+        await vi.waitFor(async () => expect((await sh(env.id, 'ip rule')).stdout).toMatch(rule), WAIT);
+        const probe = await sh(env.id, `nc -w 2 ${address} ${listener.port} </dev/null 2>&1; echo "exit $?"`);
+        expect(probe.stdout).not.toContain('exit 0');
+        expect(probe.stdout).toMatch(/denied|prohibited/i);
+        expect(listener.connections()).toBe(0);
+      } finally {
+        listener.close();
+        await own.remove();
+      }
     });
 
     it("a service tunnel reaches the environment's own loopback and never a port of this machine", async () => {

@@ -40,6 +40,8 @@ export interface ListedContainer {
   running: boolean;
   /** It ran and ended (exited, stopped, dead), as opposed to one created but not started yet. */
   ended: boolean;
+  /** It is on a network (egress), not on `none`. */
+  networked: boolean;
 }
 
 export interface ExecOptions {
@@ -295,6 +297,8 @@ export class Engine {
         labels: c.Labels ?? {},
         running: c.State === 'running',
         ended: ['exited', 'stopped', 'dead'].includes(c.State),
+        // Docker names `none` a network; Podman lists none.
+        networked: Object.keys(c.NetworkSettings?.Networks ?? {}).some((n) => n !== 'none'),
       }));
     });
   }

@@ -1,5 +1,11 @@
 // Suites that run environments as containers: the engine the global setup found
-// (test/helpers/engine-setup.ts), a catalog of templates of the offline test images, and waits.
+// (test/helpers/engine-setup.ts), a catalog of templates of the offline test images, waits, and
+// addresses of this machine's own for probes that must never leave it.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { type AddressInfo, createServer } from 'node:net';
+import { promisify } from 'node:util';
 import { describe, inject } from 'vitest';
 import { type Backend, describeBackends } from './server';
 
@@ -7,7 +13,7 @@ export { writeCatalog } from './catalog';
 
 import { podman } from './engine-setup';
 
-export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_USER_IMAGE } from './engine-setup';
+export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_LINKED_IMAGE, TEST_USER_IMAGE } from './engine-setup';
 
 /** The engine for DOCKER_HOST / --engine ('' when there is none). */
 export const engine = (): string => inject('engine');
@@ -27,4 +33,49 @@ export function describeContainerBackends(name: string, suite: (backend: Backend
 /** The ids of the engine's containers of one environment (none once it is removed). */
 export async function containersOf(environmentId: string): Promise<string[]> {
   return (await podman('ps', '-aq', '--filter', `label=berth.environment=${environmentId}`)).split('\n').filter(Boolean);
+}
+
+const run = promisify(execFile);
+
+/**
+ * Gives this machine `address` (/32) on a veth pair of the test's own, made in the host's namespace,
+ * and checks that the kernel routes it locally, so a probe of it never leaves the machine.
+ * `missing` says why when the test cannot make links (not root, no `ip`). remove() takes the pair
+ * away again.
+ */
+export async function ownAddress(address: string): Promise<{ remove: () => Promise<void> } | { missing: string }> {
+  const link = `bt-${randomBytes(4).toString('hex')}`;
+  try {
+    await run('ip', ['link', 'add', link, 'type', 'veth', 'peer', 'name', `${link}p`]);
+  } catch (error) {
+    return {
+      missing: `cannot make a veth link for ${address}, which this test needs (root and iproute2): ${(error as Error).message.trim()}`,
+    };
+  }
+  const remove = async () => {
+    await run('ip', ['link', 'del', link]).catch(() => undefined);
+  };
+  try {
+    await run('ip', ['addr', 'add', `${address}/32`, 'dev', link]);
+    await run('ip', ['link', 'set', link, 'up']);
+    await run('ip', ['link', 'set', `${link}p`, 'up']);
+    const route = (await run('ip', ['route', 'get', address])).stdout;
+    if (!route.startsWith('local ')) throw new Error(`${address} is not routed locally: ${route.trim()}`);
+  } catch (error) {
+    await remove();
+    throw error;
+  }
+  return { remove };
+}
+
+/** A TCP server on `address` (one of ownAddress's) that counts the connections it gets and ends each. */
+export async function countingListener(address: string): Promise<{ port: number; connections: () => number; close: () => void }> {
+  let connections = 0;
+  const server = createServer((socket) => {
+    connections++;
+    socket.destroy();
+  });
+  server.listen(0, address);
+  await once(server, 'listening');
+  return { port: (server.address() as AddressInfo).port, connections: () => connections, close: () => server.close() };
 }

@@ -17,6 +17,8 @@ export const TEST_USER_IMAGE = 'localhost/berth-test/busybox-user:1';
 export const TEST_HOG_IMAGE = 'localhost/berth-test/busybox-hog:1';
 /** Its command serves an echo on the environment's port 7000 and a byte counter (`wc -c`) on 9000. */
 export const TEST_ECHO_IMAGE = 'localhost/berth-test/busybox-echo:1';
+/** Its /.berth is a link (to /tmp): berth-envd's place, which such an image must not move. */
+export const TEST_LINKED_IMAGE = 'localhost/berth-test/busybox-linked:1';
 /** How the podman command must run here (runc and cgroupfs: ../shared/DESIGN.md). */
 export const PODMAN_FLAGS = ['--runtime', 'runc', '--cgroup-manager', 'cgroupfs'];
 const BUSYBOX = '/bin/busybox';
@@ -60,7 +62,7 @@ export async function podman(...args: string[]): Promise<string> {
 /** The busybox image (and one with a user of its own), imported from a root file system made here. */
 export function buildImages(): void {
   const have = podmanHere('images', '--format', '{{.Repository}}:{{.Tag}}');
-  if ([TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE].every((image) => have.includes(image))) return;
+  if ([TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE, TEST_LINKED_IMAGE].every((image) => have.includes(image))) return;
   // (Delete the images to build them again after changing them here.)
   const root = mkdtempSync(join(tmpdir(), 'berth-rootfs-'));
   try {
@@ -81,6 +83,9 @@ export function buildImages(): void {
     podmanHere('import', '--change', `CMD ["sh", "-c", "${hog}"]`, tar, TEST_HOG_IMAGE);
     const services = 'nc -ll -p 9000 -e wc -c & exec nc -ll -p 7000 -e cat';
     podmanHere('import', '--change', `CMD ["sh", "-c", "${services}"]`, tar, TEST_ECHO_IMAGE);
+    symlinkSync('/tmp', join(root, '.berth'));
+    execFileSync('tar', ['-C', root, '-cf', tar, '.']);
+    podmanHere('import', '--change', 'CMD ["sh"]', tar, TEST_LINKED_IMAGE);
     rmSync(tar, { force: true });
   } finally {
     rmSync(root, { recursive: true, force: true });
@@ -146,7 +151,7 @@ export default async function setup(project: TestProject): Promise<() => void> {
   return () => {
     // Whatever a failed suite left behind: containers of the test images.
     if (which('podman')) {
-      for (const image of [TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE]) {
+      for (const image of [TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE, TEST_LINKED_IMAGE]) {
         const ids = podmanHere('ps', '-aq', '--filter', `ancestor=${image}`).split('\n').filter(Boolean);
         if (ids.length) podmanHere('rm', '-f', ...ids);
       }

@@ -1,12 +1,18 @@
 // berth-envd: what a node runs inside every environment container (docs/environments.md).
-// Static, so it needs nothing from the image (a bare busybox image works); the node mounts it
-// read-only at /.berth/envd, so the environment cannot change it.
+// Static, so it needs nothing from the image (a bare busybox image works). The node mounts a folder
+// holding only this program read-only at /.berth, and runs /.berth/envd: a mount point, which
+// nothing inside (root included: it lacks CAP_SYS_ADMIN) can rename, replace, unmount or write to.
+// Every step is non-dumpable: the environment's processes, root included (no CAP_SYS_PTRACE), cannot
+// open any of them in /proc (their memory, descriptors) to read or forge what they carry.
 //
 //   envd init [cmd...]   PID 1. Waits for the node's go (SIGUSR1 from outside the container),
 //                        then runs the image's own command, if any. Reaps every orphan. Signals
 //                        sent by the environment's own processes are ignored. When the image's
 //                        command fails (non-zero or a signal) the container ends with its status;
 //                        after a clean exit (a shell with no input) the environment lives on.
+//                        Ends at once (ENVD_MISPLACED) when /.berth is not a folder: an image's
+//                        link there sends the mount to its target, leaving the path itself to the
+//                        environment to replace.
 //   envd serve           Every command the node runs in the environment, over one line (standard
 //                        input and output, frames below): each in a session of its own, as the
 //                        image's user, its input empty, a pipe or a terminal of its own (its
@@ -37,6 +43,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,7 +67,15 @@ static void on_init_signal(int sig, siginfo_t *info, void *ctx) {
   else term_flag = 1;
 }
 
+// init's exit when the image's /.berth is not a folder (runtime.ts ENVD_MISPLACED says why).
+#define ENVD_MISPLACED 120
+
 static int init_main(int argc, char **argv) {
+  struct stat place;
+  if (lstat("/.berth", &place) < 0 || !S_ISDIR(place.st_mode)) {
+    fprintf(stderr, "berth-envd: the image's /.berth is not a folder (a link or a file): berth-envd's place is refused\n");
+    _exit(ENVD_MISPLACED);
+  }
   sigset_t blocked, empty;
   sigemptyset(&empty);
   sigemptyset(&blocked);
@@ -142,8 +157,8 @@ static void set_size(int fd, unsigned rows, unsigned cols) {
 // A frame the node never sends (unknown, malformed, too long, an id in use, input beyond INPUT_MAX)
 // ends serve, and with it every command: the node starts another.
 //
-// serve is not dumpable: the environment's processes, root included (it lacks CAP_SYS_PTRACE),
-// cannot open its descriptors in /proc and so cannot read or forge another command's frames.
+// serve is not dumpable (main): the environment's processes cannot open its descriptors in /proc and
+// so cannot read or forge another command's frames.
 
 #define SERVE_PAYLOAD_MAX (512 * 1024) // a spawn's argv: the node allows 64 Ki characters
 #define INPUT_MAX (256 * 1024)         // a command's input held here (the node's SERVE_INPUT_WINDOW)
@@ -454,8 +469,6 @@ static void apply_frame(unsigned char type, const unsigned char *payload, size_t
 }
 
 static int serve_main(void) {
-  // Nothing of the environment reads or writes this process's descriptors (see above).
-  prctl(PR_SET_DUMPABLE, 0);
   // Three descriptors a command: as many as the hard limit allows; commands get the usual limit back.
   getrlimit(RLIMIT_NOFILE, &files_limit);
   struct rlimit raised = {.rlim_cur = files_limit.rlim_max, .rlim_max = files_limit.rlim_max};
@@ -664,6 +677,8 @@ static int guard_main(int count, char **prefixes) {
 }
 
 int main(int argc, char **argv) {
+  // Nothing of the environment opens this process in /proc (a command's child gets it back at exec).
+  prctl(PR_SET_DUMPABLE, 0);
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return init_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve_main();
   if (argc == 3 && strcmp(argv[1], "dial") == 0) return dial_main(argv[2]);
