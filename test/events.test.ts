@@ -1,7 +1,7 @@
 // The in-process event bus (src/platform/events.ts): what a slow subscriber or a faulty handler may do to
 // the publisher — nothing. Before, a subscriber that left 1024 payloads unread made the publish
 // throw inside PostgreSQL's notification listener, which ended the process for every tenant.
-import { expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createEvents, MAX_UNREAD, SubscriberOverflowError, type Topic } from '../src/platform/events';
 
 // A topic of these tests' own (real topics are built by `topics` only).
@@ -57,4 +57,37 @@ it('ends a pending next() when the subscription is returned, and delivers to con
   const pending = sub.next();
   await sub.return?.();
   expect(await pending).toEqual({ value: undefined, done: true });
+});
+
+describe.skipIf(!process.env.TEST_DATABASE_URL)('send on a shared PostgreSQL', () => {
+  it('hands a payload straight to a subscriber in this process, and crosses the database only for one elsewhere', async () => {
+    const schema = `events_send_${Date.now()}`;
+    const opts = { databaseUrl: process.env.TEST_DATABASE_URL, schema };
+    const here = await createEvents(opts);
+    const there = await createEvents(opts);
+    try {
+      const mine = here.subscribe(t)[Symbol.asyncIterator]();
+      const theirs = there.subscribe(t)[Symbol.asyncIterator]();
+      const first = mine.next();
+      const seen = theirs.next();
+      await here.send(t, { n: 1 });
+      expect(await first).toEqual({ value: { n: 1 }, done: false });
+      // A notification after it: had the send gone through the database, `there` would hear it first.
+      await here.publish(t, { n: 2 });
+      expect(await seen).toEqual({ value: { n: 2 }, done: false });
+      expect(await mine.next()).toEqual({ value: { n: 2 }, done: false });
+      // A topic nobody here listens on goes through the database to the instance that does.
+      const u = 'u' as Topic<{ n: number }>;
+      const away = there.subscribe(u)[Symbol.asyncIterator]();
+      const arrived = away.next();
+      await here.send(u, { n: 3 });
+      expect(await arrived).toEqual({ value: { n: 3 }, done: false });
+      await mine.return?.();
+      await theirs.return?.();
+      await away.return?.();
+    } finally {
+      await here.close();
+      await there.close();
+    }
+  });
 });

@@ -21,7 +21,7 @@ import { queryEncodingProblem } from '../edges/http/text';
 import { createRestHandler } from '../edges/rest/adapter';
 import { buildRoutes } from '../edges/rest/routes';
 import { schema } from '../edges/schema';
-import { prepullBuiltin } from '../modules/nodes';
+import { prepullBuiltin, serveBuiltinNode } from '../modules/nodes';
 import { ensureDefaultOrganization } from '../modules/organizations';
 import { METRICS_PATH, sendMetrics } from '../observability/endpoint';
 import { createLogger, type Logger, logFunction } from '../observability/log';
@@ -181,6 +181,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
   const nodeChannel = serveNodeChannel(deps, log);
+  const builtinNode = serveBuiltinNode(deps, log);
   const relay = createRelayServer(deps, log);
   const sessions = createSessionServer(deps, cors, log);
   const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {
@@ -215,6 +216,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     await relay.close();
     await sessions.close();
     await nodeChannel.close();
+    builtinNode();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());

@@ -49,6 +49,12 @@ export const nodeTopicsOf = <ToNode extends EventPayload, Reply extends EventPay
 export interface Events {
   /** Delivers to subscribers on every Berth instance sharing this database. */
   publish<P extends EventPayload>(topic: Topic<P>, payload: P): Promise<void>;
+  /**
+   * Delivers to a topic that one subscriber listens on (a command's events, a node's inbox, an
+   * answer): straight to it when it listens in this process, without a round trip through the
+   * database; through the database like publish when it does not.
+   */
+  send<P extends EventPayload>(topic: Topic<P>, payload: P): Promise<void>;
   subscribe<P extends EventPayload>(topic: Topic<P>): AsyncIterable<P>;
   /**
    * Calls `handler` synchronously for every payload of `topic`, from this instance or another,
@@ -176,9 +182,10 @@ function localTopics(log: (message: string, error: unknown) => void) {
       if (set.size === 0) handlers.delete(topic);
     };
   };
+  const heard = (topic: string) => subscribers.has(topic) || handlers.has(topic);
   // The one place payloads meet their topic's type: what is published on a Topic<P> is a P
   // (publish takes only that), and JSON through NOTIFY keeps its shape.
-  return { deliver, subscribe: subscribe as Events['subscribe'], listen: listen as Events['listen'] };
+  return { deliver, heard, subscribe: subscribe as Events['subscribe'], listen: listen as Events['listen'] };
 }
 
 /**
@@ -191,10 +198,11 @@ export async function createEvents(opts: {
   schema?: string;
   log?: (message: string, error: unknown) => void;
 }): Promise<Events> {
-  const { deliver, subscribe, listen } = localTopics(opts.log ?? (() => undefined));
+  const { deliver, heard, subscribe, listen } = localTopics(opts.log ?? (() => undefined));
   if (!opts.databaseUrl) {
     return {
       publish: async (topic, payload) => deliver(topic, payload),
+      send: async (topic, payload) => deliver(topic, payload),
       subscribe,
       listen,
       receiving: () => true,
@@ -225,10 +233,12 @@ export async function createEvents(opts: {
   });
   await listener.query(`LISTEN "${channel}"`);
   receiving = true;
+  const publish: Events['publish'] = async (topic, payload) => {
+    await sender.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify({ topic, payload })]);
+  };
   return {
-    publish: async (topic, payload) => {
-      await sender.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify({ topic, payload })]);
-    },
+    publish,
+    send: async (topic, payload) => (heard(topic) ? deliver(topic, payload) : publish(topic, payload)),
     subscribe,
     listen,
     receiving: () => receiving,

@@ -10,15 +10,21 @@ import type { DistributiveOmit, ExecTopicEvent, NodeReply, ServerToNode, ToNode 
 /** What the bus carries to a node's channel: its messages, and `revoked` (the node was removed: the channel closes). */
 export type NodeBusMessage = ServerToNode | { type: 'revoked' };
 
+/** The built-in pool's node in the bus's topics (its inbox `node:hot`): src/modules/nodes/builtin-node.ts. */
+export const BUILTIN_NODE = 'hot';
+
 /** The node channel's topics, carrying the protocol's messages. */
 export const nodeTopics = nodeTopicsOf<NodeBusMessage, NodeReply, ExecTopicEvent>();
 
 /** A question for a node: a message its agent answers with a `reply` (askNode adds the topic). */
 export type NodeQuestion = DistributiveOmit<ToNode<'prepare' | 'release'>, 'reply'>;
 
-/** A message for the node's agent (dispatched there by `type`). Dropped when the node is not connected. */
+/**
+ * A message for the node's agent (dispatched there by `type`). Dropped when the node is not
+ * connected; straight to its channel when this instance holds it (Events.send).
+ */
 export async function sendToNode(deps: { events: Events }, nodeId: string, message: NodeBusMessage): Promise<void> {
-  await deps.events.publish(nodeTopics.node(nodeId), message);
+  await deps.events.send(nodeTopics.node(nodeId), message);
 }
 
 export class NodeUnreachableError extends Error {}

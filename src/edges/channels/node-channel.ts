@@ -110,7 +110,7 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
         }
         case 'reply':
           // The schema holds it to a reply topic's shape.
-          await deps.events.publish(nodeTopics.nodeReply(message.reply)!, message);
+          await deps.events.send(nodeTopics.nodeReply(message.reply)!, message);
           return;
         case 'ended':
           await nodeEnvironmentEnded(deps, actor, message.environment, message.reason);
@@ -124,8 +124,9 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
         case 'exec-output':
         case 'exec-input-credit':
         case 'exec-exit':
-          // A node speaks only for the commands it was sent: the topic carries its own id.
-          await deps.events.publish(nodeTopics.exec(nodeId, message.exec), message);
+          // A node speaks only for the commands it was sent: the topic carries its own id. Straight
+          // to the caller when its request is served here, else through the database.
+          await deps.events.send(nodeTopics.exec(nodeId, message.exec), message);
           return;
         case 'warm-ready':
           await nodeWarmReady(deps, actor, message);

@@ -3,20 +3,22 @@
 // streamed to the caller as it comes; the Exec row (command, exit code, duration, actor) written
 // here, by the server, when the command ends. A files-only environment runs nothing (no_runtime).
 //
-// Output travels as events on the topic `exec:<node>:<run id>`: a remote node's agent sends
-// `exec-output` / `exec-exit` on its control channel and the instance holding the channel
-// publishes them under that node's id only (src/edges/channels/node-channel.ts); the built-in node runs in
-// this process and publishes the same events. The run id is random and lives only as long as the
-// caller's request: a caller that goes away stops the command's whole session.
+// One path for every node: the command and what follows it (kill, credit, input, resize) go to the
+// node's inbox `node:<id>` (the built-in pool's is `node:hot`, served in this process by
+// src/modules/nodes/builtin-node.ts); the node's output comes back as events on the topic
+// `exec:<node>:<run id>`, sent by the instance holding the node (src/edges/channels/node-channel.ts)
+// under that node's id only. Both hops skip the database when the other end is in this process
+// (Events.send). The run id is random and lives only as long as the caller's request: a caller
+// that goes away stops the command's whole session.
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec } from '../../generated/prisma/client';
 import { requireMember, requireOwner } from '../../kernel/access';
 import { ConflictError, DomainError, ValidationError } from '../../kernel/errors';
-import { type Command, type SessionOptions, type TermSize, whenStarted } from '../../node/command';
-import { EXEC_CHUNK, EXEC_GRANT, execOutput, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
-import { nodeTopics, sendToNode } from '../../protocol/node-bus';
-import type { DistributiveOmit, ExecTopicEvent, ToNode } from '../../protocol/node-channel';
+import type { SessionOptions, TermSize } from '../../node/command';
+import { EXEC_CHUNK, EXEC_GRANT, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
+import { BUILTIN_NODE, nodeTopics, sendToNode } from '../../protocol/node-bus';
+import type { DistributiveOmit, ToNode } from '../../protocol/node-channel';
 import { checkAudited } from '../audit';
 import { findEnvironment, recordExecRow } from './service';
 
@@ -24,8 +26,6 @@ export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buf
 
 const MAX_ARGS = 1024;
 const MAX_COMMAND = 64 * 1024;
-/** The hot pool's own node name in exec topics. */
-const HOT = 'hot';
 
 /** `argv` as one line a shell would read back the same (what the Exec row's `command` shows). */
 export function commandLine(argv: string[]): string {
@@ -130,34 +130,29 @@ export async function startCommand(
   const argv = validateArgv(command);
   const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
   const run = randomUUID();
-  const node = env.nodeId ?? HOT;
+  const node = env.nodeId ?? BUILTIN_NODE;
   const events = deps.events.subscribe(nodeTopics.exec(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();
   const started = Date.now();
-  let local: Command | undefined;
-  if (env.nodeId) {
-    await sendToNode(deps, env.nodeId, {
-      type: 'exec',
-      exec: run,
-      environment: { id: env.id },
-      argv,
-      workdir: env.workdir,
-      ...(session ? { session: { ...session } } : {}),
-    });
-  } else {
-    local = runOnBuiltinNode(deps, env, run, argv, session);
-  }
+  await sendToNode(deps, node, {
+    type: 'exec',
+    exec: run,
+    environment: { id: env.id },
+    argv,
+    workdir: env.workdir,
+    ...(session ? { session: { ...session } } : {}),
+  });
   let finished = false;
+  // In order: each waits for the one before (through the database, two sends could cross).
+  let sent = Promise.resolve();
   const toNode = (
     message: DistributiveOmit<ToNode<'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize'>, 'exec'>,
   ) => {
-    if (env.nodeId) sendToNode(deps, env.nodeId, { ...message, exec: run }).catch(() => undefined);
+    sent = sent.then(() => sendToNode(deps, node, { ...message, exec: run })).catch(() => undefined);
   };
   const stop = () => {
-    if (finished) return;
-    if (local) local.kill();
-    else toNode({ type: 'exec-kill' });
+    if (!finished) toNode({ type: 'exec-kill' });
   };
   // Output the caller has taken (asked for the next event after it) and not yet granted back.
   let taken = 0;
@@ -165,8 +160,7 @@ export async function startCommand(
     if (taken < EXEC_GRANT || finished) return;
     const bytes = taken;
     taken = 0;
-    if (local) local.grant(bytes);
-    else toNode({ type: 'exec-credit', bytes });
+    toNode({ type: 'exec-credit', bytes });
   };
   // Input sent on and not yet written to the command's container, and who waits for room.
   let inFlight = 0;
@@ -223,8 +217,7 @@ export async function startCommand(
     } finally {
       finished = true;
       clearTimeout(timer);
-      if (local) local.kill();
-      else toNode({ type: 'exec-kill' });
+      toNode({ type: 'exec-kill' });
       for (const wake of room.splice(0)) wake();
       await unsubscribe();
     }
@@ -248,44 +241,17 @@ export async function startCommand(
       for (let at = 0; at < data.length; at += EXEC_CHUNK) {
         const piece = data.subarray(at, at + EXEC_CHUNK);
         inFlight += piece.length;
-        if (local) local.input(piece, () => credited(piece.length));
-        else toNode({ type: 'exec-input', data: piece.toString('base64') });
+        toNode({ type: 'exec-input', data: piece.toString('base64') });
       }
       if (inFlight >= SESSION_INPUT_WINDOW && !finished) await new Promise<void>((resolve) => room.push(resolve));
     },
     endInput() {
       if (!session || finished) return;
-      if (local) local.endInput();
-      else toNode({ type: 'exec-input-end' });
+      toNode({ type: 'exec-input-end' });
     },
     resize(size) {
       if (!session?.tty || finished) return;
-      if (local) local.resize(size);
-      else toNode({ type: 'exec-resize', rows: size.rows, cols: size.cols });
+      toNode({ type: 'exec-resize', rows: size.rows, cols: size.cols });
     },
   };
-}
-
-/** The built-in node's runner: the command in the environment's container, events on the same topic. */
-function runOnBuiltinNode(deps: Deps, env: Environment, run: string, argv: string[], session?: SessionOptions): Command {
-  const topic = nodeTopics.exec(HOT, run);
-  let chain = Promise.resolve();
-  const publish = (payload: ExecTopicEvent) => {
-    chain = chain.then(() => deps.events.publish(topic, payload)).catch(() => undefined);
-  };
-  const start = deps.node.exec(
-    env.id,
-    argv,
-    env.workdir,
-    (stream, data) => {
-      for (const event of execOutput(stream, data)) publish(event);
-    },
-    session,
-  );
-  const command = whenStarted(start, (error) => {
-    publish({ type: 'exec-output', stream: 'stderr', data: Buffer.from(`berth: ${error.message}\n`).toString('base64') });
-    return 126;
-  });
-  void command.exited.then((exitCode) => publish({ type: 'exec-exit', exitCode }));
-  return command;
 }

@@ -1,4 +1,4 @@
-export { builtinNodeJob, failEnded, openBuiltinEngine, openBuiltinNode, prepullBuiltin } from './builtin-node';
+export { builtinNodeJob, failEnded, openBuiltinEngine, openBuiltinNode, prepullBuiltin, serveBuiltinNode } from './builtin-node';
 export { type NodeProvider, startBound } from './provider';
 export { nodeJob, nodeProvider } from './remote-nodes';
 export {
