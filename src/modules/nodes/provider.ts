@@ -1,11 +1,9 @@
-import { stat } from 'node:fs/promises';
 import type { Deps } from '../../app/context';
-import { shareDir } from '../../dataplane/layout';
 import type { Environment } from '../../generated/prisma/client';
 import { syncOf } from '../../kernel/json-columns';
-import { type SyncRules, selectFiles } from '../../kernel/sync-rules';
+import type { SyncRules } from '../../kernel/sync-rules';
 import type { RuntimeKind } from '../../node/runtime';
-import { archiveStream, extractArchive } from '../../protocol/snapshot-archive';
+import { restoreShares, saveShares } from '../../node/shares';
 import { openSnapshotShare, planRestore, recordRestored, savedShares, saveSnapshotShare } from '../snapshots';
 import { environmentSpec } from './specs';
 
@@ -43,13 +41,8 @@ export const builtinProvider: NodeProvider = {
     const restore = async (root: string) => {
       const plan = await planRestore(deps, env);
       if (!plan) return;
-      let files = 0;
-      for (const snapshot of plan.shares) {
-        // A share the template no longer has is restored where its name would put it.
-        const envPath = spec.shares.find((s) => s.name === snapshot.share)?.envPath ?? `/${snapshot.share}`;
-        files += (await extractArchive(await openSnapshotShare(deps, snapshot), shareDir(root, envPath))).files;
-      }
-      await recordRestored(deps, env.id, plan, files);
+      const saved = plan.shares.map((snapshot) => ({ share: snapshot.share, open: () => openSnapshotShare(deps, snapshot) }));
+      await recordRestored(deps, env.id, plan, await restoreShares(root, spec.shares, saved));
     };
     if (env.warmSlot && env.warmClaimed && env.specHash) return deps.node.claimWarm(env.warmSlot, env.specHash, spec, restore);
     if (env.warmSlot) await deps.node.dropWarm(env.warmSlot);
@@ -59,14 +52,14 @@ export const builtinProvider: NodeProvider = {
     // The container goes first: nothing changes the shares while they are saved.
     await deps.node.stop(env.id);
     if (env.snapshot) {
-      const spec = await environmentSpec(deps, env);
-      const root = deps.node.root(env.id);
-      const done = await savedShares(deps, env);
-      for (const share of spec.shares) {
-        const dir = shareDir(root, share.envPath);
-        if (done.includes(share.name) || !(await isDir(dir))) continue;
-        await saveSnapshotShare(deps, env, share.name, archiveStream(dir, selectFiles(dir, shareRules(env, share.name))));
-      }
+      const shares = (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+      await saveShares(
+        deps.node.root(env.id),
+        shares,
+        await savedShares(deps, env),
+        async (share, archive) => void (await saveSnapshotShare(deps, env, share, archive)),
+        (share, path) => deps.node.options.log(`${env.id}: the snapshot of share ${share} leaves out ${path}: not a regular file`),
+      );
     }
     await deps.node.discard(env.id);
   },
@@ -83,8 +76,4 @@ export function shareRules(env: Environment, share: string): SyncRules {
     if (dest.startsWith(`${share}/`)) files[dest.slice(share.length + 1)] = source;
   }
   return { include: sync.include, noIgnore: sync.noIgnore, files };
-}
-
-async function isDir(path: string): Promise<boolean> {
-  return (await stat(path).catch(() => null))?.isDirectory() ?? false;
 }
