@@ -16,24 +16,24 @@
 // answers `drained` once none is left; then the agent stops. The same credential started again
 // serves as before (docs/agents.md, "Stopping a node").
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir } from 'node:fs/promises';
 import { availableParallelism, totalmem } from 'node:os';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
-import { shareDir } from '../dataplane/layout';
+import { removeTree } from '../dataplane/beneath';
 import { serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
 import { normalizeImage } from '../kernel/image-ref';
-import { selectFiles } from '../kernel/sync-rules';
-import { type Command, type SessionOptions, whenStarted } from '../node/command';
+import { CommandHost } from '../node/command-host';
 import type { Engine } from '../node/engine';
 import { NodeRuntime } from '../node/runtime';
-import { execOutput, NODE_CHANNEL_PATH } from '../protocol/dataplane';
+import { restoreShares, saveShares } from '../node/shares';
+import { NODE_CHANNEL_PATH } from '../protocol/dataplane';
 import { MAX_ERROR, type NodeToServer, parseServerToNode, type ServerToNode, type ToNode } from '../protocol/node-channel';
-import { ARCHIVE_CONTENT_TYPE, archiveStream, extractArchive } from '../protocol/snapshot-archive';
+import { ARCHIVE_CONTENT_TYPE } from '../protocol/snapshot-archive';
 
 export interface NodeAgentOptions {
   /** The Berth server's base URL, e.g. http://127.0.0.1:8080. */
@@ -71,7 +71,7 @@ export class NodeAgent {
   private readonly work = new Map<string, Promise<unknown>>();
   private readonly log: (line: string) => void;
   readonly runtime: NodeRuntime;
-  private readonly commands = new Map<string, Command>();
+  private readonly commands: CommandHost;
   /** The warm containers this process holds, by slot: which making of it (`since`), made or being made. */
   private readonly warm = new Map<string, { since: string; hash: string; ready: boolean }>();
   private checks: NodeJS.Timeout | undefined;
@@ -87,6 +87,12 @@ export class NodeAgent {
     this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
     this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
     this.runtime.onUsage = (id, sample) => this.send({ type: 'usage', environment: id, sample });
+    this.commands = new CommandHost(
+      this.runtime,
+      (event) => this.send(event),
+      (id) => this.held.has(id),
+      'berth node',
+    );
   }
 
   get dir(): string {
@@ -145,7 +151,7 @@ export class NodeAgent {
     this.wake?.();
     clearInterval(this.heartbeat);
     clearInterval(this.checks);
-    this.runtime.stopSampling();
+    this.runtime.close();
     this.ws?.close(1000, 'node agent stopping');
   }
 
@@ -264,24 +270,12 @@ export class NodeAgent {
       case 'release':
         return this.answer(message, () => this.once(`release:${message.environment.id}`, () => this.release(message.environment)));
       case 'exec':
-        return this.exec(message.exec, message.environment.id, message.argv, message.workdir, message.session);
       case 'exec-kill':
-        this.commands.get(message.exec)?.kill();
-        return;
       case 'exec-credit':
-        this.commands.get(message.exec)?.grant(message.bytes);
-        return;
-      case 'exec-input': {
-        const run = message.exec;
-        const data = Buffer.from(message.data, 'base64');
-        this.commands.get(run)?.input(data, () => this.send({ type: 'exec-input-credit', exec: run, bytes: data.length }));
-        return;
-      }
+      case 'exec-input':
       case 'exec-input-end':
-        this.commands.get(message.exec)?.endInput();
-        return;
       case 'exec-resize':
-        this.commands.get(message.exec)?.resize({ rows: message.rows, cols: message.cols });
+        this.commands.handle(message);
         return;
       case 'relay':
         return this.relay(message);
@@ -356,7 +350,7 @@ export class NodeAgent {
     for (const id of ended.keys()) await this.runtime.discard(id);
     for (const id of present) if (!ended.has(id)) this.held.add(id);
     for (const name of await readdir(this.opts.dir))
-      if (name.startsWith('env_') && !this.held.has(name)) await rm(`${this.opts.dir}/${name}`, { recursive: true, force: true });
+      if (name.startsWith('env_') && !this.held.has(name)) await removeTree(`${this.opts.dir}/${name}`);
     if (this.held.size) this.log(`holding ${this.held.size} environment(s) whose containers still run`);
   }
 
@@ -411,13 +405,14 @@ export class NodeAgent {
       const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
       if (planned.status === 204) return;
       const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
-      let files = 0;
-      for (const { share, snapshot } of plan.shares) {
-        const envPath = env.shares.find((s) => s.name === share)?.envPath ?? `/${share}`;
-        const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
-        const body = Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
-        files += (await extractArchive(body, shareDir(root, envPath))).files;
-      }
+      const saved = plan.shares.map(({ share, snapshot }) => ({
+        share,
+        open: async () => {
+          const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
+          return Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
+        },
+      }));
+      const files = await restoreShares(root, env.shares, saved);
       await this.call('POST', `/v1/environments/${env.id}/restored`, {
         body: JSON.stringify({ root: plan.root, files }),
         type: 'application/json',
@@ -438,16 +433,18 @@ export class NodeAgent {
   private async release(env: ToNode<'release'>['environment']): Promise<undefined> {
     // The container goes first: nothing changes the shares while they are saved.
     await this.runtime.stop(env.id);
-    const root = this.root(env.id);
     if (env.snapshot) {
-      for (const share of env.shares) {
-        const dir = shareDir(root, share.envPath);
-        if (env.saved.includes(share.name) || !(await isDir(dir))) continue;
-        await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share.name)}`, {
-          body: archiveStream(dir, selectFiles(dir, share.rules)),
-          type: ARCHIVE_CONTENT_TYPE,
-        });
-      }
+      await saveShares(
+        this.root(env.id),
+        env.shares,
+        env.saved,
+        async (share, archive) =>
+          void (await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share)}`, {
+            body: archive,
+            type: ARCHIVE_CONTENT_TYPE,
+          })),
+        (share, path) => this.log(`${env.id}: the snapshot of share ${share} leaves out ${path}: not a regular file`),
+      );
     }
     await this.discard(env.id);
     this.log(`${env.id} released`);
@@ -456,28 +453,6 @@ export class NodeAgent {
   async discard(id: string): Promise<void> {
     await this.runtime.discard(id);
     this.held.delete(id);
-  }
-
-  /**
-   * A command in the environment's container: its output as `exec-output` events, then `exec-exit`.
-   * It is known (input, kills and credit for it kept) from the moment its message arrives.
-   */
-  private async exec(run: string, env: string, argv: string[], workdir: string, session: SessionOptions | undefined): Promise<void> {
-    const output = (stream: 'stdout' | 'stderr', data: Buffer) => {
-      for (const event of execOutput(stream, data)) this.send({ ...event, exec: run });
-    };
-    if (!this.held.has(env)) {
-      output('stderr', Buffer.from(`berth node: environment ${env} is not on this node\n`));
-      return this.send({ type: 'exec-exit', exec: run, exitCode: 126 });
-    }
-    const command = whenStarted(this.runtime.exec(env, argv, workdir, output, session), (error) => {
-      output('stderr', Buffer.from(`berth node: ${error.message}\n`));
-      return 126;
-    });
-    this.commands.set(run, command);
-    const exitCode = await command.exited;
-    this.commands.delete(run);
-    this.send({ type: 'exec-exit', exec: run, exitCode });
   }
 
   /** A relay socket: dialled back to the instance holding the sandbox's end (docs/agents.md, "The relay"). */
@@ -507,7 +482,3 @@ export class NodeAgent {
 
 /** An error's message as a node sends it: bounded by what the server takes. */
 const errorText = (error: unknown) => (error as Error).message.slice(0, MAX_ERROR);
-
-async function isDir(path: string): Promise<boolean> {
-  return (await stat(path).catch(() => null))?.isDirectory() ?? false;
-}

@@ -81,7 +81,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
 
 /** Stops the background jobs, then closes events and the database. */
 export async function closeDeps(deps: Deps): Promise<void> {
-  deps.node.stopSampling();
+  deps.node.close();
   await deps.background.stop();
   deps.credentials.close();
   await deps.events.close();

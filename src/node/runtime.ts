@@ -7,7 +7,8 @@
 //   and berth.owner (which node made it: a node only ever touches its own containers);
 // - the engine's default capabilities minus DROPPED_CAPABILITIES, no-new-privileges, memory with
 //   swap equal to memory, a CPU quota, a pids limit;
-// - nothing of the host mounted but its share folders (at their envPath) and berth-envd, read-only;
+// - nothing of the host mounted but its share folders (at their envPath) and, read-only, the folder
+//   holding berth-envd alone (at /.berth: a mount point, so nothing inside can replace it);
 // - berth-envd as PID 1: the image's own command starts only after the node's go, which comes
 //   once the egress guard is in place.
 //
@@ -15,23 +16,32 @@
 // per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
 // cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
-import { lchown, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
-import { networkInterfaces } from 'node:os';
+import { lstat, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
+import { chownTree, removeTree } from '../dataplane/beneath';
 import { environmentRoot, shareDir } from '../dataplane/layout';
 import { formatSize, parseSize } from '../kernel/sizes';
 import type { Command, SessionOptions } from './command';
 import { DiskCount } from './disk-count';
 import { type Engine, engineMessage, isMissing, type RunningExec } from './engine';
 import { EnvdChannel } from './envd-channel';
+import { HostAddresses, LINK_LOCAL, ownPrefixes } from './host-addresses';
 
-/** Where a node finds berth-envd (scripts/build-envd.mjs builds it); BERTH_ENVD overrides. */
-export const ENVD_BINARY = process.env.BERTH_ENVD ?? fileURLToPath(new URL('../../dist/envd/berth-envd', import.meta.url));
-/** Where berth-envd is inside every container. */
-export const ENVD_PATH = '/.berth/envd';
+/**
+ * The folder mounted read-only at /.berth in every container: berth-envd alone, as `envd`
+ * (scripts/build-envd.mjs builds it); BERTH_ENVD_DIR overrides. A mount point, /.berth cannot be
+ * renamed, replaced or unmounted from inside: the node always runs its own berth-envd.
+ */
+export const ENVD_DIR = process.env.BERTH_ENVD_DIR ?? fileURLToPath(new URL('../../dist/envd', import.meta.url));
+export const ENVD_BINARY = join(ENVD_DIR, 'envd');
+/** Where ENVD_DIR is mounted, and berth-envd is, inside every container. */
+const ENVD_PLACE = '/.berth';
+export const ENVD_PATH = `${ENVD_PLACE}/envd`;
+/** berth-envd init's exit when the image's /.berth is not a folder (a link would move the mount away). */
+const ENVD_MISPLACED = 120;
 
 export const DROPPED_CAPABILITIES = ['SYS_ADMIN', 'NET_ADMIN', 'SYS_MODULE', 'SYS_RAWIO', 'SYS_PTRACE', 'NET_RAW', 'SYS_TIME', 'MKNOD'];
 /** The pids limit of a template that sets none: a fork storm stops here, not at the node's limit. */
@@ -44,8 +54,6 @@ const ULIMITS = [
   { Name: 'nofile', Soft: 1024, Hard: 8192 },
   { Name: 'nproc', Soft: 16384, Hard: 16384 },
 ];
-/** Addresses no egress environment reaches besides the node's own: link-local (cloud metadata). */
-const ALWAYS_BLOCKED = ['169.254.0.0/16', 'fe80::/10'];
 
 export type RuntimeKind = 'container' | 'files';
 
@@ -117,6 +125,11 @@ export class NodeRuntime {
   private readonly watched = new Set<string>();
   /** Each container's line to berth-envd `serve`, which every command goes through (src/node/envd-channel.ts). */
   private readonly channels = new Map<string, Promise<EnvdChannel>>();
+  /** The node's own addresses, watched once it holds an egress container: each it gains is blocked in all of them. */
+  private readonly addresses = new HostAddresses(
+    (prefixes) => this.blockEverywhere(prefixes),
+    (line) => this.options.log(line),
+  );
 
   /** A container ended on its own (its main process died, or was killed for memory). */
   onEnded: (id: string, reason: string) => void = () => undefined;
@@ -200,8 +213,9 @@ export class NodeRuntime {
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
     } catch (error) {
+      const why = await startFailure(engine, name, error);
       await engine.remove(name).catch(() => undefined);
-      throw new Error(`cannot start a container of ${spec.image}: ${engineMessage(error)}`);
+      throw new Error(`cannot start a container of ${spec.image}: ${why}`);
     }
     this.watch(spec.id, spec.resources.memory);
     // The line for its commands, opened now: the first command does not wait for it.
@@ -251,8 +265,9 @@ export class NodeRuntime {
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
     } catch (error) {
+      const why = await startFailure(engine, name, error);
       await this.dropWarm(spec.slot).catch(() => undefined);
-      throw new Error(`cannot start a container of ${spec.image}: ${engineMessage(error)}`);
+      throw new Error(`cannot start a container of ${spec.image}: ${why}`);
     }
   }
 
@@ -265,7 +280,7 @@ export class NodeRuntime {
     } finally {
       this.removing.delete(name);
     }
-    await rm(this.warmRoot(slot), { recursive: true, force: true });
+    await removeTree(this.warmRoot(slot));
   }
 
   /**
@@ -283,7 +298,7 @@ export class NodeRuntime {
       this.options.log(`no warm container for ${spec.id} on ${slot} (${why}): starting one cold`);
       await this.dropWarm(slot).catch(() => undefined);
       await this.stop(spec.id);
-      await rm(root, { recursive: true, force: true });
+      await removeTree(root);
       return this.prepare(spec, restore);
     };
     if (!engine || !spec.image) return cold('no engine or image');
@@ -304,7 +319,7 @@ export class NodeRuntime {
     await restore(root);
     for (const share of spec.shares) {
       const dir = shareDir(root, share.envPath);
-      const owner = await stat(dir);
+      const owner = await lstat(dir);
       if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
     }
     this.watch(spec.id, spec.resources.memory);
@@ -335,7 +350,7 @@ export class NodeRuntime {
       Entrypoint: [ENVD_PATH, 'init'],
       Cmd: command,
       HostConfig: {
-        Binds: [`${ENVD_BINARY}:${ENVD_PATH}:ro`, ...spec.shares.map((share) => `${shareDir(root, share.envPath)}:${share.envPath}`)],
+        Binds: [`${ENVD_DIR}:${ENVD_PLACE}:ro`, ...spec.shares.map((share) => `${shareDir(root, share.envPath)}:${share.envPath}`)],
         NetworkMode: spec.network === 'egress' ? 'bridge' : 'none',
         ...(memory ? { Memory: memory, MemorySwap: memory } : {}),
         ...(spec.resources.cpus ? { NanoCpus: Math.round(spec.resources.cpus * 1e9) } : {}),
@@ -362,18 +377,57 @@ export class NodeRuntime {
    * The egress guard: prohibit rules in the container's own network namespace, for the node's
    * addresses, the engine network's subnets (other environments, the gateway) and link-local
    * addresses. Added by a privileged exec before the image's command starts; the environment
-   * lacks NET_ADMIN and cannot remove them.
+   * lacks NET_ADMIN and cannot remove them. Addresses the node gains later are added to every
+   * running egress container as they come (blockEverywhere).
    */
   private async guard(engine: Engine, name: string): Promise<void> {
     const state = await engine.inspect(name);
-    const own = Object.values(networkInterfaces())
-      .flat()
-      .filter((a): a is NonNullable<typeof a> => Boolean(a) && !a!.internal)
-      .map((a) => (a.family === 'IPv4' ? `${a.address}/32` : `${a.address.split('%')[0]}/128`));
+    // Watched before the node's addresses are read: one gained after this read is handed to
+    // blockEverywhere, which finds this container (it runs already) and blocks it here too.
+    this.addresses.start();
     const subnets = (state?.subnets ?? []).map(networkOf);
-    const prefixes = [...new Set([...own, ...subnets, ...(state?.gateways ?? []).map((g) => `${g}/32`), ...ALWAYS_BLOCKED])];
-    const { code, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'guard', ...prefixes], privileged: true }));
+    const prefixes = [...new Set([...ownPrefixes(), ...subnets, ...(state?.gateways ?? []).map((g) => `${g}/32`), ...LINK_LOCAL])];
+    await this.block(engine, name, prefixes);
+  }
+
+  private async block(engine: Engine, container: string, prefixes: string[]): Promise<void> {
+    const { code, stderr } = await collect(await engine.exec(container, { cmd: [ENVD_PATH, 'guard', ...prefixes], privileged: true }));
     if (code !== 0) throw new Error(`the egress guard failed (${code}): ${stderr.trim()}`);
+  }
+
+  /**
+   * Blocks addresses the node gained in every running egress container of this node, warm ones
+   * included (a rule already there is kept as it is). False when one could not be told: the
+   * addresses are handed again at the next look (src/node/host-addresses.ts).
+   */
+  private async blockEverywhere(prefixes: string[]): Promise<boolean> {
+    const engine = this.options.engine;
+    if (!engine) return true;
+    let containers: Awaited<ReturnType<Engine['list']>>;
+    try {
+      containers = (await engine.list({ 'berth.owner': this.options.owner })).filter((c) => c.running && c.networked);
+    } catch (error) {
+      this.options.log(`cannot block the host's new addresses ${prefixes.join(' ')}: ${engineMessage(error)}`);
+      return false;
+    }
+    let applied = true;
+    for (let i = 0; i < containers.length; i += SAMPLED_AT_ONCE) {
+      await Promise.all(
+        containers.slice(i, i + SAMPLED_AT_ONCE).map(async (c) => {
+          try {
+            await this.block(engine, c.id, prefixes);
+          } catch (error) {
+            // One that ended meanwhile needs no rule.
+            if (isMissing(error) || !(await engine.inspect(c.id).catch(() => null))?.running) return;
+            applied = false;
+            this.options.log(`cannot block the host's new addresses in ${c.name}: ${engineMessage(error)}`);
+          }
+        }),
+      );
+    }
+    if (containers.length)
+      this.options.log(`blocked the host's addresses ${prefixes.join(' ')} in ${containers.length} egress container(s)`);
+    return applied;
   }
 
   /** Watches the container: an end this node did not cause is reported with its reason. */
@@ -404,9 +458,11 @@ export class NodeRuntime {
     this.sampler.unref();
   }
 
-  stopSampling(): void {
+  /** Stops what the runtime runs on its own (samples, the watch on the node's addresses): the process may end. */
+  close(): void {
     clearInterval(this.sampler);
     this.sampler = undefined;
+    this.addresses.stop();
   }
 
   /** One round: the environments are the folders under `dir`; a round still running skips the next. */
@@ -490,7 +546,7 @@ export class NodeRuntime {
   /** Removes the container and the environment's folders. */
   async discard(id: string): Promise<void> {
     await this.stop(id);
-    await rm(this.root(id), { recursive: true, force: true });
+    await removeTree(this.root(id));
   }
 
   /**
@@ -606,6 +662,8 @@ export class NodeRuntime {
     const engine = this.options.engine;
     const folders = (await readdir(this.options.dir).catch(() => [] as string[])).filter((n) => n.startsWith('warm-'));
     const containers = engine ? await engine.list({ 'berth.owner': this.options.owner }) : [];
+    // Egress containers of an earlier run of this node: guarded again for what the node gained meanwhile.
+    if (containers.some((c) => c.running && c.networked)) this.addresses.start();
     const warm = new Map<string, FoundWarm>();
     for (const folder of folders) warm.set(folder.slice('warm-'.length), { slot: folder.slice('warm-'.length), hash: '', running: false });
     for (const c of containers) {
@@ -627,7 +685,7 @@ export class NodeRuntime {
       if (!live.has(id)) {
         this.removing.add(container.id);
         await engine.remove(container.id).finally(() => this.removing.delete(container.id));
-        if (/^env_[A-Za-z0-9]+$/.test(id)) await rm(this.root(id), { recursive: true, force: true });
+        if (/^env_[A-Za-z0-9]+$/.test(id)) await removeTree(this.root(id));
         this.options.log(`removed the container of ${id || 'an unknown environment'}: it is not live`);
         continue;
       }
@@ -653,14 +711,13 @@ async function collect(run: RunningExec): Promise<{ code: number; stdout: string
   return { code: await run.exited, stdout, stderr };
 }
 
-/** Gives a folder and everything in it to uid:gid, never following a link. */
-async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
-  await lchown(dir, uid, gid);
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) await chownTree(path, uid, gid);
-    else await lchown(path, uid, gid);
+/** Why a container did not start: the engine's words, or berth-envd's refusal of the image's /.berth. */
+async function startFailure(engine: Engine, name: string, error: unknown): Promise<string> {
+  const state = await engine.inspect(name).catch(() => null);
+  if (state && !state.running && state.exitCode === ENVD_MISPLACED) {
+    return `the image's ${ENVD_PLACE} is not a folder (a link or a file), and berth-envd is mounted there in every container`;
   }
+  return engineMessage(error);
 }
 
 /** Why a container ended, as the environment's `error` says it. */

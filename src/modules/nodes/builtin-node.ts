@@ -3,15 +3,18 @@
 // or Podman socket, else none (files-only environments). Its containers carry this deployment's
 // owner label, so servers sharing an engine never touch each other's.
 import { createHash } from 'node:crypto';
-import { readdir, rm } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Config } from '../../app/config';
 import type { Deps } from '../../app/context';
+import { removeTree } from '../../dataplane/beneath';
 import type { BackgroundJob } from '../../kernel/background';
 import { LIVE_STATES, RUNNING, type SourceOf } from '../../kernel/environment-states';
 import { BUILTIN_NODE_JOB } from '../../kernel/job-names';
+import { CommandHost, isCommandMessage } from '../../node/command-host';
 import { Engine, engineAddress, engineMessage } from '../../node/engine';
 import { type FoundWarm, NodeRuntime } from '../../node/runtime';
+import { BUILTIN_NODE, nodeTopics } from '../../protocol/node-bus';
 import { poolImages } from '../templates';
 import { resourcesOf } from './specs';
 import { warmFailed } from './warm-job';
@@ -46,6 +49,34 @@ export function openBuiltinNode(config: Config, masterKey: Buffer, engine: Engin
   });
 }
 
+/**
+ * The built-in node's inbox on the bus (`node:hot`), as a remote node's is its channel: the
+ * commands of its environments, handled by the same CommandHost as `berth node`'s, their events
+ * sent back to the caller's instance. Returns the function that stops it (its commands killed).
+ */
+export function serveBuiltinNode(deps: Deps, log: Log): () => void {
+  // In order: each event waits for the one before (through the database, two sends could cross).
+  let sent = Promise.resolve();
+  const host = new CommandHost(
+    deps.node,
+    (event) => {
+      const { exec, ...payload } = event;
+      sent = sent
+        .then(() => deps.events.send(nodeTopics.exec(BUILTIN_NODE, exec), payload))
+        .catch((err) => log('a command event was lost', err));
+    },
+    () => true,
+    'berth',
+  );
+  const stop = deps.events.listen(nodeTopics.node(BUILTIN_NODE), (message) => {
+    if (isCommandMessage(message)) host.handle(message);
+  });
+  return () => {
+    stop();
+    host.killAll();
+  };
+}
+
 /** At start: the built-in node pulls the images of its pools' templates (those with hot nodes) it lacks, in the background. */
 export async function prepullBuiltin(deps: Deps): Promise<void> {
   if (!deps.node.engine) return;
@@ -73,8 +104,7 @@ async function reconcile(deps: Deps): Promise<void> {
     deps.prisma.environment.findMany({ where: { id: { in: ids }, nodeId: null, state: { in: [...LIVE_STATES] } } });
   const keep = new Set((await liveOf(folders)).map((e) => e.id));
   // (Warm folders are the runtime's reconcile's, below.)
-  for (const name of folders)
-    if (!keep.has(name) && !name.startsWith('warm-')) await rm(join(root, name), { recursive: true, force: true });
+  for (const name of folders) if (!keep.has(name) && !name.startsWith('warm-')) await removeTree(join(root, name));
   // Asked before the containers are listed: a container of a ready environment exists by then.
   const ready = await deps.prisma.environment.findMany({
     where: { nodeId: null, state: 'ready', runtime: 'container' },
