@@ -1,7 +1,7 @@
 // Warm templates on a remote node (a real `berth node` with the test engine): the node keeps the
 // template's warm containers on its free slots, GET /v1/nodes shows them, a lease claims one and
 // the node makes another; another organization sees none of it; after a kill -9 of the node the
-// restarted one removes what it held and makes them again, leaving no orphan.
+// restarted one removes what it held and makes them again, leaving no orphan; a clean stop leaves none.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -111,5 +111,15 @@ describeContainers('warm containers on a remote node', () => {
     expect(after).toHaveLength(2);
     expect(after.filter((id) => before.includes(id))).toEqual([]);
     expect(node.output()).toMatch(/removed the warm container of slot/);
+  });
+
+  it('a clean stop (SIGTERM) drains the node and leaves none of its warm containers behind', async () => {
+    await vi.waitFor(async () => expect(await warmNames()).toHaveLength(2), WAIT);
+    expect(await node!.kill('SIGTERM')).toBe(0);
+    expect(node!.output()).toMatch(/drained: every environment ended/);
+    expect(await warmNames()).toEqual([]);
+    expect(await podman('ps', '-aq', '--filter', 'label=berth.pool=remote')).toBe('');
+    // The server forgets them too: the node is offline and its slots keep none.
+    await vi.waitFor(async () => expect((await admin.get('/v1/nodes')).body.nodes[0].warm).toEqual([]), WAIT);
   });
 });

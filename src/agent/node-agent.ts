@@ -137,13 +137,29 @@ export class NodeAgent {
     if (this.leaving || this.stopped) return;
     this.leaving = true;
     if (!this.connected && this.held.size === 0) {
-      this.stop();
+      void this.leave();
       return;
     }
     this.log(
       `draining: ${this.held.size} environment(s) end first${this.connected ? '' : ' once the server is reached again'} (a second signal stops at once)`,
     );
     this.send({ type: 'leaving' });
+  }
+
+  /**
+   * The end of a clean stop: no warm container is left behind (those being made are waited for,
+   * then every one of this node's is removed), then the agent stops. Live environments' containers
+   * are not touched: a drain has ended them all.
+   */
+  private async leave(): Promise<void> {
+    this.warm.clear();
+    await Promise.allSettled([...this.work].filter(([key]) => key.startsWith('warm:')).map(([, making]) => making));
+    try {
+      await this.runtime.reconcile(async (ids) => new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined])));
+    } catch (error) {
+      this.log(`could not remove the warm containers: ${(error as Error).message}`);
+    }
+    this.stop();
   }
 
   stop(): void {
@@ -257,7 +273,7 @@ export class NodeAgent {
           return;
         }
         this.log('drained: every environment ended; stopping');
-        this.stop();
+        await this.leave();
         return;
       case 'error':
         this.log(`server: ${message.error}`);
