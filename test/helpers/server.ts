@@ -145,13 +145,20 @@ export function client(base: () => string, token?: string) {
   };
 }
 
-/** Runs the server's background jobs until the environment (by id or name) reaches `state`. */
+/**
+ * Runs the server's background jobs until the environment (by id or name) reaches `state`. Bounded
+ * in time, not in rounds: a round is quick when the server's own timer holds the work (a prepare
+ * under load), and an ended environment that is not what was asked for fails at once, with its error.
+ */
 export async function untilState(s: TestServer, token: string, id: string, state: string): Promise<Record<string, any>> {
   const api = client(() => s.url, token);
-  for (let i = 0; i < 50; i++) {
-    const env = await api.get(`/v1/environments/${id}`);
-    if (env.body.state === state) return env.body;
+  let seen: Record<string, any> = {};
+  for (const deadline = Date.now() + 45_000; Date.now() < deadline; ) {
+    seen = (await api.get(`/v1/environments/${id}`)).body;
+    if (seen.state === state) return seen;
+    if ((seen.state === 'stopped' || seen.state === 'failed') && state !== 'ended')
+      throw new Error(`environment ${id} is ${seen.state}${seen.error ? `: ${seen.error}` : ''}, never ${state}`);
     await s.app.deps.background.tick();
   }
-  throw new Error(`environment ${id} never reached ${state}`);
+  throw new Error(`environment ${id} never reached ${state} (it is ${seen.state})`);
 }
