@@ -82,6 +82,13 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('send on a shared PostgreSQL', (
       const arrived = away.next();
       await here.send(u, { n: 3 });
       expect(await arrived).toEqual({ value: { n: 3 }, done: false });
+      // Many sent at once through the database arrive in the order sent.
+      const order = away.next();
+      const burst = Array.from({ length: 50 }, (_, n) => here.send(u, { n: 100 + n }));
+      const got = [await order];
+      for (let n = 1; n < 50; n++) got.push(await away.next());
+      await Promise.all(burst);
+      expect(got.map((g) => g.value?.n)).toEqual(Array.from({ length: 50 }, (_, n) => 100 + n));
       await mine.return?.();
       await theirs.return?.();
       await away.return?.();

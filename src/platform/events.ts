@@ -52,7 +52,8 @@ export interface Events {
   /**
    * Delivers to a topic that one subscriber listens on (a command's events, a node's inbox, an
    * answer): straight to it when it listens in this process, without a round trip through the
-   * database; through the database like publish when it does not.
+   * database; through the database like publish when it does not. Payloads sent to one topic
+   * arrive in the order they were sent (through the database, two could otherwise cross).
    */
   send<P extends EventPayload>(topic: Topic<P>, payload: P): Promise<void>;
   subscribe<P extends EventPayload>(topic: Topic<P>): AsyncIterable<P>;
@@ -236,9 +237,22 @@ export async function createEvents(opts: {
   const publish: Events['publish'] = async (topic, payload) => {
     await sender.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify({ topic, payload })]);
   };
+  // Each topic's sends still on their way, last first: a later one waits for it (send's order).
+  const tails = new Map<string, Promise<void>>();
+  const send: Events['send'] = (topic, payload) => {
+    const tail = tails.get(topic);
+    if (!tail && heard(topic)) return Promise.resolve(deliver(topic, payload));
+    const sent = (tail ?? Promise.resolve()).then(() => (heard(topic) ? deliver(topic, payload) : publish(topic, payload)));
+    const settled = sent.catch(() => undefined);
+    tails.set(topic, settled);
+    void settled.then(() => {
+      if (tails.get(topic) === settled) tails.delete(topic);
+    });
+    return sent;
+  };
   return {
     publish,
-    send: async (topic, payload) => (heard(topic) ? deliver(topic, payload) : publish(topic, payload)),
+    send,
     subscribe,
     listen,
     receiving: () => receiving,

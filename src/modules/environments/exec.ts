@@ -144,12 +144,11 @@ export async function startCommand(
     ...(session ? { session: { ...session } } : {}),
   });
   let finished = false;
-  // In order: each waits for the one before (through the database, two sends could cross).
-  let sent = Promise.resolve();
+  // In the order sent (Events.send keeps it per topic).
   const toNode = (
     message: DistributiveOmit<ToNode<'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize'>, 'exec'>,
   ) => {
-    sent = sent.then(() => sendToNode(deps, node, { ...message, exec: run })).catch(() => undefined);
+    sendToNode(deps, node, { ...message, exec: run }).catch(() => undefined);
   };
   const stop = () => {
     if (!finished) toNode({ type: 'exec-kill' });

@@ -55,15 +55,12 @@ export function openBuiltinNode(config: Config, masterKey: Buffer, engine: Engin
  * sent back to the caller's instance. Returns the function that stops it (its commands killed).
  */
 export function serveBuiltinNode(deps: Deps, log: Log): () => void {
-  // In order: each event waits for the one before (through the database, two sends could cross).
-  let sent = Promise.resolve();
   const host = new CommandHost(
     deps.node,
     (event) => {
       const { exec, ...payload } = event;
-      sent = sent
-        .then(() => deps.events.send(nodeTopics.exec(BUILTIN_NODE, exec), payload))
-        .catch((err) => log('a command event was lost', err));
+      // In the order sent (Events.send keeps it per topic).
+      deps.events.send(nodeTopics.exec(BUILTIN_NODE, exec), payload).catch((err) => log('a command event was lost', err));
     },
     () => true,
     'berth',
