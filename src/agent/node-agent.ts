@@ -155,12 +155,15 @@ export class NodeAgent {
     this.warm.clear();
     await Promise.allSettled([...this.work].filter(([key]) => key.startsWith('warm:')).map(([, making]) => making));
     try {
-      await this.runtime.reconcile(async (ids) => new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined])));
+      await this.runtime.reconcile(this.heldOf);
     } catch (error) {
       this.log(`could not remove the warm containers: ${(error as Error).message}`);
     }
     this.stop();
   }
+
+  /** Of environment ids, those this node holds: the live ones for runtime.reconcile. */
+  private readonly heldOf = async (ids: string[]) => new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined]));
 
   stop(): void {
     this.stopped = true;
@@ -376,7 +379,7 @@ export class NodeAgent {
    */
   private async checkContainers(): Promise<void> {
     const { ended } = await this.runtime.reconcile(
-      async (ids) => new Map(ids.filter((id) => this.held.has(id)).map((id) => [id, undefined])),
+      this.heldOf,
       // Warm containers: those being made, and the made ones of their spec that run.
       async (found) => {
         const seen = new Map(found.map((f) => [f.slot, f]));

@@ -52,7 +52,7 @@ export const builtinProvider: NodeProvider = {
     // The container goes first: nothing changes the shares while they are saved.
     await deps.node.stop(env.id);
     if (env.snapshot) {
-      const shares = (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+      const shares = await sharesWithRules(deps, env);
       await saveShares(
         deps.node.root(env.id),
         shares,
@@ -68,8 +68,13 @@ export const builtinProvider: NodeProvider = {
   },
 };
 
+/** The environment's shares, each with its sync rules: what a release saves. */
+export async function sharesWithRules(deps: Deps, env: Environment): Promise<{ name: string; envPath: string; rules: SyncRules }[]> {
+  return (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+}
+
 /** The environment's sync rules for one share (`files` keys are `<share>/<path>`). */
-export function shareRules(env: Environment, share: string): SyncRules {
+function shareRules(env: Environment, share: string): SyncRules {
   const sync = syncOf(env);
   const files: Record<string, string> = {};
   for (const [dest, source] of Object.entries(sync.files)) {

@@ -7,7 +7,7 @@ import type { BackgroundJob } from '../../kernel/background';
 import { NODE_JOB } from '../../kernel/job-names';
 import { askNode, sendToNode } from '../../protocol/node-bus';
 import { savedShares } from '../snapshots';
-import { builtinProvider, type NodeProvider, shareRules, startBound } from './provider';
+import { builtinProvider, type NodeProvider, sharesWithRules, startBound } from './provider';
 import { LIVE_NODE, markLeftNodes, markLostNodes, revokeDrained } from './service';
 import { environmentSpec } from './specs';
 
@@ -44,7 +44,7 @@ export const remoteProvider: NodeProvider = {
     return reply.runtime === 'container' ? 'container' : 'files';
   },
   async release(deps, env) {
-    const shares = (await environmentSpec(deps, env)).shares.map((s) => ({ ...s, rules: shareRules(env, s.name) }));
+    const shares = await sharesWithRules(deps, env);
     await askNode(
       deps,
       env.nodeId!,
