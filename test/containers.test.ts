@@ -467,11 +467,17 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(Number(undo.stdout.trim().split('\n').at(-1))).toBeGreaterThan(0);
     });
 
-    it("egress reaches no link-local address: one of this machine's own, made for the test, is prohibited", async (ctx) => {
-      const env = await lease('egress');
-      // Link-local addresses (cloud metadata among them) are blocked as a whole, never one by one.
-      expect((await sh(env.id, 'ip rule')).stdout).toMatch(/to 169\.254\.0\.0\/16 .*prohibit/);
-      const address = `169.254.77.${randomInt(1, 255)}`;
+    /**
+     * Gives this machine `address` on a veth of the test's own (checked local), listens there, and
+     * probes it from the environment once `ready` has run: prohibited, and no connection arrives.
+     * Skips the test where this machine cannot make links.
+     */
+    const probeOwnAddress = async (
+      ctx: { skip: (note: string) => void },
+      envId: string,
+      address: string,
+      ready: () => Promise<unknown> = async () => undefined,
+    ) => {
       const own = await ownAddress(address);
       if ('missing' in own) return ctx.skip(own.missing);
       const listener = await countingListener(address).catch(async (error) => {
@@ -479,7 +485,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         throw error;
       });
       try {
-        const probe = await sh(env.id, `nc -w 2 ${address} ${listener.port} </dev/null 2>&1; echo "exit $?"`);
+        await ready();
+        const probe = await sh(envId, `nc -w 2 ${address} ${listener.port} </dev/null 2>&1; echo "exit $?"`);
         expect(probe.stdout).not.toContain('exit 0');
         expect(probe.stdout).toMatch(/denied|prohibited/i);
         expect(listener.connections()).toBe(0);
@@ -487,29 +494,23 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         listener.close();
         await own.remove();
       }
+    };
+
+    it("egress reaches no link-local address: one of this machine's own, made for the test, is prohibited", async (ctx) => {
+      const env = await lease('egress');
+      // Link-local addresses (cloud metadata among them) are blocked as a whole, never one by one.
+      expect((await sh(env.id, 'ip rule')).stdout).toMatch(/to 169\.254\.0\.0\/16 .*prohibit/);
+      await probeOwnAddress(ctx, env.id, `169.254.77.${randomInt(1, 255)}`);
     });
 
     it('egress never reaches an address this machine gains while the environment runs', async (ctx) => {
       const env = await lease('egress');
       // 198.18.0.0/15 (benchmarking) is no one's on this machine but what the test gives it.
       const address = `198.18.${randomInt(0, 256)}.${randomInt(1, 255)}`;
-      const own = await ownAddress(address);
-      if ('missing' in own) return ctx.skip(own.missing);
-      const listener = await countingListener(address).catch(async (error) => {
-        await own.remove();
-        throw error;
-      });
-      try {
-        const rule = new RegExp(`to ${address.replaceAll('.', '\\.')} .*prohibit`);
-        await vi.waitFor(async () => expect((await sh(env.id, 'ip rule')).stdout).toMatch(rule), WAIT);
-        const probe = await sh(env.id, `nc -w 2 ${address} ${listener.port} </dev/null 2>&1; echo "exit $?"`);
-        expect(probe.stdout).not.toContain('exit 0');
-        expect(probe.stdout).toMatch(/denied|prohibited/i);
-        expect(listener.connections()).toBe(0);
-      } finally {
-        listener.close();
-        await own.remove();
-      }
+      const rule = new RegExp(`to ${address.replaceAll('.', '\\.')} .*prohibit`);
+      await probeOwnAddress(ctx, env.id, address, () =>
+        vi.waitFor(async () => expect((await sh(env.id, 'ip rule')).stdout).toMatch(rule), WAIT),
+      );
     });
 
     it("a service tunnel reaches the environment's own loopback and never a port of this machine", async () => {
