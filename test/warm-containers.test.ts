@@ -81,7 +81,7 @@ describeContainers('warm containers on the built-in pool', () => {
     }
     await s?.stop();
     // What the server kept warm goes with it (a server stopped for good leaves its engine clean).
-    for (const line of (await podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.node.options.owner}`))
+    for (const line of (await podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.builtin.owner}`))
       .split('\n')
       .filter(Boolean)) {
       await podman('rm', '-f', line);

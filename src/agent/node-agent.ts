@@ -22,7 +22,6 @@ import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { BerthClient } from '../cli/client';
-import { removeTree } from '../dataplane/beneath';
 import { serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
@@ -46,6 +45,11 @@ export interface NodeAgentOptions {
   /** null: environments hold files only. */
   engine: Engine | null;
   log?: (line: string) => void;
+  /**
+   * The label its containers carry (`berth.owner`); default: one of the server's URL and `dir`.
+   * The built-in node keeps the server's, so its containers are its own across starts on any port.
+   */
+  owner?: string;
 }
 
 /** How often the containers of held environments are looked at (an end whose report was lost). */
@@ -66,6 +70,8 @@ export class NodeAgent {
   private stopped = false;
   /** drain() was called: hellos say `leaving`, prepares are refused. */
   private leaving = false;
+  /** stopKeeping() was called: prepares are refused, nothing is ended. */
+  private closing = false;
   private connected = false;
   private wake: (() => void) | undefined;
   private readonly work = new Map<string, Promise<unknown>>();
@@ -83,7 +89,7 @@ export class NodeAgent {
     this.client = new BerthClient({ server: this.server, token: opts.token });
     this.log = opts.log ?? ((line) => console.log(`berth node: ${line}`));
     // One node's containers, whatever its credential becomes: the server and the folder name it.
-    const owner = `node-${createHash('sha256').update(`${this.server}\n${opts.dir}`).digest('hex').slice(0, 16)}`;
+    const owner = opts.owner ?? `node-${createHash('sha256').update(`${this.server}\n${opts.dir}`).digest('hex').slice(0, 16)}`;
     this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
     this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
     this.runtime.onUsage = (id, sample) => this.send({ type: 'usage', environment: id, sample });
@@ -147,9 +153,19 @@ export class NodeAgent {
   }
 
   /**
+   * Stops without ending anything (the built-in node when its server stops): the warm containers
+   * go, live environments' containers stay, held again by the next start (docs/agents.md).
+   */
+  stopKeeping(): void {
+    if (this.stopped || this.closing) return;
+    this.closing = true;
+    void this.leave();
+  }
+
+  /**
    * The end of a clean stop: no warm container is left behind (those being made are waited for,
    * then every one of this node's is removed), then the agent stops. Live environments' containers
-   * are not touched: a drain has ended them all.
+   * are not touched: a drain has ended them all, or they stay for the next start (stopKeeping).
    */
   private async leave(): Promise<void> {
     this.warm.clear();
@@ -234,6 +250,7 @@ export class NodeAgent {
       slots: this.opts.slots,
       environments: [...this.held],
       capacity: this.capacity,
+      engine: this.opts.engine?.url ?? null,
       ...(this.leaving ? { leaving: true } : {}),
     });
   }
@@ -358,19 +375,18 @@ export class NodeAgent {
   }
 
   /**
-   * After a restart: environments whose containers still run are held again (the server's welcome
-   * says which are live; the others are discarded then); every other root and container is removed.
+   * After a restart: every environment's container and root is held again until the server's
+   * welcome says which are live (the others are discarded then). A held one whose container ended
+   * meanwhile is reported after the welcome, with why (checkContainers). Other containers go.
    */
   private async adopt(): Promise<void> {
-    const { ended, present } = await this.runtime.reconcile(async (ids) => {
-      // Every environment's container is kept until the server says which are live.
-      return new Map(ids.filter((id) => /^env_[A-Za-z0-9]+$/.test(id)).map((id) => [id, undefined]));
+    const { present } = await this.runtime.reconcile(async (ids) => {
+      return new Map(ids.filter((id) => ENV_ID.test(id)).map((id) => [id, undefined]));
     });
-    for (const id of ended.keys()) await this.runtime.discard(id);
-    for (const id of present) if (!ended.has(id)) this.held.add(id);
-    for (const name of await readdir(this.opts.dir))
-      if (name.startsWith('env_') && !this.held.has(name)) await removeTree(`${this.opts.dir}/${name}`);
-    if (this.held.size) this.log(`holding ${this.held.size} environment(s) whose containers still run`);
+    for (const id of present) this.held.add(id);
+    // Files-only environments have a root and no container.
+    for (const name of await readdir(this.opts.dir)) if (ENV_ID.test(name)) this.held.add(name);
+    if (this.held.size) this.log(`holding ${this.held.size} environment(s) until the server says which are live`);
   }
 
   /**
@@ -417,7 +433,7 @@ export class NodeAgent {
 
   private async prepare(message: ToNode<'prepare'>['environment']): Promise<{ runtime: 'container' | 'files' }> {
     // Only a claim that crossed the `leaving` message: the server ends it.
-    if (this.leaving) throw new Error('the node is shutting down');
+    if (this.leaving || this.closing) throw new Error('the node is shutting down');
     const { warm, ...env } = message;
     this.held.add(env.id);
     const restore = async (root: string) => {
@@ -498,6 +514,8 @@ export class NodeAgent {
     });
   }
 }
+
+const ENV_ID = /^env_[A-Za-z0-9]+$/;
 
 /** An error's message as a node sends it: bounded by what the server takes. */
 const errorText = (error: unknown) => (error as Error).message.slice(0, MAX_ERROR);

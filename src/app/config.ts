@@ -24,6 +24,8 @@ export interface Config {
   corsOrigins: string[];
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
   publicUrl?: string;
+  /** This instance's own address once it listens (http://HOST:PORT): where its built-in node connects. */
+  localUrl?: string;
   /** Artifact tuning knobs (docs/artifacts.md); the spec's limit is 2 GiB, tests lower it. */
   artifactMaxBytes: number;
   /** Sealed bytes (artifacts and snapshots) an organization may keep (ORG_STORAGE_LIMIT, default 100 GiB). */

@@ -2,7 +2,6 @@ import type { Background } from '../kernel/background';
 import type { EnvironmentEnds } from '../kernel/environment-ends';
 import type { CredentialCache } from '../modules/credentials';
 import type { Catalog } from '../modules/templates';
-import type { NodeRuntime } from '../node/runtime';
 import type { Metrics } from '../observability/metrics';
 import type { Clock } from '../platform/clock';
 import type { Database, Prisma } from '../platform/db';
@@ -28,12 +27,23 @@ export interface Deps {
   background: Background;
   /** Pools and catalog templates from TEMPLATES_FILE. */
   catalog: Catalog;
-  /** The built-in pool's node (src/modules/nodes/builtin-node.ts). */
-  node: NodeRuntime;
+  /** The built-in pool's node: who it is and this process's credential for it (src/modules/nodes/builtin-node.ts). */
+  builtin: BuiltinNode;
   /** How the node side ends environments: the environments module's (src/kernel/environment-ends.ts). */
   ends: EnvironmentEnds;
   /** This instance's Prometheus registry and metrics (src/observability/metrics.ts). */
   metrics: Metrics;
+}
+
+/** The deployment's built-in node, run by the server as a process of its own (src/app/builtin-supervisor.ts). */
+export interface BuiltinNode {
+  /** Its RemoteNode id: the same for every instance of the deployment. */
+  id: string;
+  /** The label of its containers (`berth.owner`). */
+  owner: string;
+  /** The credential its process connects with, made at this start; only its hash is compared. */
+  token: string;
+  tokenHash: string;
 }
 
 /** Who is calling: resolved from the bearer credential before any resolver runs. */

@@ -3,8 +3,8 @@
 
 import { createBackground } from '../kernel/background';
 import { CredentialCache, loadAddressLocks } from '../modules/credentials';
-import { environmentEnds, recordUsage } from '../modules/environments';
-import { failEnded, openBuiltinEngine, openBuiltinNode } from '../modules/nodes';
+import { environmentEnds } from '../modules/environments';
+import { builtinIdentity } from '../modules/nodes';
 import { applyCatalog, loadCatalog } from '../modules/templates';
 import { createMetrics } from '../observability/metrics';
 import { type Clock, systemClock } from '../platform/clock';
@@ -35,7 +35,6 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
   // A bad catalog fails the start with a message naming the field, before anything else opens.
   const catalog = await loadCatalog(config.templatesFile);
   const masterKey = await loadMasterKey({ masterKeyB64: config.masterKey, dataDir: config.dataDir });
-  const engine = await openBuiltinEngine(config, log);
   const db = await openDatabase({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: config.databaseSchema });
   try {
     const events = await createEvents({ databaseUrl: config.databaseUrl, schema: config.databaseSchema, log });
@@ -49,7 +48,6 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       const background = createBackground(backgroundJobs, log);
       const credentials = new CredentialCache(events, clock);
       await loadAddressLocks(db.prisma, credentials, clock.now());
-      const node = openBuiltinNode(config, masterKey, engine, log);
       const deps = {
         config,
         db,
@@ -61,13 +59,11 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
         masterKey,
         catalog,
         background,
-        node,
+        builtin: builtinIdentity(config, masterKey),
         metrics: createMetrics(db.prisma),
         // Set just below: the environments module's ends close over the finished deps.
       } satisfies Omit<Deps, 'ends'> as Deps;
       deps.ends = environmentEnds(deps);
-      node.onEnded = (id, reason) => void failEnded(deps, id, reason).catch((err) => log(`could not end ${id}`, err));
-      node.onUsage = (id, usage) => void recordUsage(deps, null, id, usage).catch((err) => log(`could not record the usage of ${id}`, err));
       return deps;
     } catch (err) {
       await events.close();
@@ -81,7 +77,6 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
 
 /** Stops the background jobs, then closes events and the database. */
 export async function closeDeps(deps: Deps): Promise<void> {
-  deps.node.close();
   await deps.background.stop();
   deps.credentials.close();
   await deps.events.close();

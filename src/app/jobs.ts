@@ -4,7 +4,7 @@ import { artifactSweeper } from '../modules/artifacts';
 import { pruneAuditEvents } from '../modules/audit';
 import { pruneAuthFailures } from '../modules/credentials';
 import { claimJob, environmentJob, eventPruneJob } from '../modules/environments';
-import { builtinNodeJob, nodeJob, nodeProvider, warmJob } from '../modules/nodes';
+import { nodeJob, nodeProvider, warmJob } from '../modules/nodes';
 import { shredJob } from '../modules/projects';
 import { webhookJob, webhookPruneJob } from '../modules/webhooks';
 
@@ -14,7 +14,6 @@ export const backgroundJobs: BackgroundJob[] = [
   claimJob(nodeProvider),
   nodeJob,
   eventPruneJob,
-  builtinNodeJob,
   warmJob,
   artifactSweeper,
   shredJob,

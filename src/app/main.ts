@@ -1,4 +1,5 @@
 import { DEFAULT_URL } from '../cli/default-url';
+import { builtinEngine } from '../modules/nodes';
 import { loadConfig } from './config';
 import { type App, startApp } from './server';
 
@@ -20,11 +21,11 @@ const { config } = app.deps;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
 console.log(`Berth listening on ${app.url}  (database: ${where})`);
 console.log(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
-const engine = app.deps.node.engine;
+const engine = await builtinEngine(app.deps);
 console.log(
-  engine
-    ? `  Built-in pool: containers through ${engine.url}`
-    : '  Built-in pool: no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)',
+  engine !== 'none'
+    ? `  Built-in node (pid ${app.builtin.pid() ?? '-'}): containers through ${engine}`
+    : '  Built-in node: no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)',
 );
 if (app.bootstrapRevoked) {
   console.log('  BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked (unset it, or set a new value).');

@@ -21,13 +21,14 @@ import { queryEncodingProblem } from '../edges/http/text';
 import { createRestHandler } from '../edges/rest/adapter';
 import { buildRoutes } from '../edges/rest/routes';
 import { schema } from '../edges/schema';
-import { prepullBuiltin, serveBuiltinNode } from '../modules/nodes';
+import { ensureBuiltinNode } from '../modules/nodes';
 import { ensureDefaultOrganization } from '../modules/organizations';
 import { METRICS_PATH, sendMetrics } from '../observability/endpoint';
 import { createLogger, type Logger, logFunction } from '../observability/log';
 import { beginRequest, loggedPath, methodLabel, type RequestInfo, withinRequest } from '../observability/requests';
 import type { Clock } from '../platform/clock';
 import { RELAY_NODE_PATH, RELAY_PATH } from '../protocol/relay';
+import { type BuiltinSupervisor, superviseBuiltinNode } from './builtin-supervisor';
 import type { Config } from './config';
 import type { Deps } from './context';
 import { buildDeps, closeDeps } from './deps';
@@ -35,6 +36,8 @@ import { startOperatorSocket } from './operator';
 
 export interface App {
   deps: Deps;
+  /** The built-in node's process (src/app/builtin-supervisor.ts). */
+  builtin: BuiltinSupervisor;
   server: Server;
   /** Base URL once listening. */
   url: string;
@@ -181,7 +184,6 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   });
   // Attached once listening: a WebSocket server on a server that fails to listen reports that failure again, loudly.
   const nodeChannel = serveNodeChannel(deps, log);
-  const builtinNode = serveBuiltinNode(deps, log);
   const relay = createRelayServer(deps, log);
   const sessions = createSessionServer(deps, cors, log);
   const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {
@@ -211,12 +213,12 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const url = `http://${host}:${address.port}`;
   // Signed links point here unless PUBLIC_URL says otherwise (PORT=0 is known only now).
   config.publicUrl ??= url;
+  config.localUrl = url;
 
   const closeServer = async () => {
     await relay.close();
     await sessions.close();
     await nodeChannel.close();
-    builtinNode();
     await ws.close();
     await new Promise<void>((resolve) => {
       server.close(() => resolve());
@@ -224,6 +226,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     });
   };
   let operator: Server | undefined;
+  let builtin: BuiltinSupervisor | undefined;
   let generatedToken: string | undefined;
   let bootstrapRevoked: boolean | undefined;
   try {
@@ -231,18 +234,26 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     // The first start's admin token is made only once the port is bound: a start that fails
     // before that (a taken port) makes none, so the next start is still the first and shows one.
     ({ generatedToken, bootstrapRevoked } = await ensureDefaultOrganization(deps.prisma, config.bootstrapToken));
+    // The built-in node says hello before the jobs run: the environments it still holds are its
+    // own again, not failed for a silence that was only the restart (docs/agents.md).
+    await ensureBuiltinNode(deps);
+    builtin = superviseBuiltinNode(deps, url, (line) => logger.info(line));
+    await waitFor(builtin.ready, BUILTIN_HELLO_MS, () =>
+      log(`the built-in node did not say hello within ${BUILTIN_HELLO_MS / 1000} s; serving without it meanwhile`),
+    );
   } catch (err) {
+    await builtin?.stop();
     await new Promise<void>((resolve) => (operator ? operator.close(() => resolve()) : resolve()));
     await closeServer();
     throw err;
   }
   deps.background.start(deps);
-  deps.node.startSampling(deps.config.usageSampleMs);
-  void prepullBuiltin(deps).catch((err) => log('could not list the images the built-in pool pulls ahead', err));
+  const node = builtin as BuiltinSupervisor;
 
   let stopped = false;
   return {
     deps,
+    builtin: node,
     server,
     url,
     generatedToken,
@@ -251,9 +262,28 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
       if (stopped) return;
       stopped = true;
       stopping = true;
+      // Jobs first: a prepare or release in flight waits for the node's answer.
+      await deps.background.stop();
+      await node.stop();
       await closeServer();
       await new Promise<void>((resolve) => (operator ? operator.close(() => resolve()) : resolve()));
       await closeDeps(deps);
     },
   };
+}
+
+/** How long a start waits for the built-in node's first hello before it serves without it. */
+const BUILTIN_HELLO_MS = 60_000;
+
+/** Waits for `promise` (its rejection thrown), or `ms`, after which `late` is called and the wait ends. */
+async function waitFor(promise: Promise<void>, ms: number, late: () => void): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), ms);
+  });
+  try {
+    if ((await Promise.race([promise, timeout])) === 'late') late();
+  } finally {
+    clearTimeout(timer);
+  }
 }

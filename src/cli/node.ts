@@ -4,7 +4,7 @@
 // of `ls` too).
 import { constants } from 'node:os';
 import { resolve } from 'node:path';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Engine } from '../node/engine';
 import { MAX_SLOTS } from '../protocol/dataplane';
 import { CommandError } from './errors';
@@ -34,6 +34,9 @@ export function registerNodeCommands(program: Command): void {
     .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
     .option('--metrics-port <port>', 'serve Prometheus metrics at /metrics on this port (0: any free one); off without it', port)
     .option('--metrics-host <address>', 'the address --metrics-port listens on; another than loopback needs METRICS_TOKEN', '127.0.0.1')
+    .addOption(
+      new Option('--builtin', "run as the server's built-in node (the server starts it: src/app/builtin-supervisor.ts)").hideHelp(),
+    )
     .action(async (opts: NodeOptions, command: Command) => {
       const missing = opts.server === undefined ? '--server <url>' : opts.dir === undefined ? '--dir <dir>' : undefined;
       if (missing) command.error(`error: required option '${missing}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
@@ -49,7 +52,8 @@ export function registerNodeCommands(program: Command): void {
       // Loaded when the command runs: `berth --version` and the user's commands do without them.
       const { NodeAgent } = await import('../agent/node-agent');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
-      const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine });
+      const owner = opts.builtin ? process.env.BERTH_NODE_OWNER : undefined;
+      const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine, owner });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
       if (opts.metricsPort !== undefined) {
         const url = await serveNodeMetrics(agent, engine, opts, metricsToken);
@@ -57,11 +61,14 @@ export function registerNodeCommands(program: Command): void {
       }
       // The first SIGTERM or SIGINT drains (the node's environments end cleanly, then exit 0); a
       // second one stops at once, leaving them to the server's liveness bound.
+      // The built-in node ends nothing when its server stops (the next start holds its environments
+      // again), and goes when its server does: the server holds the other end of its stdin.
       let signals = 0;
       const onSignal = (signal: NodeJS.Signals) => {
         if (++signals === 1) {
           console.log(`berth node: ${signal} received`);
-          agent.drain();
+          if (opts.builtin) agent.stopKeeping();
+          else agent.drain();
           return;
         }
         console.log(`berth node: ${signal} again: stopping at once`);
@@ -69,6 +76,10 @@ export function registerNodeCommands(program: Command): void {
       };
       process.on('SIGINT', onSignal);
       process.on('SIGTERM', onSignal);
+      if (opts.builtin) {
+        process.stdin.on('end', () => agent.stop()).resume();
+        process.stdin.on('error', () => agent.stop());
+      }
       try {
         await agent.run();
       } finally {
@@ -87,6 +98,7 @@ interface NodeOptions {
   engine?: string;
   metricsPort?: number;
   metricsHost: string;
+  builtin?: boolean;
 }
 
 /** Serves the node's metrics: its engine's calls and durations, and its slots. */

@@ -7,10 +7,8 @@ export const ENVIRONMENT_JOB = 'environments';
 export const CLAIM_JOB = 'environment-claims';
 /** Keeps templates' warm containers (src/modules/nodes/warm-job.ts). */
 export const WARM_JOB = 'warm-containers';
-/** Liveness and draining of remote nodes (src/modules/nodes/remote-nodes.ts). */
+/** Liveness and draining of nodes (src/modules/nodes/remote-nodes.ts). */
 export const NODE_JOB = 'nodes';
-/** The built-in pool's reconcile (src/modules/nodes/builtin-node.ts). */
-export const BUILTIN_NODE_JOB = 'builtin-node';
 export const SHRED_JOB = 'project-shredder';
 export const AUDIT_PRUNE_JOB = 'audit-retention';
 export const WEBHOOK_JOB = 'webhooks';

@@ -10,9 +10,6 @@ import type { DistributiveOmit, ExecTopicEvent, NodeReply, ServerToNode, ToNode 
 /** What the bus carries to a node's channel: its messages, and `revoked` (the node was removed: the channel closes). */
 export type NodeBusMessage = ServerToNode | { type: 'revoked' };
 
-/** The built-in pool's node in the bus's topics (its inbox `node:hot`): src/modules/nodes/builtin-node.ts. */
-export const BUILTIN_NODE = 'hot';
-
 /** The node channel's topics, carrying the protocol's messages. */
 export const nodeTopics = nodeTopicsOf<NodeBusMessage, NodeReply, ExecTopicEvent>();
 

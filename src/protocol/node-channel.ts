@@ -13,6 +13,9 @@ import { EXEC_CHUNK, EXEC_WINDOW, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane
 import { RelayJob } from './relay';
 import { SyncRulesSchema } from './sync-rules';
 
+/** The longest engine address a hello names. */
+const MAX_ENGINE = 500;
+
 /** The most environment ids a hello or a welcome lists. */
 export const MAX_HELD = 1000;
 /** The most warm containers a node reports holding. */
@@ -73,6 +76,12 @@ const Hello = z.object({
     .optional(),
   /** It is shutting down (a reconnect while it drains). */
   leaving: z.boolean({ error: 'must be a boolean' }).optional(),
+  /** The container engine it runs containers with (shown on GET /v1/nodes); null: files only. */
+  engine: z
+    .string({ error: 'must be a string' })
+    .max(MAX_ENGINE, { error: `must be at most ${MAX_ENGINE} characters` })
+    .nullable()
+    .optional(),
 });
 
 const Reply = z.object({

@@ -20,7 +20,6 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
-import { serveRelay } from '../../dataplane/relay-node';
 import { CLOSE, joinSockets } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
@@ -79,27 +78,18 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };
     const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
-    if (env.nodeId) {
-      // A remote node: it dials back here, then the two sockets are joined.
-      const node = await nodeJoins(env.nodeId, job);
-      if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
-      wss.handleUpgrade(req, socket, head, (ws) => {
-        track(ws, actor);
-        let code = 0;
-        ws.once('close', (c) => {
-          code = c;
-        });
-        void joinSockets(ws, node, traffic)
-          .then(() => finished(code))
-          .catch((error) => log('relay failed', error));
-      });
-      return;
-    }
+    // The environment's node dials back here, then the two sockets are joined.
+    if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
+    const node = await nodeJoins(env.nodeId, job);
+    if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
     wss.handleUpgrade(req, socket, head, (ws) => {
       track(ws, actor);
-      // The built-in node: this process is the node side.
-      void serveRelay(ws, job, deps.node.root(env.id), (j) => deps.node.dial(j.environment, j.port), traffic)
-        .then((end) => finished(end.code))
+      let code = 0;
+      ws.once('close', (c) => {
+        code = c;
+      });
+      void joinSockets(ws, node, traffic)
+        .then(() => finished(code))
         .catch((error) => log('relay failed', error));
     });
   };
@@ -131,7 +121,9 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
         },
       });
     });
-    const base = (deps.config.publicUrl ?? '').replace(/^http/, 'ws').replace(/\/+$/, '');
+    // The built-in node runs beside this instance: it dials this instance's own address.
+    const reach = nodeId === deps.builtin.id ? (deps.config.localUrl ?? deps.config.publicUrl) : deps.config.publicUrl;
+    const base = (reach ?? '').replace(/^http/, 'ws').replace(/\/+$/, '');
     await sendToNode(deps, nodeId, { type: 'relay', relay, url: `${base}${RELAY_NODE_PATH}?relay=${relay}`, job: { ...job } });
     return joined;
   };

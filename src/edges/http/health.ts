@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Deps, Log } from '../../app/context';
 import { readiness } from '../../modules/health';
+import { builtinEngine } from '../../modules/nodes';
 import { sendError, sendJson } from './respond';
 
 /** GET /healthz: the process is alive and answering. It checks nothing else, so a slow database never gets it restarted. */
@@ -19,7 +20,7 @@ export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: b
     log(`not ready: ${state.reason}${state.detail ? ` (${state.detail})` : ''}`);
     return sendError(res, 'not_ready', `not ready: ${state.reason}`);
   }
-  // Which engine the built-in pool runs containers with ('none': its environments hold files only).
-  const engine = deps.node.engine?.url ?? 'none';
+  // Which engine the built-in node runs containers with ('none': its environments hold files only).
+  const engine = await builtinEngine(deps);
   sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok', engine } });
 }

@@ -17,7 +17,7 @@ import { requireMember, requireOwner } from '../../kernel/access';
 import { ConflictError, DomainError, ValidationError } from '../../kernel/errors';
 import type { SessionOptions, TermSize } from '../../node/command';
 import { EXEC_CHUNK, EXEC_GRANT, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
-import { BUILTIN_NODE, nodeTopics, sendToNode } from '../../protocol/node-bus';
+import { nodeTopics, sendToNode } from '../../protocol/node-bus';
 import type { DistributiveOmit, ToNode } from '../../protocol/node-channel';
 import { checkAudited } from '../audit';
 import { findEnvironment, recordExecRow } from './service';
@@ -130,7 +130,8 @@ export async function startCommand(
   const argv = validateArgv(command);
   const env = typeof envRef === 'string' ? await commandEnvironment(deps, actor, envRef) : envRef;
   const run = randomUUID();
-  const node = env.nodeId ?? BUILTIN_NODE;
+  const node = env.nodeId;
+  if (!node) throw new ConflictError(`environment ${env.name} is on no node`, 'no_runtime');
   const events = deps.events.subscribe(nodeTopics.exec(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
   let pending = events.next();

@@ -15,8 +15,8 @@ import { explainWaiting } from './waiting';
 
 /**
  * Claims queued environments onto free slots, oldest first per pool; SKIP LOCKED keeps instances
- * apart. A built-in hot node serves every organization; a remote node's slot only its own
- * organization's leases, and only while the node is online and not draining.
+ * apart. A hot node (a slot of the built-in node) serves every organization; another node's slot
+ * only its own organization's leases. Only while its node is online and not draining.
  */
 async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
   const claimed: Environment[] = [];
@@ -33,25 +33,25 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
             FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
            CROSS JOIN LATERAL (
                  SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
-                   FROM "Node" h JOIN "Environment" x ON x.id = h."environmentId"
-                  WHERE h.pool = e.pool AND h."remoteId" IS NULL AND x."orgId" = e."orgId") hot
+                    FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
+                  WHERE h.pool = e.pool AND hr.builtin AND x."orgId" = e."orgId") hot
            WHERE e.pool = ${pool.name} AND e.state = 'pending'
-             AND EXISTS (SELECT 1 FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+             AND EXISTS (SELECT 1 FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
                           WHERE n.pool = e.pool AND n."environmentId" IS NULL
-                            AND ((n."remoteId" IS NULL AND hot.room)
-                              OR (r."orgId" = e."orgId" AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL)))
+                            AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
+                            AND ((r.builtin AND hot.room) OR r."orgId" = e."orgId"))
            ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
         if (envs.length === 0) return null;
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
         const slots = await tx.$queryRaw<Slot[]>`
-          SELECT n.id, n."remoteId", COALESCE(r.name, n.id) AS name, r."orgId",
+          SELECT n.id, n."remoteId", CASE WHEN r.builtin THEN n.id ELSE r.name END AS name, r."orgId", r.builtin,
                  n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState"
-            FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
+            FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
            WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
-             AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+             AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
            ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
         for (const pending of envs) {
-          const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.remoteId === null);
+          const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.builtin);
           // A ready warm container of its template and spec (the catalog's, or its organization's own)...
           const warm = slots.find(
             (n) =>
@@ -67,18 +67,16 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
           const slot =
             warm ??
             leastWarm(slots.filter((n) => n.orgId === pending.orgId)) ??
-            (pending.hotRoom ? leastWarm(slots.filter((n) => n.remoteId === null)) : undefined);
+            (pending.hotRoom ? leastWarm(slots.filter((n) => n.builtin)) : undefined);
           if (!slot) continue;
-          // A remote node is read again under a share lock: a drain or a lost mark that committed
+          // Its node is read again under a share lock: a drain or a lost mark that committed
           // meanwhile is seen, and one that comes later waits for this claim.
-          if (slot.remoteId) {
-            const takes = await tx.$queryRaw<{ id: string }[]>`
-              SELECT id FROM "RemoteNode"
-               WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
-            if (takes.length === 0) {
-              slots.splice(slots.indexOf(slot), 1);
-              continue;
-            }
+          const takes = await tx.$queryRaw<{ id: string }[]>`
+            SELECT id FROM "RemoteNode"
+             WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
+          if (takes.length === 0) {
+            slots.splice(slots.indexOf(slot), 1);
+            continue;
           }
           const now = deps.clock.now();
           // The state machine's pending → starting, in this transaction: the lease and its node
@@ -110,9 +108,11 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
 
 interface Slot {
   id: string;
-  remoteId: string | null;
+  remoteId: string;
   name: string;
-  orgId: string | null;
+  orgId: string;
+  /** A slot of the built-in node: a hot node, for every organization. */
+  builtin: boolean;
   warmTemplate: string | null;
   warmOrg: string | null;
   warmSpec: string | null;
@@ -148,10 +148,8 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
     SELECT id, "nodeId" FROM "Environment"
      WHERE state = 'starting' AND starting + ("startMs" * interval '1 millisecond') <= ${now}
      ORDER BY starting`;
-  // A remote node prepares on its own machine: one waiting for a slow node holds up no other.
-  const remote = Promise.all(due.filter((e) => e.nodeId).map(({ id }) => prepareOne(deps, provider, id, now)));
-  for (const { id } of due.filter((e) => !e.nodeId)) await prepareOne(deps, provider, id, now);
-  await remote;
+  // Each node prepares on its own: one waiting for a slow node holds up no other.
+  await Promise.all(due.map(({ id }) => prepareOne(deps, provider, id, now)));
 }
 
 async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date): Promise<void> {
@@ -228,9 +226,7 @@ async function finishStopping(deps: Deps, provider: NodeProvider): Promise<strin
   const release = async (env: Environment) => {
     if (await releaseOne(deps, provider, env)) outSync.push(env.id);
   };
-  const remote = Promise.all(stopping.filter((e) => e.nodeId).map(release));
-  for (const env of stopping.filter((e) => !e.nodeId)) await release(env);
-  await remote;
+  await Promise.all(stopping.map(release));
   return outSync;
 }
 

@@ -72,11 +72,10 @@ function add(busy: Busy, state: string | null, n: number, outSync: number): void
 async function pictureOf(db: Db, pool: string, outSync: string[]): Promise<PoolPicture> {
   // Grouped in the database: a pool of thousands of hot nodes is a handful of rows here.
   const rows = await db.$queryRaw<{ nodeOrg: string | null; envOrg: string | null; state: string | null; n: number; outSync: number }[]>`
-    SELECT r."orgId" AS "nodeOrg", e."orgId" AS "envOrg", e.state, count(*)::int AS n,
+    SELECT CASE WHEN r.builtin THEN NULL ELSE r."orgId" END AS "nodeOrg", e."orgId" AS "envOrg", e.state, count(*)::int AS n,
            (count(*) FILTER (WHERE e.id = ANY(${outSync}::text[])))::int AS "outSync"
-      FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId" LEFT JOIN "Environment" e ON e.id = n."environmentId"
-     WHERE n.pool = ${pool}
-       AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+      FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId" LEFT JOIN "Environment" e ON e.id = n."environmentId"
+     WHERE n.pool = ${pool} AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
      GROUP BY 1, 2, 3`;
   const picture: PoolPicture = { hot: noSlots(), hotHeld: new Map(), own: new Map() };
   for (const row of rows) {

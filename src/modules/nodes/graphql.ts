@@ -40,17 +40,31 @@ const WarmContainerRef = builder.objectRef<WarmContainer>('WarmContainer').imple
 const warmLoader = perRequest((ctx) => warmContainersLoader(ctx.deps.prisma));
 
 export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
-  description: 'A remote build machine running `berth node` with its credential (docs/agents.md)',
+  description:
+    "A build machine running `berth node`: the built-in node the server runs, or one of the organization's with its credential (docs/agents.md)",
   fields: (t) => ({
     id: t.exposeID('id'),
-    name: t.exposeString('name', { description: "What an environment's `node` field shows (a DNS label)" }),
-    pool: t.exposeString('pool'),
+    name: t.exposeString('name', {
+      description:
+        "What an environment's `node` field shows (a DNS label); the built-in node's environments show their hot node (`<pool>-<n>`)",
+    }),
+    pool: t.exposeString('pool', { description: "The pool it serves; '' for the built-in node, which serves every pool with hot nodes" }),
+    builtin: t.exposeBoolean('builtin', {
+      description: "The server's own node (every organization's leases of the pools with hot nodes); it cannot be removed",
+    }),
+    engine: t.exposeString('engine', {
+      nullable: true,
+      description: 'The container engine it runs containers with, as it said when it connected; null: files only',
+    }),
     state: t.exposeString('state', {
       description:
         'online (heard from within the liveness bound), lost (not heard from), draining (removed, or its agent is shutting down: no new environments), offline (its agent shut down cleanly; online again when it connects)',
     }),
     slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
-    environments: t.stringList({ description: 'Ids of the live environments on it', resolve: (n) => n.environments.map((e) => e.id) }),
+    environments: t.stringList({
+      description: "Ids of the live environments on it (the organization's)",
+      resolve: (n) => n.environments.map((e) => e.id),
+    }),
     liveEnvironments: t.field({
       type: [EnvironmentRef],
       description: 'The live environments on it (each holds one of its slots), oldest first',
@@ -65,8 +79,8 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
     allocated: t.field({ type: NodeAllocationRef, description: 'What its live environments are allowed', resolve: (n) => n.allocated }),
     warm: t.field({
       type: [WarmContainerRef],
-      description: "The warm containers its free slots keep for its organization's templates",
-      resolve: (n, _args, ctx) => warmLoader(ctx).load(n.id),
+      description: "The warm containers its free slots keep for the organization's templates (and the catalog's)",
+      resolve: async (n, _args, ctx) => (await warmLoader(ctx).load(n.id)).filter((w) => w.org === '' || w.org === ctx.actor.orgId),
     }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),

@@ -1,4 +1,4 @@
-export { builtinNodeJob, failEnded, openBuiltinEngine, openBuiltinNode, prepullBuiltin, serveBuiltinNode } from './builtin-node';
+export { actsForEveryOrg, BUILTIN_NAME, builtinEngine, builtinIdentity, ensureBuiltinNode } from './builtin-node';
 export { type NodeProvider, startBound } from './provider';
 export { nodeJob, nodeProvider } from './remote-nodes';
 export {

@@ -1,5 +1,5 @@
-// The remote provider: an environment's prepare, release and discard happen on the remote node
-// that holds it (`berth node`), asked over its control channel (src/protocol/node-bus.ts).
+// The node provider: an environment's prepare, release and discard happen on the node that holds
+// it (`berth node`, the built-in one included), asked over its control channel (src/protocol/node-bus.ts).
 // The node moves the snapshot archives itself, over the node HTTP calls (docs/snapshots.md).
 import type { Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
@@ -7,7 +7,7 @@ import type { BackgroundJob } from '../../kernel/background';
 import { NODE_JOB } from '../../kernel/job-names';
 import { askNode, sendToNode } from '../../protocol/node-bus';
 import { savedShares } from '../snapshots';
-import { builtinProvider, type NodeProvider, sharesWithRules, startBound } from './provider';
+import { type NodeProvider, sharesWithRules, startBound } from './provider';
 import { LIVE_NODE, markLeftNodes, markLostNodes, revokeDrained } from './service';
 import { environmentSpec } from './specs';
 
@@ -26,11 +26,13 @@ function stillWanted(deps: Deps, env: Environment, state: string) {
   };
 }
 
-export const remoteProvider: NodeProvider = {
+/** Each environment's work goes to the node it runs on, the built-in node's as any other's. */
+export const nodeProvider: NodeProvider = {
   async prepare(deps, env) {
+    if (!env.nodeId) throw new Error('the environment is on no node');
     const reply = await askNode(
       deps,
-      env.nodeId!,
+      env.nodeId,
       {
         type: 'prepare',
         environment: {
@@ -44,25 +46,19 @@ export const remoteProvider: NodeProvider = {
     return reply.runtime === 'container' ? 'container' : 'files';
   },
   async release(deps, env) {
+    if (!env.nodeId) return;
     const shares = await sharesWithRules(deps, env);
     await askNode(
       deps,
-      env.nodeId!,
+      env.nodeId,
       { type: 'release', environment: { id: env.id, snapshot: env.snapshot !== null, saved: await savedShares(deps, env), shares } },
       { timeoutMs: RELEASE_MS, check: stillWanted(deps, env, 'stopping') },
     );
   },
   async discard(deps, env) {
     // A node that is not connected wipes every root it does not hold when it says hello again.
-    await sendToNode(deps, env.nodeId!, { type: 'discard', environment: { id: env.id } });
+    if (env.nodeId) await sendToNode(deps, env.nodeId, { type: 'discard', environment: { id: env.id } });
   },
-};
-
-/** Each environment's work goes to the node it runs on: a remote node, else the built-in hot pool. */
-export const nodeProvider: NodeProvider = {
-  prepare: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).prepare(deps, env),
-  release: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).release(deps, env),
-  discard: (deps, env) => (env.nodeId ? remoteProvider : builtinProvider).discard(deps, env),
 };
 
 /** Liveness (lost nodes fail their environments), draining (revoked once empty), leaving (offline once empty). */

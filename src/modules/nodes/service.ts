@@ -25,6 +25,7 @@ import { checkAudited, recordAudit } from '../audit';
 import { SANDBOX_NAME } from '../sandboxes';
 import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, savedShares, saveSnapshotShare } from '../snapshots';
 import { findTemplate, poolImages } from '../templates';
+import { actsForEveryOrg, BUILTIN_NAME, builtinSlots } from './builtin-node';
 import { resourcesOf } from './specs';
 
 export { MAX_SLOTS } from '../../protocol/dataplane';
@@ -43,11 +44,16 @@ export type NodeState = 'online' | 'lost' | 'draining' | 'offline';
 export interface NodeRecord {
   id: string;
   name: string;
+  /** The pool it serves; the built-in node serves every pool with hot nodes: '' here, its slots say which. */
   pool: string;
+  /** The server's own node (docs/agents.md, "The built-in node"): every organization's, not removable. */
+  builtin: boolean;
+  /** The container engine it runs containers with, as its hello said; null: files only, or not heard from. */
+  engine: string | null;
   state: NodeState;
   /** The slots its agent holds (`--slots`), as it said when it last connected. */
   slots: number;
-  /** The live environments on it, oldest first (each holds one of its slots). */
+  /** The live environments on it, oldest first (each holds one of its slots); of the built-in node, the caller's organization's only. */
   environments: Environment[];
   /** The machine's CPUs and memory (bytes) as its agent said when it last connected; null before. */
   capacity: { cpus: number; memory: number } | null;
@@ -99,9 +105,10 @@ export function allocationOf(envs: Environment[]): Allocation {
   return { cpus: Math.round(cpus * 100) / 100, memory, unlimited };
 }
 
-async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
+/** The records of `nodes` as `orgId` sees them: of the built-in node, only its own environments. */
+async function records(deps: Deps, nodes: RemoteNode[], orgId: string): Promise<NodeRecord[]> {
   const envs = await deps.prisma.environment.findMany({
-    where: { nodeId: { in: nodes.map((n) => n.id) }, state: { in: [...LIVE_STATES] } },
+    where: { nodeId: { in: nodes.map((n) => n.id) }, orgId, state: { in: [...LIVE_STATES] } },
     orderBy: [{ created: 'asc' }, { id: 'asc' }],
   });
   return nodes.map((n) => {
@@ -110,6 +117,8 @@ async function records(deps: Deps, nodes: RemoteNode[]): Promise<NodeRecord[]> {
       id: n.id,
       name: n.name,
       pool: n.pool,
+      builtin: n.builtin,
+      engine: n.engine,
       state: stateOf(n),
       slots: n.slots,
       environments,
@@ -142,7 +151,7 @@ export function watchNodes(deps: Deps, actor: Actor): AsyncIterable<NodeEvent> {
 
 /** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */
 async function findNode(deps: Deps, orgId: string, id: string): Promise<RemoteNode> {
-  const node = await deps.prisma.remoteNode.findFirst({ where: { id, orgId, revoked: null } });
+  const node = await deps.prisma.remoteNode.findFirst({ where: { id, OR: [{ orgId }, { builtin: true }], revoked: null } });
   if (!node) throw new NotFoundError(`node ${id}`);
   return node;
 }
@@ -150,6 +159,7 @@ async function findNode(deps: Deps, orgId: string, id: string): Promise<RemoteNo
 function validateNodeName(value: unknown): string {
   if (typeof value !== 'string') throw new ValidationError('name: must be a string', 'name');
   const name = value.trim().toLowerCase();
+  if (name === BUILTIN_NAME) throw new ValidationError(`name: ${BUILTIN_NAME} is the built-in node's`, 'name');
   if (!SANDBOX_NAME.test(name)) {
     throw new ValidationError(
       `name: ${JSON.stringify(value)} must be a DNS label: 1-63 letters, digits and "-", starting and ending with a letter or digit`,
@@ -195,19 +205,19 @@ export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInpu
     await recordAudit(deps, tx, actor, { action: 'node.create', target: { kind: 'node', id }, detail: { name, pool: input.pool } });
     return created;
   });
-  const [record] = await records(deps, [node]);
+  const [record] = await records(deps, [node], actor.orgId);
   await announce(deps, node, record!.state);
   return { node: record!, secret };
 }
 
-/** GET /v1/nodes: the organization's nodes (revoked ones are gone), oldest first. */
+/** GET /v1/nodes: the built-in node, then the organization's nodes (revoked ones are gone), oldest first. */
 export async function listNodes(deps: Deps, actor: Actor): Promise<NodeRecord[]> {
   requireMember(actor);
   const nodes = await deps.prisma.remoteNode.findMany({
-    where: { orgId: actor.orgId, revoked: null },
-    orderBy: [{ created: 'asc' }, { id: 'asc' }],
+    where: { OR: [{ orgId: actor.orgId }, { builtin: true }], revoked: null },
+    orderBy: [{ builtin: 'desc' }, { created: 'asc' }, { id: 'asc' }],
   });
-  return records(deps, nodes);
+  return records(deps, nodes, actor.orgId);
 }
 
 /**
@@ -219,6 +229,11 @@ export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<
     requireAdmin(actor, 'only admins can remove nodes'),
   );
   const node = await findNode(deps, actor.orgId, id);
+  if (node.builtin)
+    throw new ConflictError(
+      "the built-in node is the server's: it runs and stops with it (hotNodes: 0 in the catalog empties it)",
+      'conflict',
+    );
   const drained = node.draining
     ? node
     : await deps.prisma.$transaction(async (tx) => {
@@ -227,7 +242,7 @@ export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<
         return row;
       });
   if (!node.draining) await announce(deps, drained, 'draining');
-  const [record] = await records(deps, [drained]);
+  const [record] = await records(deps, [drained], actor.orgId);
   await revokeDrained(deps);
   return record!;
 }
@@ -257,21 +272,32 @@ export interface Welcome {
 export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Promise<Welcome> {
   const nodeId = requireNodeAgent(actor);
   const { capacity } = input;
-  const now = deps.clock.now();
+  const builtin = actsForEveryOrg(actor);
+  const now = heardAt(deps, builtin);
   const { node, stale } = await deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:node:${nodeId}`);
     const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
     if (!found || found.revoked) throw new UnauthorizedError('this node was removed');
     const state = input.leaving ? 'leaving' : 'online';
+    // The built-in node's slots are the catalog's hot nodes; another node's, as many as it says.
+    const wanted = builtin
+      ? builtinSlots(deps.catalog)
+      : Array.from({ length: input.slots }, (_, i) => ({ id: `${nodeId}-${i + 1}`, pool: found.pool }));
     const node = await tx.remoteNode.update({
       where: { id: nodeId },
-      data: { state, lastSeen: now, slots: input.slots, ...(capacity ? { cpus: capacity.cpus, memory: BigInt(capacity.memory) } : {}) },
+      data: {
+        state,
+        lastSeen: now,
+        slots: wanted.length,
+        engine: input.engine ?? null,
+        ...(capacity ? { cpus: capacity.cpus, memory: BigInt(capacity.memory) } : {}),
+      },
     });
-    const wanted = Array.from({ length: input.slots }, (_, i) => `${nodeId}-${i + 1}`);
+    const ids = wanted.map((w) => w.id);
     if (!found.draining) {
-      await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: node.pool, remoteId: nodeId })), skipDuplicates: true });
+      await tx.node.createMany({ data: wanted.map((w) => ({ ...w, remoteId: nodeId })), skipDuplicates: true });
     }
-    await tx.node.deleteMany({ where: { remoteId: nodeId, environmentId: null, id: found.draining ? undefined : { notIn: wanted } } });
+    await tx.node.deleteMany({ where: { remoteId: nodeId, environmentId: null, id: found.draining ? undefined : { notIn: ids } } });
     const stale = await tx.environment.findMany({
       where: { nodeId, state: { in: [...LIVE_STATES] }, id: { notIn: input.environments } },
       select: { id: true },
@@ -293,8 +319,18 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
     heartbeatMs: deps.config.nodeHeartbeatMs,
     usageSampleMs: deps.config.usageSampleMs,
     environments: live.map((e) => e.id),
-    images: await poolImages(deps.prisma, [node.pool], node.orgId),
+    images: builtin
+      ? await poolImages(deps.prisma, [...new Set(builtinSlots(deps.catalog).map((s) => s.pool))], null)
+      : await poolImages(deps.prisma, [node.pool], node.orgId),
   };
+}
+
+/**
+ * When a node is heard from. The built-in node's liveness is a process's, in real time: a test's
+ * clock moving hours ahead must not declare the server's own node lost.
+ */
+function heardAt(deps: Deps, builtin: boolean): Date {
+  return builtin ? new Date() : deps.clock.now();
 }
 
 /**
@@ -303,7 +339,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
  * again, as a heartbeat may cross the first one) or 'revoked' (the channel closes).
  */
 export async function nodeHeartbeat(deps: Deps, nodeId: string): Promise<'online' | 'lost' | 'offline' | 'revoked'> {
-  const now = deps.clock.now();
+  const now = heardAt(deps, nodeId === deps.builtin.id);
   const { count } = await deps.prisma.remoteNode.updateMany({
     where: { id: nodeId, revoked: null, state: { in: LIVE_NODE } },
     data: { lastSeen: now },
@@ -348,13 +384,18 @@ async function endForLeaving(deps: Deps, node: RemoteNode): Promise<void> {
   deps.background.nudge(NODE_JOB);
 }
 
+/** What a node credential may look up: its organization's, or every organization's for the built-in node's. */
+function orgScope(actor: Actor): { orgId?: string } {
+  return actsForEveryOrg(actor) ? {} : { orgId: actor.orgId };
+}
+
 /**
  * The environment `envId` if it is on the caller's node and in one of `states`. Another
  * organization's or an unknown id is 404; one of the organization not on this node 403.
  */
 async function envOnNode(deps: Deps, actor: Actor, envId: string, states: readonly string[]): Promise<Environment> {
   const nodeId = requireNodeAgent(actor);
-  const env = await deps.prisma.environment.findFirst({ where: { id: envId, orgId: actor.orgId } });
+  const env = await deps.prisma.environment.findFirst({ where: { id: envId, ...orgScope(actor) } });
   if (!env) throw new NotFoundError(`environment ${envId}`);
   if (env.nodeId !== nodeId || !isLive(env.state)) {
     throw new ForbiddenError('a node credential can only act on the environments currently on its node');
@@ -398,10 +439,10 @@ export async function nodeRecordRestored(deps: Deps, actor: Actor, envId: string
  */
 export async function nodeOpenArchive(deps: Deps, actor: Actor, snapshotId: string): Promise<Readable> {
   const nodeId = requireNodeAgent(actor);
-  const snapshot = await deps.prisma.snapshot.findFirst({ where: { id: snapshotId, orgId: actor.orgId } });
+  const snapshot = await deps.prisma.snapshot.findFirst({ where: { id: snapshotId, ...orgScope(actor) } });
   if (!snapshot) throw new NotFoundError(`snapshot ${snapshotId}`);
   const starting = await deps.prisma.environment.count({
-    where: { nodeId, state: 'starting', orgId: actor.orgId, project: snapshot.project },
+    where: { nodeId, state: 'starting', orgId: snapshot.orgId, project: snapshot.project },
   });
   if (starting === 0) throw new ForbiddenError('a node credential can only read snapshots for an environment starting on its node');
   return openSnapshotShare(deps, snapshot);
@@ -438,8 +479,13 @@ export async function markLostNodes(deps: Deps): Promise<void> {
   const now = deps.clock.now();
   const bound = deps.config.nodeLostMs;
   const cutoff = new Date(now.getTime() - bound);
+  const realCutoff = new Date(Date.now() - bound);
   const lost = await deps.prisma.remoteNode.updateManyAndReturn({
-    where: { state: { in: LIVE_NODE }, revoked: null, OR: [{ lastSeen: null }, { lastSeen: { lt: cutoff } }] },
+    where: {
+      state: { in: LIVE_NODE },
+      revoked: null,
+      OR: [{ lastSeen: null }, { builtin: false, lastSeen: { lt: cutoff } }, { builtin: true, lastSeen: { lt: realCutoff } }],
+    },
     data: { state: 'lost' },
     select: { id: true, orgId: true, name: true, draining: true },
   });

@@ -2,14 +2,14 @@
 // the started, unclaimed containers templates ask for with `warm: N`, so a lease claims one
 // instead of starting a container. The database says which slot keeps which (Node.warm*); the
 // job plans under one advisory lock (instances take turns, every one may run it), then has the
-// nodes do it: the built-in pool's node runtime here, a remote node over its control channel
-// (`warm`, `warm-drop`; it answers `warm-ready` or `warm-failed`). A slot's `warmSince` names one
-// making of its container: an answer about an older one changes nothing.
+// nodes do it over their control channels (`warm`, `warm-drop`; a node answers `warm-ready` or
+// `warm-failed`), the built-in node as any other. A slot's `warmSince` names one making of its
+// container: an answer about an older one changes nothing.
 //
-// - A built-in hot node keeps an organization's template only while the organization's leases
-//   and warm containers on the hot nodes stay within its pool share (POOL_ORG_SHARE); the
-//   catalog's templates are the operator's and count against no organization.
-// - A remote node keeps its own organization's templates only.
+// - A hot node (a slot of the built-in node, which needs an engine) keeps an organization's template
+//   only while the organization's leases and warm containers on the hot nodes stay within its pool
+//   share (POOL_ORG_SHARE); the catalog's templates are the operator's and count against no organization.
+// - Another node keeps its own organization's templates only.
 // - A container whose template changed (another spec hash), went away, or asks fewer is removed;
 //   one that failed is tried again after a backoff that doubles up to WARM_BACKOFF_MAX_MS, its
 //   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
@@ -50,8 +50,11 @@ interface Wanted {
 interface Slot {
   id: string;
   pool: string;
-  remoteId: string | null;
-  nodeOrg: string | null;
+  remoteId: string;
+  nodeOrg: string;
+  /** A slot of the built-in node (a hot node), and whether that node has a container engine. */
+  builtin: boolean;
+  hasEngine: boolean;
   warmTemplate: string | null;
   warmOrg: string | null;
   warmSpec: string | null;
@@ -63,7 +66,7 @@ interface Slot {
 /** One container for a node to make: the slot, which making of it, and the template. */
 export interface WarmMake {
   slot: string;
-  remoteId: string | null;
+  remoteId: string;
   since: Date;
   want: Wanted;
 }
@@ -88,12 +91,11 @@ async function wantedTemplates(deps: Deps): Promise<Wanted[]> {
  * Decides, in one transaction, what each free slot keeps: clears the warm containers no longer
  * wanted (their removal is returned), and assigns free slots to templates short of their count.
  */
-async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake[]; drop: Slot[] }> {
+async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
   const wanted = await wantedTemplates(deps);
   // Nothing asked and nothing kept (most deployments): no transaction every interval.
   if (wanted.length === 0 && (await deps.prisma.node.count({ where: { warmState: { not: null } } })) === 0) return { make: [], drop: [] };
   const byKey = new Map(wanted.map((w) => [keyOf(w.orgId, w.spec.name), w]));
-  const hasEngine = deps.node.engine !== null;
   return deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, 'berth:warm');
     const now = deps.clock.now();
@@ -107,18 +109,18 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
          AND (r.state <> 'online' OR r.draining IS NOT NULL OR r.revoked IS NOT NULL)
       RETURNING n.id, n."remoteId"`;
     const slots = await tx.$queryRaw<Slot[]>`
-      SELECT n.id, n.pool, n."remoteId", r."orgId" AS "nodeOrg", n."warmTemplate", n."warmOrg", n."warmSpec",
-             n."warmState", n."warmSince", n."warmRetry"
-        FROM "Node" n LEFT JOIN "RemoteNode" r ON r.id = n."remoteId"
-       WHERE n."environmentId" IS NULL
-         AND (n."remoteId" IS NULL OR (r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL))
+      SELECT n.id, n.pool, n."remoteId", r."orgId" AS "nodeOrg", r.builtin, r.engine IS NOT NULL AS "hasEngine",
+             n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmSince", n."warmRetry"
+        FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
+       WHERE n."environmentId" IS NULL AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
        ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
     // What each organization holds of each pool's hot nodes: its leases, then its warm containers.
     const held = new Map<string, number>();
     const heldKey = (pool: string, orgId: string) => `${pool}\0${orgId}`;
     const busy = await tx.$queryRaw<{ pool: string; orgId: string; n: number }[]>`
-      SELECT h.pool, x."orgId", count(*)::int AS n FROM "Node" h JOIN "Environment" x ON x.id = h."environmentId"
-       WHERE h."remoteId" IS NULL GROUP BY h.pool, x."orgId"`;
+      SELECT h.pool, x."orgId", count(*)::int AS n
+        FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
+       WHERE hr.builtin GROUP BY h.pool, x."orgId"`;
     for (const b of busy) held.set(heldKey(b.pool, b.orgId), b.n);
     const orgs = new Map<string, number | null>();
     const shareOf = async (orgId: string) => {
@@ -165,7 +167,7 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
       make.push({ slot: slot.id, remoteId: slot.remoteId, since, want });
     };
     const fits = (slot: Slot, want: Wanted) =>
-      slot.pool === want.spec.pool && (slot.remoteId === null ? hasEngine : slot.nodeOrg === want.orgId);
+      slot.pool === want.spec.pool && (slot.builtin ? slot.hasEngine : slot.nodeOrg === want.orgId);
 
     // Those kept: still wanted, with the same spec, on a slot that may keep them, within the count
     // (ready ones first) and, on hot nodes, within the organization's share.
@@ -175,17 +177,14 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
     for (const slot of kept) {
       const want = byKey.get(keyOf(slot.warmOrg ?? '', slot.warmTemplate ?? ''));
       const n = want ? (count.get(keyOf(want.orgId, want.spec.name)) ?? 0) : 0;
-      const room = !want || slot.remoteId !== null || (await hotRoom(slot.pool, want.orgId));
+      const room = !want || !slot.builtin || (await hotRoom(slot.pool, want.orgId));
       if (!want || want.hash !== slot.warmSpec || !fits(slot, want) || n >= want.spec.warm || !room) {
         await clear(slot);
         continue;
       }
       count.set(keyOf(want.orgId, want.spec.name), n + 1);
-      if (slot.remoteId === null && want.orgId !== '')
-        held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
-      const stale =
-        slot.warmState === 'starting' &&
-        (redoStarting ? slot.remoteId === null : slot.warmSince!.getTime() < now.getTime() - WARM_START_MS);
+      if (slot.builtin && want.orgId !== '') held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
+      const stale = slot.warmState === 'starting' && slot.warmSince!.getTime() < now.getTime() - WARM_START_MS;
       const due = slot.warmState === 'failed' && (slot.warmRetry?.getTime() ?? 0) <= now.getTime();
       if (stale || due) await start(slot, want);
     }
@@ -199,14 +198,14 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
         let slot: Slot | undefined;
         for (const s of slots) {
           if (s.warmState || !fits(s, want)) continue;
-          if (s.remoteId === null && !(await hotRoom(s.pool, want.orgId))) continue;
+          if (s.builtin && !(await hotRoom(s.pool, want.orgId))) continue;
           slot = s;
           break;
         }
         if (!slot) continue;
         await start(slot, want);
         count.set(key, (count.get(key) ?? 0) + 1);
-        if (slot.remoteId === null && want.orgId !== '')
+        if (slot.builtin && want.orgId !== '')
           held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
         assigned = true;
       }
@@ -220,7 +219,7 @@ async function plan(deps: Deps, redoStarting: boolean): Promise<{ make: WarmMake
  * a slot of that node. Its failures still count (a claim or a change of template clears them), so
  * a container whose command keeps ending is made again ever later, not every minute.
  */
-export async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string | null = null): Promise<boolean> {
+async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string): Promise<boolean> {
   const { count } = await deps.prisma.node.updateMany({
     where: { id: slot, remoteId, warmSince: since, warmState: 'starting', environmentId: null },
     data: { warmState: 'ready', warmError: null },
@@ -231,17 +230,9 @@ export async function warmReady(deps: Deps, slot: string, since: Date, remoteId:
 
 /**
  * The node could not make the slot's container, or the one it made ended: tried again after a
- * backoff, the error kept for operators. `log` says so where the node's log is (the server's for
- * the built-in pool).
+ * backoff, the error kept for operators (the node's log says it too).
  */
-export async function warmFailed(
-  deps: Deps,
-  slot: string,
-  since: Date,
-  error: string,
-  log?: (line: string) => void,
-  remoteId: string | null = null,
-): Promise<void> {
+async function warmFailed(deps: Deps, slot: string, since: Date, error: string, remoteId: string): Promise<void> {
   const row = await deps.prisma.node.findUnique({
     where: { id: slot },
     select: { warmFailures: true, warmTemplate: true, remoteId: true },
@@ -258,13 +249,10 @@ export async function warmFailed(
       warmRetry: new Date(now.getTime() + backoff),
     },
   });
-  if (count === 1) {
-    log?.(`the warm container of ${row.warmTemplate} on slot ${slot} failed (tried again in ${Math.round(backoff / 1000)} s): ${error}`);
-    deps.background.nudge(WARM_JOB, backoff);
-  }
+  if (count === 1) deps.background.nudge(WARM_JOB, backoff);
 }
 
-/** Asks the slot's node to make or remove its warm container. */
+/** Asks the slot's node to make its warm container. */
 async function tellNode(deps: Deps, make: WarmMake): Promise<void> {
   const spec = {
     ...warmEnvironmentSpec(make.want.spec, make.want.orgId),
@@ -272,41 +260,16 @@ async function tellNode(deps: Deps, make: WarmMake): Promise<void> {
     pool: make.want.spec.pool,
     hash: make.want.hash,
   };
-  if (make.remoteId) {
-    await sendToNode(deps, make.remoteId, { type: 'warm', warm: { ...spec, since: make.since.toISOString() } });
-    return;
-  }
-  try {
-    await deps.node.warm(spec);
-  } catch (error) {
-    await warmFailed(deps, make.slot, make.since, (error as Error).message, deps.node.options.log);
-    return;
-  }
-  // Evicted or changed meanwhile: what was made is not wanted.
-  if (!(await warmReady(deps, make.slot, make.since))) {
-    const now = await deps.prisma.node.findUnique({ where: { id: make.slot }, select: { warmSince: true } });
-    if (now?.warmSince?.getTime() !== make.since.getTime()) await deps.node.dropWarm(make.slot);
-  }
+  await sendToNode(deps, make.remoteId, { type: 'warm', warm: { ...spec, since: make.since.toISOString() } });
 }
-
-/** Processes that already redid the built-in pool's unanswered makings left by a previous run. */
-const redone = new WeakSet<Deps>();
 
 export const warmJob: BackgroundJob = {
   name: WARM_JOB,
   intervalMs: 2000,
   async run(deps) {
-    // After a restart, a built-in making in flight died with the process: done again at once.
-    const redoStarting = !redone.has(deps);
-    redone.add(deps);
-    const { make, drop } = await plan(deps, redoStarting);
-    for (const slot of drop) {
-      if (slot.remoteId) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
-      else await deps.node.dropWarm(slot.id);
-    }
-    // Remote nodes make theirs on their own machines; the built-in ones one after another here.
-    for (const m of make.filter((m) => m.remoteId)) await tellNode(deps, m);
-    for (const m of make.filter((m) => !m.remoteId)) await tellNode(deps, m);
+    const { make, drop } = await plan(deps);
+    for (const slot of drop) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
+    for (const m of make) await tellNode(deps, m);
   },
 };
 
@@ -320,7 +283,7 @@ export async function nodeWarmReady(deps: Deps, actor: Actor, message: FromNode<
 
 /** A remote node's making of a warm container failed: about a slot of its own only. */
 export async function nodeWarmFailed(deps: Deps, actor: Actor, message: FromNode<'warm-failed'>): Promise<void> {
-  await warmFailed(deps, message.slot, new Date(message.since), message.error ?? 'unknown error', undefined, actor.nodeId!);
+  await warmFailed(deps, message.slot, new Date(message.since), message.error ?? 'unknown error', actor.nodeId!);
 }
 
 /** The warm containers a remote node holds (after its restart: none): any other of its slots' is made again. */
@@ -334,10 +297,10 @@ export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'
   for (const slot of slots) {
     if (!slot.warmSince || holds.has(`${slot.id}@${slot.warmSince.toISOString()}`)) continue;
     if (slot.warmState === 'starting' && slot.warmSince.getTime() > now.getTime() - IN_FLIGHT_MS) continue;
-    // A ready one that ended (its command exited, or the node restarted) waits its backoff, as on
-    // the built-in pool; a making lost with the node's process is done again at once.
+    // A ready one that ended (its command exited, or the node restarted) waits its backoff; a
+    // making lost with the node's process is done again at once.
     if (slot.warmState === 'ready') {
-      await warmFailed(deps, slot.id, slot.warmSince, 'the node no longer holds it', undefined, actor.nodeId!);
+      await warmFailed(deps, slot.id, slot.warmSince, 'the node no longer holds it', actor.nodeId!);
       continue;
     }
     await deps.prisma.node.updateMany({

@@ -6,21 +6,32 @@ import type { Prisma } from '../../platform/db';
 export interface WarmContainer {
   slot: string;
   template: string;
+  /** The organization whose template it is ('' for the catalog's): only it sees it on the built-in node. */
+  org: string;
   state: string;
   since: Date | null;
   error: string | null;
 }
 
-const WARM_COLUMNS = { id: true, remoteId: true, warmTemplate: true, warmState: true, warmSince: true, warmError: true } as const;
+const WARM_COLUMNS = {
+  id: true,
+  remoteId: true,
+  warmTemplate: true,
+  warmOrg: true,
+  warmState: true,
+  warmSince: true,
+  warmError: true,
+} as const;
 
 function toWarm(r: {
   id: string;
   warmTemplate: string | null;
+  warmOrg: string | null;
   warmState: string | null;
   warmSince: Date | null;
   warmError: string | null;
 }) {
-  return { slot: r.id, template: r.warmTemplate ?? '', state: r.warmState!, since: r.warmSince, error: r.warmError };
+  return { slot: r.id, template: r.warmTemplate ?? '', org: r.warmOrg ?? '', state: r.warmState!, since: r.warmSince, error: r.warmError };
 }
 
 /** Loads the warm containers of many remote nodes in one query (a list of nodes asks once). */

@@ -13,8 +13,8 @@ import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, valid
 const CATALOG = '';
 
 /**
- * Makes the database match the catalog file at start: catalog templates replaced, one node row
- * per hot node of each pool (free surplus hot nodes removed when a pool shrinks).
+ * Makes the database match the catalog file at start: catalog templates replaced. (The hot nodes
+ * are the built-in node's slots, counted when it says hello: src/modules/nodes/service.ts.)
  */
 export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<void> {
   await prisma.$transaction(async (tx) => {
@@ -28,13 +28,6 @@ export async function applyCatalog(prisma: Prisma, catalog: Catalog): Promise<vo
         update: { pool: spec.pool, spec },
       });
     }
-    for (const pool of catalog.pools) {
-      const wanted = Array.from({ length: pool.hotNodes }, (_, i) => `${pool.name}-${i + 1}`);
-      await tx.node.createMany({ data: wanted.map((id) => ({ id, pool: pool.name })), skipDuplicates: true });
-      await tx.node.deleteMany({ where: { pool: pool.name, id: { notIn: wanted }, environmentId: null, remoteId: null } });
-    }
-    // Remote nodes' slots are the agents' business (src/modules/nodes/service.ts), never the catalog's.
-    await tx.node.deleteMany({ where: { pool: { notIn: catalog.pools.map((p) => p.name) }, environmentId: null, remoteId: null } });
   });
 }
 
@@ -91,11 +84,11 @@ export async function poolImages(prisma: Prisma, pools: string[], orgId: string 
   return [...images];
 }
 
-/** A template of `pool` now names `image`: the organization's nodes of that pool (and the built-in pool's) pull it now. */
+/** A template of `pool` now names `image`: the organization's nodes of that pool (and the built-in node, for a pool with hot nodes) pull it now. */
 async function pullAhead(deps: Deps, orgId: string, pool: string, image: string): Promise<void> {
   const nodes = await deps.prisma.remoteNode.findMany({ where: { orgId, pool, revoked: null }, select: { id: true } });
+  if (poolOf(deps, pool).hotNodes > 0) nodes.push({ id: deps.builtin.id });
   for (const node of nodes) await sendToNode(deps, node.id, { type: 'images', images: [image] });
-  if (poolOf(deps, pool).hotNodes > 0) deps.node.prepull([image]);
 }
 
 /** GET /v1/templates: the organization's own templates and the catalog's it did not replace. */

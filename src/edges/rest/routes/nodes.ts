@@ -16,7 +16,7 @@ import { SnapshotFields } from './snapshots';
 
 graphql(`
   fragment NodeFields on Node {
-    id name pool state slots environments capacity { cpus memory } allocated { cpus memory unlimited }
+    id name pool builtin engine state slots environments capacity { cpus memory } allocated { cpus memory unlimited }
     warm { slot template state since error } lastSeen createdBy created
   }
 `);
@@ -70,7 +70,10 @@ export function nodeRoutes(schema: GraphQLSchema): Route[] {
     {
       method: 'GET',
       path: '/v1/nodes',
-      summary: "The organization's remote nodes with their state, slots, capacity, what is allocated and live environments",
+      summary:
+        "The built-in node, then the organization's nodes, with their state, slots, capacity, what is allocated and live environments",
+      description:
+        "The built-in node (builtin: true) serves every organization: it shows only the caller's environments, allocation and warm containers.",
       document: graphql(`query RestNodes { nodes { ...NodeFields } }`),
       result: { kind: 'wrap', field: 'nodes', key: 'nodes' },
       status: 200,
@@ -79,7 +82,8 @@ export function nodeRoutes(schema: GraphQLSchema): Route[] {
       method: 'DELETE',
       path: '/v1/nodes/{id}',
       summary: 'Drain a node now and revoke it once its live environments have ended (admins)',
-      description: "200 {node} with state draining. Another organization's node, like an unknown or revoked one, is 404.",
+      description:
+        "200 {node} with state draining. Another organization's node, like an unknown or revoked one, is 404; the built-in node 409 (it stops with the server).",
       document: graphql(`mutation RestRemoveNode($id: ID!) { removeNode(id: $id) { ...NodeFields } }`),
       result: { kind: 'wrap', field: 'removeNode', key: 'node' },
       status: 200,

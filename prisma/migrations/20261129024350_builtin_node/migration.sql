@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "RemoteNode" ADD COLUMN     "builtin" BOOLEAN NOT NULL DEFAULT false,
+ADD COLUMN     "engine" TEXT;
