@@ -8,7 +8,7 @@ const PLATFORM = '^src/platform/|^src/generated/';
 const KERNEL = '^src/kernel/';
 /** Protocols: what the server and the agents say to each other. */
 const PROTOCOL = '^src/protocol/';
-/** The node runtime: containers, envd, folder sync; run by the server's built-in pool and by `berth node`. */
+/** The node runtime: containers, envd, folder sync; run by `berth node` (the built-in node too). */
 const RUNTIME = '^src/(node|dataplane)/';
 /** Domain modules: one folder per domain (service, jobs, GraphQL types). */
 const MODULES = '^src/modules/';
@@ -51,6 +51,12 @@ module.exports = {
       'the node runtime runs on nodes without the server: it imports no module, edge, app or client',
       { path: RUNTIME },
       { path: `${MODULES}|${EDGES}|${APP}|${CLIENTS}` },
+    ),
+    rule(
+      'server-not-node',
+      "the API server never does a node's work (docs/agents.md, \"The built-in node\"): it holds no container engine and runs no file operation of the node runtime; of it, only its types and the command's plain shapes",
+      { path: `${MODULES}|${EDGES}|${APP}|^src/observability/` },
+      { path: `^src/node/(?!command\\.ts$)|^src/dataplane/(?!ws-bridge\\.ts$)|dockerode`, dependencyTypesNot: ['type-only'] },
     ),
     rule(
       'modules-not-edges',

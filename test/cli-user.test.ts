@@ -220,13 +220,15 @@ describe('berth env and berth artifact', () => {
     expect(snapshots).toMatchObject({ code: 0, stdout: '', stderr: 'no snapshots in project lists\n' });
 
     // `berth node ls` beside `berth node`, the command that serves a pool: a node never connected is lost.
-    expect(await berth('node', 'ls')).toMatchObject({ code: 0, stdout: '', stderr: 'no nodes\n' });
+    // The built-in node is listed first: it serves the pools with hot nodes for every organization.
+    expect((await berth('node', 'ls')).stdout).toMatch(/^nod_builtin_\w+ +builtin \(built-in\) +hot pools +online +0\/\d+ +\S+ +-$/m);
     const created = await admin.post('/v1/nodes', { pool: 'default', name: 'listed-builder' });
     const nodes = await berth('node', 'ls');
     expect(nodes.stdout.split('\n')[0]!.split(/\s{2,}/)).toEqual(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS']);
     expect(nodes.stdout).toMatch(new RegExp(`^${created.body.node.id} +listed-builder +default +lost +0/0 +- +-$`, 'm'));
     const listed = JSON.parse((await berth('node', 'ls', '--json')).stdout);
-    expect(listed).toEqual({ nodes: [created.body.node] });
+    expect(listed.nodes.map((n: { builtin: boolean }) => n.builtin)).toEqual([true, false]);
+    expect(listed.nodes[1]).toEqual(created.body.node);
     expect(await berth('node', 'ls', '--server', `http://127.0.0.1:${await closedPort()}`)).toMatchObject({
       code: 1,
       stderr: expect.stringContaining('cannot reach'),

@@ -165,7 +165,10 @@ describe('web console: nodes and templates', () => {
   it('shows a node registered, coming online with its slots, taking an environment, lost and back, without a reload', async () => {
     const mark = c.sent.length;
     await navigate(page, 'Nodes');
-    await page.getByText('No nodes yet').waitFor();
+    // The built-in node is listed first, with what it serves.
+    const builtin = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'builtin (built-in)' }) });
+    await builtin.waitFor();
+    expect((await builtin.getByRole('cell').allTextContents()).slice(0, 2)).toEqual(['hot pools', 'online']);
     await subscribed(c, 'NodesChanged', mark);
     await subscribed(c, 'EnvironmentChanges', mark);
     await page.evaluate(() => Object.assign(window, { notReloaded: true }));

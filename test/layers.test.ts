@@ -73,6 +73,23 @@ describe('layer rules', () => {
     ]);
   });
 
+  it("refuse the server importing the node runtime's code (its engine, its file work); its types and plain shapes are fine", async () => {
+    const found = await violations({
+      'src/node/engine.ts': 'export class Engine {}\n',
+      'src/node/runtime.ts': 'export type RuntimeKind = string;\nexport const prepare = 1;\n',
+      'src/node/command.ts': 'export const MAX_TERM = 1000;\n',
+      'src/dataplane/beneath.ts': 'export const removeTree = 1;\n',
+      'src/app/deps.ts': "import { Engine } from '../node/engine';\nexport const e = Engine;\n",
+      'src/modules/nodes/service.ts':
+        "import type { RuntimeKind } from '../../node/runtime';\nimport { removeTree } from '../../dataplane/beneath';\nexport const k: RuntimeKind = String(removeTree);\n",
+      'src/edges/channels/exec-session.ts': "import { MAX_TERM } from '../../node/command';\nexport const m = MAX_TERM;\n",
+    });
+    expect(found.sort()).toEqual([
+      'server-not-node: src/app/deps.ts → src/node/engine.ts',
+      'server-not-node: src/modules/nodes/service.ts → src/dataplane/beneath.ts',
+    ]);
+  });
+
   it('refuse the nodes module importing the environments module, even lazily; its GraphQL types may name them', async () => {
     const found = await violations({
       'src/modules/environments/index.ts': "export { transition } from './service';\n",

@@ -16,7 +16,10 @@ const CreateNode = graphql(`
     createNode(input: $input) { node { id name pool state slots environments createdBy } secret }
   }
 `);
-const Nodes = graphql(`query TestNodes { nodes { id name pool state slots environments } }`);
+const Nodes = graphql(`query TestNodes { nodes { id name pool builtin state slots environments } }`);
+/** The organization's own nodes of a `nodes` answer (the built-in node, listed first, is every organization's). */
+const own = <T extends { builtin: boolean }>(nodes: T[] | null | undefined) =>
+  nodes?.filter((n) => !n.builtin).map(({ builtin: _, ...n }) => n);
 const NodesChanged = graphql(`subscription TestNodesChanged { nodesChanged { id name state } }`);
 const RemoveNode = graphql(`mutation TestRemoveNode($id: ID!) { removeNode(id: $id) { id name state environments } }`);
 const Execs = graphql(`query TestNodeExecs($env: String!) { execs(environment: $env) { id command exitCode actor lease } }`);
@@ -133,14 +136,16 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
       const gql = await admin.call('POST', '/graphql', { query: print(CreateNode), variables: { input } });
       expect(gql.body.errors?.[0]?.extensions?.code, JSON.stringify(input)).toBe('invalid');
     }
-    expect((await admin.gql(Nodes)).body.data?.nodes?.map((n) => n.name)).toEqual(['builder-1']);
+    expect((await admin.gql(Nodes)).body.data?.nodes?.map((n) => n.name)).toEqual(['builtin', 'builder-1']);
   });
 
   it('nodes: members see the node with its pool, state, slots and environments; another organization sees none', async () => {
     const expected = [{ id: node.id, name: 'builder-1', pool: 'large', state: 'lost', slots: 0, environments: [] }];
-    expect((await admin.gql(Nodes)).body.data?.nodes).toEqual(expected);
-    expect((await member.gql(Nodes)).body.data?.nodes).toEqual(expected);
-    expect((await them.gql(Nodes)).body).toEqual({ data: { nodes: [] } });
+    expect(own((await admin.gql(Nodes)).body.data?.nodes)).toEqual(expected);
+    expect(own((await member.gql(Nodes)).body.data?.nodes)).toEqual(expected);
+    // Another organization sees the built-in node only, with none of this organization's environments on it.
+    const theirs = (await them.gql(Nodes)).body.data?.nodes;
+    expect(theirs?.map((n) => [n.name, n.builtin, n.environments])).toEqual([['builtin', true, []]]);
     // The node credential is not a member's.
     expect((await client(() => s.url, secret).gql(Nodes)).body.errors?.[0]?.extensions?.code).toBe('forbidden');
   });
@@ -151,12 +156,12 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
     const unknown = await them.gql(RemoveNode, { id: 'nod_doesnotexist' });
     expect(foreign.body.errors?.[0]).toMatchObject({ message: `node ${node.id} not found`, extensions: { code: 'not_found' } });
     expect(unknown.body.errors?.[0]).toMatchObject({ message: 'node nod_doesnotexist not found', extensions: { code: 'not_found' } });
-    expect((await admin.gql(Nodes)).body.data?.nodes?.[0]?.state).toBe('lost');
+    expect(own((await admin.gql(Nodes)).body.data?.nodes)?.[0]?.state).toBe('lost');
 
     const removed = await admin.gql(RemoveNode, { id: node.id });
     expect(removed.body).toEqual({ data: { removeNode: { id: node.id, name: 'builder-1', state: 'draining', environments: [] } } });
     // No live environments on it: revoked at once, gone from the list, its secret no longer accepted.
-    expect((await admin.gql(Nodes)).body.data?.nodes).toEqual([]);
+    expect(own((await admin.gql(Nodes)).body.data?.nodes)).toEqual([]);
     const asNode = await client(() => s.url, secret).gql(Nodes);
     expect(asNode.status).toBe(401);
     expect(asNode.body.errors?.[0]?.extensions?.code).toBe('unauthorized');
@@ -180,7 +185,7 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
       const after = [await mine.next(), await mine.next()];
       expect(after.map((e) => e.state).sort()).toEqual(['draining', 'removed']);
       expect(after.every((e) => e.id === created.id && e.name === 'watched')).toBe(true);
-      expect((await admin.gql(Nodes)).body.data?.nodes).toEqual([]);
+      expect(own((await admin.gql(Nodes)).body.data?.nodes)).toEqual([]);
 
       // Their next event is their own: nothing of this organization reached them in between.
       const marker = (await them.post('/v1/nodes', { pool: 'large', name: 'marker' })).body.node;

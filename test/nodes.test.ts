@@ -173,12 +173,21 @@ describeContainerBackends('remote nodes', (backend) => {
     const key = await admin.post('/v1/keys', { name: 'member-key' });
     const member = client(() => s.url, key.body.secret);
     expect(await member.post('/v1/nodes', { pool: 'remote', name: 'b4' })).toMatchObject({ status: 403, body: { code: 'forbidden' } });
-    expect((await member.get('/v1/nodes')).body.nodes.map((n: { id: string }) => n.id)).toEqual([node.id]);
+    // The built-in node first (every organization's), then the organization's own.
+    const listed = (await member.get('/v1/nodes')).body.nodes as { id: string; name: string; builtin: boolean }[];
+    expect(listed.map((n) => [n.name, n.builtin])).toEqual([
+      ['builtin', true],
+      [node.name, false],
+    ]);
+    expect(listed[1]!.id).toBe(node.id);
+    // The built-in node is not an organization's to remove, nor its name.
+    expect((await admin.del(`/v1/nodes/${listed[0]!.id}`)).body.code).toBe('conflict');
+    expect(await admin.post('/v1/nodes', { pool: 'remote', name: 'builtin' })).toMatchObject({ status: 422, body: { code: 'invalid' } });
     expect(await member.del(`/v1/nodes/${node.id}`)).toMatchObject({ status: 403 });
 
     const other = await createOrganization(s.app.deps.prisma, `nodeother${backend}`, 'boss@other.example');
     const them = client(() => s.url, other.secret);
-    expect((await them.get('/v1/nodes')).body).toEqual({ nodes: [] });
+    expect((await them.get('/v1/nodes')).body.nodes.map((n: { name: string }) => n.name)).toEqual(['builtin']);
     const foreign = await them.del(`/v1/nodes/${node.id}`);
     const unknown = await them.del('/v1/nodes/nod_doesnotexist');
     expect(foreign).toMatchObject({ status: 404, body: { code: 'not_found' } });

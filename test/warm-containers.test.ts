@@ -45,7 +45,7 @@ async function warmOf(template: string): Promise<{ name: string; running: boolea
 
 const running = async (template: string) => (await warmOf(template)).filter((c) => c.running);
 
-describeContainers('warm containers on the built-in pool', () => {
+describeContainers('warm containers on the built-in node', () => {
   let s: TestServer;
   let dir: string;
   /** The server's log, one JSON line each. */
@@ -234,8 +234,8 @@ describeContainers('warm containers on the built-in pool', () => {
     for (const seconds of [5, 10, 20]) {
       await vi.waitFor(async () => expect(await running('crashy')).toHaveLength(1), wait);
       await podman('kill', (await running('crashy'))[0]!.name);
-      await s.app.deps.background.tick();
-      expect(said('crashy', seconds, /^its container ended$/), logged.slice(-5).join('\n')).toBe(true);
+      // The node watches it: its end is reported at once.
+      await vi.waitFor(() => expect(said('crashy', seconds, /^its container ended$/), logged.slice(-5).join('\n')).toBe(true), wait);
       expect(await scraped()).toMatch(/^berth_warm_containers\{pool="small",template="crashy",state="failed"\} 1$/m);
       s.clock.advance(seconds * 1000);
       await s.app.deps.background.tick();
@@ -248,7 +248,7 @@ describeContainers('warm containers on the built-in pool', () => {
     await vi.waitFor(() => expect(said('unpullable', 5, /^cannot pull image localhost:1\/berth-test\/nowhere:1: /)).toBe(true), wait);
     s.clock.advance(5000);
     await s.app.deps.background.tick();
-    expect(said('unpullable', 10, /^cannot pull image /)).toBe(true);
+    await vi.waitFor(() => expect(said('unpullable', 10, /^cannot pull image /)).toBe(true), wait);
     expect(await warmOf('unpullable')).toEqual([]);
 
     for (const name of ['crashy', 'unpullable'])

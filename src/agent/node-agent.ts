@@ -21,7 +21,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
-import { BerthClient } from '../cli/client';
+import { ApiError, BerthClient } from '../cli/client';
 import { serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
@@ -93,6 +93,12 @@ export class NodeAgent {
     this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
     this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
     this.runtime.onUsage = (id, sample) => this.send({ type: 'usage', environment: id, sample });
+    this.runtime.onWarmEnded = (slot) => {
+      const held = this.warm.get(slot);
+      if (!held?.ready) return;
+      this.warm.delete(slot);
+      this.send({ type: 'warm-failed', slot, since: held.since, error: 'its container ended' });
+    };
     this.commands = new CommandHost(
       this.runtime,
       (event) => this.send(event),
@@ -265,7 +271,11 @@ export class NodeAgent {
         onWelcome();
         this.connected = true;
         const { node } = message;
-        this.log(`online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`);
+        this.log(
+          node.pool
+            ? `online as ${node.name} (pool ${node.pool}, ${this.opts.slots} slot${this.opts.slots === 1 ? '' : 's'})`
+            : `online as ${node.name} (the built-in node: the pools with hot nodes)`,
+        );
         clearInterval(this.heartbeat);
         this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), message.heartbeatMs);
         this.runtime.startSampling(message.usageSampleMs);
@@ -473,11 +483,16 @@ export class NodeAgent {
         this.root(env.id),
         env.shares,
         env.saved,
-        async (share, archive) =>
-          void (await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share)}`, {
-            body: archive,
-            type: ARCHIVE_CONTENT_TYPE,
-          })),
+        async (share, archive) => {
+          try {
+            await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share)}`, { body: archive, type: ARCHIVE_CONTENT_TYPE });
+          } catch (error) {
+            // Its project was shredded since it began: nothing of it is saved, and the release goes on.
+            if (!(error instanceof ApiError && error.code === 'shredded')) throw error;
+            archive.destroy();
+            this.log(`${env.id}: share ${share} is not saved: ${error.message}`);
+          }
+        },
         (share, path) => this.log(`${env.id}: the snapshot of share ${share} leaves out ${path}: not a regular file`),
       );
     }

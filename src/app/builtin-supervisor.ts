@@ -29,8 +29,8 @@ const STANDBY_MS = 3_000;
 
 export interface BuiltinSupervisor {
   /**
-   * Settles when the built-in node first says hello, or this instance stands by for another's
-   * (resolves), or when its process ends before its first hello (rejects with its last words).
+   * Settles when the built-in node has taken up its first welcome, or this instance stands by for
+   * another's (resolves), or when its process ends before that (rejects with its last words).
    */
   readonly ready: Promise<void>;
   /** The node process's id while it runs (tests stop it with SIGKILL). */
@@ -56,17 +56,27 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
   // Unhandled only when no one waits for it.
   ready.catch(() => undefined);
 
-  const hello = deps.events.listen(topics.nodes(''), (event) => {
-    if (event.id === builtin.id && event.state === 'online') {
-      heard = true;
-      settle?.resolve();
-    }
+  // Its first report of the warm containers it keeps ends its taking up of the welcome: what it
+  // found is held again or wiped by then.
+  const hello = deps.events.listen(topics.nodeSettled(builtin.id), () => {
+    heard = true;
+    settle?.resolve();
   });
 
   const start = () => {
     if (stopping) return;
     const started = Date.now();
-    const args = [packagePath('bin', 'berth.js'), 'node', '--builtin', '--server', url, '--dir', join(config.dataDir, 'workspaces')];
+    // A young generation as small as the server's (package.json's start): the node is mostly idle.
+    const args = [
+      '--max-semi-space-size=4',
+      packagePath('bin', 'berth.js'),
+      'node',
+      '--builtin',
+      '--server',
+      url,
+      '--dir',
+      join(config.dataDir, 'workspaces'),
+    ];
     if (config.dockerHost) args.push('--engine', config.dockerHost);
     const proc = spawn(process.execPath, args, {
       env: { ...process.env, BERTH_NODE_TOKEN: builtin.token, BERTH_NODE_OWNER: builtin.owner },

@@ -22,10 +22,13 @@ const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlit
 console.log(`Berth listening on ${app.url}  (database: ${where})`);
 console.log(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
 const engine = await builtinEngine(app.deps);
+const nodePid = app.builtin.pid();
 console.log(
-  engine !== 'none'
-    ? `  Built-in node (pid ${app.builtin.pid() ?? '-'}): containers through ${engine}`
-    : '  Built-in node: no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)',
+  `  Built-in node (${nodePid ? `pid ${nodePid}` : 'run by another instance'}): ${
+    engine !== 'none'
+      ? `containers through ${engine}`
+      : 'no container engine, environments hold files only (install podman or Docker, or set DOCKER_HOST)'
+  }`,
 );
 if (app.bootstrapRevoked) {
   console.log('  BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked (unset it, or set a new value).');

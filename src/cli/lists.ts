@@ -32,6 +32,7 @@ interface RemoteNode {
   id: string;
   name: string;
   pool: string;
+  builtin: boolean;
   state: string;
   slots: number;
   environments: string[];
@@ -121,15 +122,16 @@ export function registerListCommands(program: Command): void {
     program.commands
       .find((c) => c.name() === 'node')!
       .command('ls')
-      .description("list the organization's nodes: state, slots in use, last seen, live environments")
+      .description("list the built-in node and the organization's nodes: state, slots in use, last seen, live environments")
       .option('--json', 'print {nodes} as JSON'),
   ).action(async (options: JsonOption) => {
     const answer = await new BerthClient(options).json<{ nodes: RemoteNode[] }>('GET', '/v1/nodes');
     if (options.json) return json(answer);
     const rows = answer.nodes.map((n) => [
       n.id,
-      n.name,
-      n.pool,
+      n.builtin ? `${n.name} (built-in)` : n.name,
+      // The built-in node serves every pool with hot nodes; its slots show the organization's environments.
+      n.builtin ? 'hot pools' : n.pool,
       n.state,
       `${n.environments.length}/${n.slots}`,
       since(n.lastSeen),

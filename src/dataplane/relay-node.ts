@@ -1,6 +1,5 @@
 // The node side of the byte relay (docs/agents.md, "The relay"): what a node does with one relay
-// socket. The built-in node runs it inside the server on the sandbox's own socket; a remote node
-// agent runs it on the socket it dials back to the server. Either way the socket carries a byte
+// socket: the one it dials back to the server, which joins it to the sandbox's. The socket carries a byte
 // stream (ws-bridge.ts): for an import, the bytes of one TCP connection to a port of the
 // environment, dialled inside its container (src/node/runtime.ts); for a share, the folder sync of
 // folder-sync.ts (in: the node receives; out: the node sends).
@@ -10,13 +9,6 @@ import type { ImportJob, RelayJob } from '../protocol/relay';
 import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
 import { shareDir } from './layout';
 import { type BridgeEnd, bridge, CLOSE, closeReason } from './ws-bridge';
-
-/** `host:port` (IPv6 hosts in brackets) to connect options. */
-export function parseAddress(address: string): { host: string; port: number } {
-  const m = /^\[?([^\]]*)\]?:(\d{1,5})$/.exec(address);
-  if (!m) throw new Error(`not a host:port address: ${address}`);
-  return { host: m[1] || '127.0.0.1', port: Number(m[2]) };
-}
 
 /**
  * Serves one relay socket for an environment whose root on this node is `envRoot`; `dial` opens an

@@ -133,6 +133,10 @@ export class NodeRuntime {
 
   /** A container ended on its own (its main process died, or was killed for memory). */
   onEnded: (id: string, reason: string) => void = () => undefined;
+  /** A warm container's command ended on its own (it was neither removed nor claimed): its slot. */
+  onWarmEnded: (slot: string) => void = () => undefined;
+  /** The warm containers watched, by slot: which watch (a slot made again is watched anew). */
+  private readonly warmWatches = new Map<string, symbol>();
   /** A sample of an environment's usage, for each environment whose folder this node holds. */
   onUsage: (id: string, usage: NodeUsage) => void = () => undefined;
   private sampler: NodeJS.Timeout | undefined;
@@ -264,6 +268,7 @@ export class NodeRuntime {
       if (!/^(|root|0)(:.*)?$/.test(image.user)) await this.giveShares(engine, name, spec, root);
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
+      this.watchWarm(engine, spec.slot);
     } catch (error) {
       const why = await startFailure(engine, name, error);
       await this.dropWarm(spec.slot).catch(() => undefined);
@@ -271,8 +276,26 @@ export class NodeRuntime {
     }
   }
 
+  /** Reports the end of the slot's warm container, unless it was removed or claimed meanwhile. */
+  private watchWarm(engine: Engine, slot: string): void {
+    const watch = Symbol(slot);
+    this.warmWatches.set(slot, watch);
+    const mine = () => this.warmWatches.get(slot) === watch;
+    engine
+      .wait(warmContainerName(slot))
+      .then(() => {
+        if (!mine()) return;
+        this.warmWatches.delete(slot);
+        this.onWarmEnded(slot);
+      })
+      .catch(() => {
+        if (mine()) this.warmWatches.delete(slot);
+      });
+  }
+
   /** Removes the slot's warm container and folder, if it has them. */
   async dropWarm(slot: string): Promise<void> {
+    this.warmWatches.delete(slot);
     const name = warmContainerName(slot);
     this.removing.add(name);
     try {
@@ -303,6 +326,8 @@ export class NodeRuntime {
     };
     if (!engine || !spec.image) return cold('no engine or image');
     const state = await engine.inspect(name).catch(() => null);
+    // Claimed: its end is the environment's from now on.
+    this.warmWatches.delete(slot);
     if (!state?.running) return cold(state ? 'it ended' : 'it is gone');
     if (state.labels['berth.spec'] !== hash || state.labels['berth.owner'] !== this.options.owner) return cold('it is of another spec');
     try {

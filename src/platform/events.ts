@@ -18,6 +18,11 @@ export const topics = {
   /** A node's state after a change. */
   nodes: (orgId: string) =>
     topic<{ id: string; name: string; state: 'online' | 'lost' | 'draining' | 'offline' | 'removed' }>(`org:${orgId}:nodes`),
+  /**
+   * A node finished taking up its welcome (it held again or wiped what it found, and said which warm
+   * containers it keeps): the built-in node's supervisor waits for it at start.
+   */
+  nodeSettled: (nodeId: string) => topic<Record<string, never>>(`node-settled:${nodeId}`),
   /** A token or key created or revoked. */
   credentials: (orgId: string) => topic<{ kind: 'token' | 'key'; action: 'created' | 'revoked'; id: string }>(`org:${orgId}:credentials`),
   /** Every instance's credential cache: what to forget or lock; `nonce` lets the sender hear its echo. */

@@ -4,6 +4,13 @@ import { z } from 'zod';
 import { SyncRulesSchema } from './sync-rules';
 
 /** Where a sandbox agent opens a relay socket (Upgrade: websocket, its sandbox credential). */
+/** `host:port` (IPv6 hosts in brackets) to connect options. */
+export function parseAddress(address: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*)\]?:(\d{1,5})$/.exec(address);
+  if (!m) throw new Error(`not a host:port address: ${address}`);
+  return { host: m[1] || '127.0.0.1', port: Number(m[2]) };
+}
+
 export const RELAY_PATH = '/v1/relay';
 /** Where a remote node dials back to serve a relay socket (`?relay=<id>`, its node credential). */
 export const RELAY_NODE_PATH = '/v1/relay/node';

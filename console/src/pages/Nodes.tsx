@@ -8,7 +8,7 @@ import { useEvents, useOnEnvironmentChange } from '../live';
 const NodeList = graphql(`
   query NodeList {
     nodes {
-      id name pool state slots lastSeen liveEnvironments { id name }
+      id name pool builtin engine state slots lastSeen liveEnvironments { id name }
       capacity { cpus memory } allocated { cpus memory unlimited }
       warm { slot template state error }
     }
@@ -33,20 +33,23 @@ function allocation({ capacity, allocated }: Sized): string {
   return `${allocated.cpus} of ${capacity.cpus} CPUs, ${bytes(allocated.memory)} of ${bytes(capacity.memory)}${unlimited}`;
 }
 
-/** The organization's remote nodes, live: their state as it changes, their slots as environments come and go. */
+/** The built-in node and the organization's nodes, live: their state as it changes, their slots as environments come and go. */
 export function NodesPage() {
   const [list, refetch] = useQueryAnswer({ query: NodeList, requestPolicy: 'cache-and-network' });
   const reload = () => refetch({ requestPolicy: 'network-only' });
   const nodeError = useEvents(NodesChanged, {}, reload, { resync: reload });
-  // A slot is taken or given back when an environment on one of these nodes changes.
+  // A slot is taken or given back when an environment on one of these nodes changes (one on the
+  // built-in node shows its hot node's name, `<pool>-<n>`).
   const names = new Set(list.data?.nodes.map((n) => n.name));
-  const envError = useOnEnvironmentChange(reload, (env) => Boolean(env.node && names.has(env.node)));
+  const builtin = Boolean(list.data?.nodes.some((n) => n.builtin));
+  const envError = useOnEnvironmentChange(reload, (env) => Boolean(env.node && (builtin || names.has(env.node))));
   return (
     <Page title="Nodes">
       <p className="muted">
-        The organization's build machines running <code>berth node</code>, each serving one pool: an environment of that pool's templates
-        takes one of its slots while it is live, and its template's CPU and memory limits count as allocated. Free slots may keep warm
-        containers of templates with <code>warm</code>, which leases claim. The built-in hot pool is not listed.
+        The build machines running <code>berth node</code>: the built-in node, which the server runs for every organization's leases of
+        the pools with hot nodes, and the organization's own, each serving one pool. An environment takes one of its node's slots while it
+        is live, and its template's CPU and memory limits count as allocated (of the built-in node, only this organization's environments
+        are shown). Free slots may keep warm containers of templates with <code>warm</code>, which leases claim.
       </p>
       <LiveNotice error={nodeError ?? envError} />
       <QueryState
@@ -67,8 +70,16 @@ export function NodesPage() {
           >
             {data.nodes.map((node) => (
               <tr key={node.id}>
-                <th scope="row">{node.name}</th>
-                <td>{node.pool}</td>
+                <th scope="row">
+                  {node.name}
+                  {node.builtin ? (
+                    <span className="muted" title={node.engine ? `containers through ${node.engine}` : 'no container engine: files only'}>
+                      {' '}
+                      (built-in)
+                    </span>
+                  ) : null}
+                </th>
+                <td>{node.builtin ? 'hot pools' : node.pool}</td>
                 <td>
                   <StateBadge state={node.state} />
                 </td>

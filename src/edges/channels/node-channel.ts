@@ -24,8 +24,10 @@ import {
   nodeWarmFailed,
   nodeWarmHeld,
   nodeWarmReady,
+  type WarmFailure,
 } from '../../modules/nodes';
 import { tagUpgrades } from '../../observability/requests';
+import { topics } from '../../platform/events';
 import { nodeTopics } from '../../protocol/node-bus';
 import { type NodeToServer, parseNodeToServer, type ServerToNode } from '../../protocol/node-channel';
 import { clientAddress } from '../http/client-address';
@@ -96,6 +98,16 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
       });
     });
 
+    /** The log says each warm container that failed, naming the node, and when it is made again. */
+    function said(failures: WarmFailure[]): void {
+      const who = actor.orgId === '' ? 'built-in node' : `node ${actor.name}`;
+      for (const f of failures) {
+        log(
+          `${who}: the warm container of ${f.template} on slot ${f.slot} failed (tried again in ${Math.round(f.retryMs / 1000)} s): ${f.error}`,
+        );
+      }
+    }
+
     async function dispatch(message: NodeToServer): Promise<void> {
       switch (message.type) {
         case 'hello':
@@ -132,10 +144,11 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
           await nodeWarmReady(deps, actor, message);
           return;
         case 'warm-failed':
-          await nodeWarmFailed(deps, actor, message);
-          return;
+          return said(await nodeWarmFailed(deps, actor, message));
         case 'warm-held':
-          await nodeWarmHeld(deps, actor, message);
+          said(await nodeWarmHeld(deps, actor, message));
+          // The last word of a node taking up its welcome (src/agent/node-agent.ts).
+          await deps.events.send(topics.nodeSettled(nodeId), {});
           return;
       }
     }

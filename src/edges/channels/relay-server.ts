@@ -8,10 +8,10 @@
 //   GET /v1/relay/node?relay=<id>     the node agent dialling back (Authorization: Bearer bnd_…)
 //
 // Everything is checked before the upgrade (a refusal is an HTTP answer `{error, code}`). Then
-// the environment's node joins: a built-in hot node is this process, which serves the socket
-// itself (src/dataplane/relay-node.ts); a remote node is asked on its control channel (`{type: 'relay', relay,
-// url, job}` through sendToNode, from whichever instance holds that channel) to dial back to
-// `url` — this instance's PUBLIC_URL — and the two sockets are joined here, message by message.
+// the environment's node joins: it is asked on its control channel (`{type: 'relay', relay, url,
+// job}` through sendToNode, from whichever instance holds that channel) to dial back to `url` —
+// this instance's PUBLIC_URL, or for the built-in node this instance's own address — and the two
+// sockets are joined here, message by message (the node serves its end: src/dataplane/relay-node.ts).
 // The sandbox's upgrade is answered only once the node joined (or 503 when it did not within
 // NODE_JOIN_MS). Pending rendezvous live in memory: they belong to the sockets of this instance.
 // Bytes pass through memory only, never to disk or the database.

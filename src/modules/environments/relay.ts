@@ -1,13 +1,13 @@
 // The rules of the byte relay (docs/agents.md, "The relay"): which socket a sandbox may open, and
 // the release's wait for the last `out` pass.
 import type { Actor, Deps } from '../../app/context';
-import { parseAddress } from '../../dataplane/relay-node';
 import type { Environment } from '../../generated/prisma/client';
 import { pushedIdleUntil } from '../../kernel/environment-states';
 import { ConflictError, ForbiddenError, NotFoundError, ValidationError } from '../../kernel/errors';
 import { ENVIRONMENT_JOB } from '../../kernel/job-names';
 import { exportsOf, sharesOf, syncOf } from '../../kernel/json-columns';
 import type { RelayJob } from '../../protocol/relay';
+import { parseAddress } from '../../protocol/relay';
 import { requireRuntime } from './exec';
 
 /** How long a release waits for a live sandbox agent to bring the `out` shares home. */

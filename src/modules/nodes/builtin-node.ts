@@ -3,8 +3,8 @@
 // channel, with a credential that lives only in this process's memory. It serves every
 // organization's leases of the pools with hot nodes, on the slots the catalog counts
 // (`<pool>-<n>`), and holds its environments under DATA_DIR/workspaces. One deployment (a master
-// key and a database) has one built-in node; of several instances, the one whose node said hello
-// first holds it, the others' nodes wait (nodeHello).
+// key and a database) has one built-in node; of several instances on one machine, one runs it
+// (src/app/builtin-supervisor.ts).
 import { createHash, randomBytes } from 'node:crypto';
 import type { Config } from '../../app/config';
 import type { Actor, BuiltinNode, Deps } from '../../app/context';

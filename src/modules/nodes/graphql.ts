@@ -107,7 +107,7 @@ const CreateNodeInput = builder.inputType('CreateNodeInput', {
 builder.queryFields((t) => ({
   nodes: t.field({
     type: [NodeRef],
-    description: "The organization's remote nodes (revoked ones are gone), oldest first",
+    description: "The built-in node, then the organization's nodes (revoked ones are gone), oldest first",
     resolve: (_root, _args, ctx) => listNodes(ctx.deps, ctx.actor),
   }),
 }));
@@ -128,7 +128,7 @@ builder.mutationFields((t) => ({
 }));
 
 const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
-  description: 'A node of the organization changed: its state now, or removed once it is revoked',
+  description: 'A node of the organization (or the built-in node) changed: its state now, or removed once it is revoked',
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
@@ -139,7 +139,8 @@ const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
 builder.subscriptionField('nodesChanged', (t) =>
   t.field({
     type: NodeEventRef,
-    description: "Every change of the organization's nodes from now on: registered, online, lost, draining, offline, removed",
+    description:
+      "Every change of the organization's nodes and of the built-in node from now on: registered, online, lost, draining, offline, removed",
     subscribe: (_root, _args, ctx) => watchNodes(ctx.deps, ctx.actor),
     resolve: (event: NodeEvent) => event,
   }),

@@ -11,4 +11,4 @@ export {
   nodeRestorePlan,
   nodeSaveShare,
 } from './service';
-export { NO_WARM, nodeWarmFailed, nodeWarmHeld, nodeWarmReady, warmJob } from './warm-job';
+export { NO_WARM, nodeWarmFailed, nodeWarmHeld, nodeWarmReady, type WarmFailure, warmJob } from './warm-job';

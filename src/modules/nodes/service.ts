@@ -8,7 +8,7 @@
 // of a node's state is announced on its organization's topic (`nodesChanged`).
 
 import type { Readable } from 'node:stream';
-import { map } from 'graphql-yoga';
+import { map, Repeater } from 'graphql-yoga';
 import { z } from 'zod';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, RemoteNode, Snapshot } from '../../generated/prisma/client';
@@ -141,12 +141,15 @@ function announce(deps: Deps, node: { orgId: string; id: string; name: string },
 }
 
 /**
- * Every change of the organization's nodes from now on (members): registered (lost: not heard
- * from yet), online (it said hello), lost, draining, removed.
+ * Every change of the organization's nodes and of the built-in node (whose topic is organization
+ * '') from now on (members): registered (lost: not heard from yet), online (it said hello), lost,
+ * draining, removed.
  */
 export function watchNodes(deps: Deps, actor: Actor): AsyncIterable<NodeEvent> {
   requireMember(actor);
-  return map((event) => NodeEvent.parse(event))(deps.events.subscribe(topics.nodes(actor.orgId)));
+  const own = deps.events.subscribe(topics.nodes(actor.orgId));
+  const builtin = deps.events.subscribe(topics.nodes(''));
+  return map((event) => NodeEvent.parse(event))(Repeater.merge([own, builtin]));
 }
 
 /** A node of the caller's organization that is not revoked; any other id is simply unknown (404). */

@@ -228,16 +228,25 @@ async function warmReady(deps: Deps, slot: string, since: Date, remoteId: string
   return count === 1;
 }
 
+/** A warm container that failed, for the log of the instance that heard it (src/edges/channels/node-channel.ts). */
+export interface WarmFailure {
+  template: string;
+  slot: string;
+  error: string;
+  /** When it is made again, in ms from now. */
+  retryMs: number;
+}
+
 /**
  * The node could not make the slot's container, or the one it made ended: tried again after a
- * backoff, the error kept for operators (the node's log says it too).
+ * backoff, the error kept for operators. Answers what failed (null: an answer about an older making).
  */
-async function warmFailed(deps: Deps, slot: string, since: Date, error: string, remoteId: string): Promise<void> {
+async function warmFailed(deps: Deps, slot: string, since: Date, error: string, remoteId: string): Promise<WarmFailure | null> {
   const row = await deps.prisma.node.findUnique({
     where: { id: slot },
     select: { warmFailures: true, warmTemplate: true, remoteId: true },
   });
-  if (!row || row.remoteId !== remoteId) return;
+  if (!row || row.remoteId !== remoteId) return null;
   const backoff = Math.min(WARM_BACKOFF_MAX_MS, WARM_BACKOFF_MIN_MS * 2 ** row.warmFailures);
   const now = deps.clock.now();
   const { count } = await deps.prisma.node.updateMany({
@@ -249,7 +258,9 @@ async function warmFailed(deps: Deps, slot: string, since: Date, error: string, 
       warmRetry: new Date(now.getTime() + backoff),
     },
   });
-  if (count === 1) deps.background.nudge(WARM_JOB, backoff);
+  if (count !== 1) return null;
+  deps.background.nudge(WARM_JOB, backoff);
+  return { template: row.warmTemplate ?? '', slot, error, retryMs: backoff };
 }
 
 /** Asks the slot's node to make its warm container. */
@@ -282,12 +293,14 @@ export async function nodeWarmReady(deps: Deps, actor: Actor, message: FromNode<
 }
 
 /** A remote node's making of a warm container failed: about a slot of its own only. */
-export async function nodeWarmFailed(deps: Deps, actor: Actor, message: FromNode<'warm-failed'>): Promise<void> {
-  await warmFailed(deps, message.slot, new Date(message.since), message.error ?? 'unknown error', actor.nodeId!);
+export async function nodeWarmFailed(deps: Deps, actor: Actor, message: FromNode<'warm-failed'>): Promise<WarmFailure[]> {
+  const failed = await warmFailed(deps, message.slot, new Date(message.since), message.error ?? 'unknown error', actor.nodeId!);
+  return failed ? [failed] : [];
 }
 
 /** The warm containers a remote node holds (after its restart: none): any other of its slots' is made again. */
-export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'warm-held'>): Promise<void> {
+export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'warm-held'>): Promise<WarmFailure[]> {
+  const failures: WarmFailure[] = [];
   const holds = new Set(message.slots.map((h) => `${h.slot}@${h.since}`));
   const now = deps.clock.now();
   const slots = await deps.prisma.node.findMany({
@@ -300,7 +313,8 @@ export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'
     // A ready one that ended (its command exited, or the node restarted) waits its backoff; a
     // making lost with the node's process is done again at once.
     if (slot.warmState === 'ready') {
-      await warmFailed(deps, slot.id, slot.warmSince, 'the node no longer holds it', actor.nodeId!);
+      const failed = await warmFailed(deps, slot.id, slot.warmSince, 'the node no longer holds it', actor.nodeId!);
+      if (failed) failures.push(failed);
       continue;
     }
     await deps.prisma.node.updateMany({
@@ -309,4 +323,5 @@ export async function nodeWarmHeld(deps: Deps, actor: Actor, message: FromNode<'
     });
   }
   if (slots.length) deps.background.nudge(WARM_JOB);
+  return failures;
 }

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { pipeline } from 'node:stream';
+import { PassThrough, pipeline } from 'node:stream';
 import { GraphQLInt, GraphQLList, GraphQLNonNull, type GraphQLSchema, GraphQLString } from 'graphql';
 import { graphql } from '../../../generated/gql';
 import type { Environment, Snapshot } from '../../../generated/prisma/client';
@@ -104,7 +104,15 @@ export function nodeRoutes(schema: GraphQLSchema): Route[] {
       async handle(req, res, { ctx, params }) {
         requireArchive(req);
         req.setTimeout(UPLOAD_IDLE_MS);
-        const saved = await nodeSaveShare(ctx!.deps, ctx!.actor, params.lease!, params.share!, req);
+        // Through a stream of its own: a save refused half-way (over the storage limit) destroys
+        // that one, while the request's rest is drained and the node reads the answer (early-answer.ts).
+        const body = new PassThrough();
+        req.pipe(body);
+        const saved = await nodeSaveShare(ctx!.deps, ctx!.actor, params.lease!, params.share!, body).catch((error: unknown) => {
+          req.unpipe(body);
+          body.destroy();
+          throw error;
+        });
         sendJson(res, saved.created ? 201 : 200, await snapshot.json(saved.snapshot, ctx));
       },
     },
