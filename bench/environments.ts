@@ -919,6 +919,10 @@ function startupReport(s: StartupResult): string {
         [`idle RSS, server process (${s.settleSeconds} s after its first answer)`, mib(mid(rss)) + range(rss, mib)],
         [`idle RSS, whole tree (${procs} processes: ${names}), sum of RSS`, mib(mid(tree)) + range(tree, mib)],
         ['idle, whole tree, sum of PSS (shared pages counted once)', mib(mid(pss)) + range(pss, mib)],
+        ...(s.existing[0]?.split ?? []).map(({ role }, i): [string, string] => {
+          const of = (f: 'rss' | 'pss') => sorted(s.existing.map((r) => r.split?.[i]?.[f] ?? 0));
+          return [`idle, ${role} process: RSS / PSS`, `${mib(mid(of('rss')))} / ${mib(mid(of('pss')))}`];
+        }),
       ],
       1,
     ),

@@ -327,4 +327,58 @@ describeContainerBackends('remote nodes', (backend) => {
     await untilState(env.id, 'stopped');
     expect(await leases.post(`/v1/environments/${env.id}/exec`, { command: ['true'] })).toMatchObject({ status: 409 });
   });
+
+  it("the built-in node shows each organization its own environments on it, and no one else's", async () => {
+    const hot = await leases.post('/v1/environments', { template: 'default' });
+    const env = await untilState(hot.body.environment.id, 'ready');
+    const builtinOf = async (api: ReturnType<typeof client>) =>
+      (await api.get('/v1/nodes')).body.nodes.find((n: { builtin: boolean }) => n.builtin);
+    const mine = await builtinOf(admin);
+    expect(mine).toMatchObject({ name: 'builtin', state: 'online', environments: [env.id] });
+    expect(env.node).toMatch(/^default-\d+$/);
+    const other = await createOrganization(s.app.deps.prisma, `builtinview${backend}`, 'boss@view.example');
+    const theirs = await builtinOf(client(() => s.url, other.secret));
+    expect(theirs).toMatchObject({ id: mine.id, environments: [], allocated: { cpus: 0, memory: 0, unlimited: 0 } });
+    // Nor can a node credential of theirs act on it.
+    const node = await client(() => s.url, other.secret).post('/v1/nodes', { pool: 'remote', name: 'nosy' });
+    const nosy = client(() => s.url, node.body.secret);
+    expect((await nosy.get(`/v1/environments/${env.id}/restore`)).status).toBe(404);
+    await leases.del(`/v1/environments/${env.id}`);
+    await untilState(env.id, 'stopped');
+  });
+
+  it.skipIf(backend !== 'postgres')(
+    'of two instances on one machine one runs the built-in node; the other takes over when it stops',
+    async () => {
+      expect(s.app.builtin.pid()).toBeGreaterThan(0);
+      expect(peer!.builtin.pid()).toBeUndefined();
+      const hot = await leases.post('/v1/environments', { template: 'default' });
+      const env = await untilState(hot.body.environment.id, 'ready');
+      // The instance stops (the last test of the file: it stays stopped). A clean stop keeps the
+      // environment's container; the peer's node holds it again.
+      await s.app.stop();
+      await vi.waitFor(() => expect(peer!.builtin.pid()).toBeGreaterThan(0), { timeout: 15_000, interval: 100 });
+      await vi.waitFor(
+        async () => expect((await leases.get('/v1/nodes')).body.nodes[0]).toMatchObject({ builtin: true, state: 'online' }),
+        {
+          timeout: 15_000,
+          interval: 100,
+        },
+      );
+      // Held again, or (this suite's liveness bound is 1.5 s, shorter than a takeover) failed naming the node.
+      const after = await envState(env.id);
+      if (after.state === 'ready') {
+        expect(await berthExec(peer!.url, BOOTSTRAP, env.id, 'echo', 'moved')).toMatchObject({ code: 0, stdout: 'moved\n' });
+        await leases.del(`/v1/environments/${env.id}`);
+        await untilState(env.id, 'stopped');
+      } else {
+        expect(after).toMatchObject({ state: 'failed', error: expect.stringMatching(/^node builtin /) });
+      }
+      // The peer's node serves new leases.
+      const next = await untilState((await leases.post('/v1/environments', { template: 'default' })).body.environment.id, 'ready');
+      expect(await berthExec(peer!.url, BOOTSTRAP, next.id, 'echo', 'served')).toMatchObject({ code: 0, stdout: 'served\n' });
+      await leases.del(`/v1/environments/${next.id}`);
+      await untilState(next.id, 'stopped');
+    },
+  );
 });

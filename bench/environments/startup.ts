@@ -21,6 +21,8 @@ export interface StartupRun {
   processes?: number;
   /** The tree's processes, by their first word (npm, node, …). */
   names?: string;
+  /** RSS and PSS of each process of the tree by its role (npm, sh, server, built-in node). */
+  split?: { role: string; rss: number; pss: number }[];
 }
 
 export interface StartupResult {
@@ -146,12 +148,18 @@ async function startOnce(repo: string, dataDir: string, settleSeconds: number | 
     if (!server) throw new Error(`no process running dist/server/main.js under npm start: ${JSON.stringify(all)}`);
     let treeRss = 0;
     let treePss = 0;
+    const split: { role: string; rss: number; pss: number }[] = [];
     for (const p of all) {
-      treeRss += await kib(`/proc/${p.pid}/status`, 'VmRSS');
-      treePss += await kib(`/proc/${p.pid}/smaps_rollup`, 'Pss');
+      const rss = await kib(`/proc/${p.pid}/status`, 'VmRSS');
+      const pss = await kib(`/proc/${p.pid}/smaps_rollup`, 'Pss');
+      treeRss += rss;
+      treePss += pss;
+      const first = (p.cmdline.split(' ')[0] ?? '').split('/').at(-1) ?? '';
+      const role = p === server ? 'server' : p.cmdline.includes(' node --builtin') ? 'built-in node' : first;
+      split.push({ role, rss, pss });
     }
     const names = all.map((p) => (p.cmdline.split(' ')[0] ?? '').split('/').at(-1)).join(', ');
-    return { ms, serverRss: await kib(`/proc/${server.pid}/status`, 'VmRSS'), treeRss, treePss, processes: all.length, names };
+    return { ms, serverRss: await kib(`/proc/${server.pid}/status`, 'VmRSS'), treeRss, treePss, processes: all.length, names, split };
   } finally {
     await stop();
   }
