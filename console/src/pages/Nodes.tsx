@@ -46,10 +46,10 @@ export function NodesPage() {
   return (
     <Page title="Nodes">
       <p className="muted">
-        The build machines running <code>berth node</code>: the built-in node, which the server runs for every organization's leases of
-        the pools with hot nodes, and the organization's own, each serving one pool. An environment takes one of its node's slots while it
-        is live, and its template's CPU and memory limits count as allocated (of the built-in node, only this organization's environments
-        are shown). Free slots may keep warm containers of templates with <code>warm</code>, which leases claim.
+        The build machines running <code>berth node</code>: the built-in node, which the server runs for every organization's leases of the
+        pools with hot nodes, and the organization's own, each serving one pool. An environment takes one of its node's slots while it is
+        live, and its template's CPU and memory limits count as allocated (of the built-in node, only this organization's environments are
+        shown). Free slots may keep warm containers of templates with <code>warm</code>, which leases claim.
       </p>
       <LiveNotice error={nodeError ?? envError} />
       <QueryState
