@@ -6,10 +6,11 @@
 // `prepare` (make the environment's root, restore its snapshot there, start its container),
 // `release` (remove the container, save the shares, remove the root), `discard`, `exec`,
 // `exec-kill`, `exec-credit` (flow control: EXEC_WINDOW), a session's `exec-input`,
-// `exec-input-end` and `exec-resize`, `relay`, and `images` (pull ahead: docs/agents.md, "Images"). The work itself is the node runtime's (src/node/runtime.ts), the same
-// the built-in pool runs. It moves snapshot archives over the node HTTP calls (docs/snapshots.md)
-// with the same credential. After a restart it holds the environments whose containers still run
-// (the server says which are live; the rest are removed) and nothing else.
+// `exec-input-end` and `exec-resize`, `relay`, and `images` (pull ahead: docs/agents.md, "Images").
+// The work itself is the node runtime's (src/node/runtime.ts). It moves snapshot archives over the
+// node HTTP calls (docs/snapshots.md) with the same credential. After a restart it holds the
+// environments whose containers and folders it finds until the server says which are live (the
+// rest are removed). The server runs one as its built-in node (`--builtin`: docs/agents.md).
 //
 // drain() (`berth node` on SIGTERM or SIGINT) says `leaving`: the server places nothing new on the
 // node and ends its live environments, each released here as any end is (shares saved), and

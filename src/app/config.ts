@@ -40,7 +40,7 @@ export interface Config {
   nodeHeartbeatMs: number;
   /** How often every node samples each environment's usage (USAGE_SAMPLE_MS, default 5 s; `berth node` hears it in its welcome). */
   usageSampleMs: number;
-  /** The built-in pool's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
+  /** The built-in node's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
   dockerHost?: string;
   /** A request body that stops arriving for this long is answered 408 (BODY_IDLE_MS, default 30 s; uploads allow longer). */
   bodyIdleMs: number;

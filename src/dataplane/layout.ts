@@ -1,5 +1,5 @@
 // Where an environment's files live on the machine that serves it, the same on a remote node
-// (`berth node --dir DIR`) and on the built-in hot pool (DATA_DIR/workspaces): the environment's
+// (`berth node --dir DIR`) and on the built-in node (DATA_DIR/workspaces): the environment's
 // root is `<dir>/<environment id>/`, and each template share's `envPath` is placed under it with
 // the leading `/` stripped (`/workspace/src` → `<dir>/<id>/workspace/src`).
 import path from 'node:path';

@@ -1,6 +1,5 @@
 // A node's commands, as the node control channel's messages drive them (docs/agents.md, "Exec"):
-// one implementation for `berth node` (src/agent/node-agent.ts) and the built-in pool
-// (src/modules/nodes/builtin-node.ts). A command is known (kills, credit and input for it kept)
+// `berth node`'s (src/agent/node-agent.ts), the built-in node's too. A command is known (kills, credit and input for it kept)
 // from the moment its `exec` message arrives; its output goes back as `exec-output` events of at
 // most EXEC_CHUNK bytes, input credit as `exec-input-credit`, and last `exec-exit`.
 import { execOutput } from '../protocol/dataplane';

@@ -1,5 +1,5 @@
-// One node runtime for both kinds of node (docs/environments.md, "Nodes"): the built-in pool runs
-// it inside the server, `berth node` on a build machine. For each environment it holds the share
+// The node runtime (docs/environments.md, "Nodes"), run by `berth node`: on a build machine, and as
+// the built-in node beside the server (src/app/builtin-supervisor.ts). For each environment it holds the share
 // folders under `dir` (src/dataplane/layout.ts) and, when the environment has an image and the node
 // an engine, one container, created from the image with the template's limits:
 //

@@ -1,6 +1,6 @@
 // An environment's shares restored from its snapshot when it starts and saved when it ends
 // (docs/snapshots.md), written once for every node. Where the archives come from and go is the
-// node's: `berth node` speaks the node HTTP calls, the built-in pool calls the snapshot service.
+// caller's: `berth node` (the built-in node too) speaks the node HTTP calls.
 import { lstat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { shareDir } from '../dataplane/layout';

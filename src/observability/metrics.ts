@@ -99,7 +99,7 @@ export function createMetrics(prisma: Prisma): Metrics {
   );
   fromDatabase(
     'berth_node_slots',
-    'Slots (the built-in pool’s hot nodes and remote nodes’ slots), by pool and state: busy or idle (from the database).',
+    'Slots (the built-in node’s hot nodes and other nodes’ slots), by pool and state: busy or idle (from the database).',
     ['pool', 'state'],
     async () => {
       const rows = await prisma.node.groupBy({ by: ['pool', 'environmentId'], _count: { _all: true } });

@@ -4,8 +4,7 @@
 // here, by the server, when the command ends. A files-only environment runs nothing (no_runtime).
 //
 // One path for every node: the command and what follows it (kill, credit, input, resize) go to the
-// node's inbox `node:<id>` (the built-in pool's is `node:hot`, served in this process by
-// src/modules/nodes/builtin-node.ts); the node's output comes back as events on the topic
+// node's inbox `node:<id>` (the built-in node's as any other's); the node's output comes back as events on the topic
 // `exec:<node>:<run id>`, sent by the instance holding the node (src/edges/channels/node-channel.ts)
 // under that node's id only. Both hops skip the database when the other end is in this process
 // (Events.send). The run id is random and lives only as long as the caller's request: a caller

@@ -1,6 +1,5 @@
 // An environment's usage (docs/environments.md, "Usage"): its node samples it every
-// USAGE_SAMPLE_MS and hands each sample here (the built-in pool directly, a `berth node` over its
-// control channel). Samples are kept in UsageSample, thinned as they arrive: every sample of the
+// USAGE_SAMPLE_MS and hands each sample here over its control channel (the built-in node too). Samples are kept in UsageSample, thinned as they arrive: every sample of the
 // last five minutes, the first of each minute before, nothing older than an hour. Each one is
 // published on the environment's topic, and one over the template's `resources.disk` ends the
 // environment failed.
@@ -12,12 +11,12 @@ import type { UsageSample } from '../../generated/prisma/client';
 import { requireMember } from '../../kernel/access';
 import { Channel } from '../../kernel/channel';
 import { isEnded, RUNNING } from '../../kernel/environment-states';
-import { ForbiddenError, ValidationError } from '../../kernel/errors';
+import { ForbiddenError } from '../../kernel/errors';
 import { ENVIRONMENT_JOB } from '../../kernel/job-names';
 import { resourcesOf } from '../../kernel/json-columns';
 import { parseSize } from '../../kernel/sizes';
 import { topics } from '../../platform/events';
-import { UsageReport } from '../../protocol/node-channel';
+import type { UsageReport } from '../../protocol/node-channel';
 import { joinEnvironmentFeed } from './feed';
 import { findEnvironment, transition } from './service';
 
@@ -141,18 +140,12 @@ export async function watchUsage(deps: Deps, actor: Actor, idOrName: string): Pr
 }
 
 /**
- * A node's sample of one of its environments (`nodeId` null: the built-in pool). A node speaks
+ * A node's sample of one of its environments. A node speaks
  * only for the environments placed on it (ForbiddenError otherwise); a sample of one no longer
  * starting or ready (it ends meanwhile) is dropped. One over the template's disk limit ends it.
  */
-export async function recordUsage(deps: Deps, nodeId: string | null, environmentId: string, report: UsageReport): Promise<void> {
-  // A remote node's samples were parsed on its channel; the built-in node's are held to the same bounds here.
-  const parsed = UsageReport.safeParse(report);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = ['sample', ...issue.path.map(String)].join('.');
-    throw new ValidationError(`${field}: ${issue.message}`, field);
-  }
+export async function recordUsage(deps: Deps, nodeId: string, environmentId: string, report: UsageReport): Promise<void> {
+  // (Parsed on the node's channel: src/protocol/node-channel.ts.)
   const env = await deps.prisma.environment.findUnique({
     where: { id: environmentId },
     select: { id: true, nodeId: true, state: true, resources: true },
@@ -161,7 +154,7 @@ export async function recordUsage(deps: Deps, nodeId: string | null, environment
     throw new ForbiddenError('a node reports usage only for the environments currently on it');
   }
   if (!(RUNNING as readonly string[]).includes(env.state)) return;
-  const sample = await storeUsage(deps, env.id, parsed.data);
+  const sample = await storeUsage(deps, env.id, report);
   const disk = resourcesOf(env).disk;
   if (disk !== undefined && sample.disk > parseSize(disk)) await endForDisk(deps, env.id, disk, sample.disk);
 }

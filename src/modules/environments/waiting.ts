@@ -199,7 +199,11 @@ function wordsFor(view: PoolView, org: string, ahead: number): string | undefine
   if (slots.free > 0) return undefined;
   const held = `your organization holds its share of the built-in nodes (${picture.hotHeld.get(org) ?? 0} of ${pool.hotNodes} at pool share ${view.share(org)})`;
   if (slots.total === 0) {
-    return picture.hot.total === 0 ? noNodeText(pool.name, view.nodesOf(org)) : `pool ${pool.name}: ${held}, ${aheadText(ahead)}`;
+    if (picture.hot.total > 0) return `pool ${pool.name}: ${held}, ${aheadText(ahead)}`;
+    // Hot nodes the catalog has, while the built-in node is not connected (its process starting again).
+    if (pool.hotNodes > 0 && view.nodesOf(org).length === 0)
+      return `pool ${pool.name}: the built-in node is not connected, ${aheadText(ahead)}`;
+    return noNodeText(pool.name, view.nodesOf(org));
   }
   const atShare = !mayHot && picture.hot.total > 0 ? `, and ${held}` : '';
   return `pool ${pool.name}: ${busyText(slots, ahead < EXACT_AHEAD)}${atShare}, ${aheadText(ahead)}`;

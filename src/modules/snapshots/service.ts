@@ -7,8 +7,8 @@
 //   sealed under the project's current key, under `snapshots/<org>/<project>/v<keyVersion>/<id>/`.
 //   The key version in the prefix lets a shred find every object sealed under the versions it
 //   destroyed, rows or not.
-// - These functions take and give plain streams: the built-in hot pool calls them in-process; a
-//   remote node agent would reach the same two calls over HTTP (docs/snapshots.md).
+// - These functions take and give plain streams: every node (the built-in one too) reaches them
+//   over the node HTTP calls (docs/snapshots.md, src/modules/nodes/service.ts).
 import { pipeline, type Readable } from 'node:stream';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, Prisma, Snapshot } from '../../generated/prisma/client';

@@ -231,9 +231,15 @@ export const execRoute: Route = {
             ? { stream: event.stream, data: event.data.toString('base64') }
             : { exitCode: event.exec.exitCode, exec: execRecord(event.exec) };
         if (!res.write(`${JSON.stringify(line)}\n`) && !gone.signal.aborted) {
-          await new Promise((resolve) => {
-            res.once('drain', resolve);
-            res.once('close', resolve);
+          // Each wait takes its listeners away again: a slow reader waits many times.
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              res.off('drain', done);
+              res.off('close', done);
+              resolve();
+            };
+            res.once('drain', done);
+            res.once('close', done);
           });
         }
       }
