@@ -14,6 +14,7 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { dropBuiltinToken, mintBuiltinToken } from '../modules/nodes';
 import { topics } from '../platform/events';
 import { packagePath } from '../platform/paths';
 import type { Deps } from './context';
@@ -63,9 +64,11 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
     settle?.resolve();
   });
 
-  const start = () => {
+  let token: string | undefined;
+  const start = async () => {
     if (stopping) return;
     const started = Date.now();
+    token = await mintBuiltinToken(deps);
     // A young generation as small as the server's (package.json's start): the node is mostly idle.
     const args = [
       '--max-semi-space-size=4',
@@ -79,7 +82,7 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
     ];
     if (config.dockerHost) args.push('--engine', config.dockerHost);
     const proc = spawn(process.execPath, args, {
-      env: { ...process.env, BERTH_NODE_TOKEN: builtin.token, BERTH_NODE_OWNER: builtin.owner },
+      env: { ...process.env, BERTH_NODE_TOKEN: token, BERTH_NODE_OWNER: builtin.owner },
       stdio: ['pipe', 'pipe', 'pipe'],
       // Its own process group: a terminal's Ctrl-C reaches the server, which stops it once.
       detached: true,
@@ -102,7 +105,7 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
       }
       backoff = Date.now() - started > STABLE_MS ? MIN_BACKOFF_MS : Math.min(MAX_BACKOFF_MS, backoff * 2);
       info(`built-in node ${how}; starting it again in ${backoff} ms`);
-      retry = setTimeout(start, backoff);
+      retry = setTimeout(launch, backoff);
     });
   };
 
@@ -116,12 +119,20 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
     });
     server.listen({ path: `\0berth-builtin-${builtin.owner}` }, () => {
       lock = server;
-      start();
+      launch();
     });
   };
+  // A start that fails (the database away) is tried again as a death is.
+  const launch = () =>
+    void start().catch((error: Error) => {
+      if (stopping) return;
+      info(`could not start the built-in node: ${error.message}; trying again in ${backoff} ms`);
+      retry = setTimeout(launch, backoff);
+      backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+    });
   // Abstract sockets are Linux's; elsewhere every instance runs its own.
   if (process.platform === 'linux') takeOrWait();
-  else start();
+  else launch();
 
   return {
     ready,
@@ -138,6 +149,7 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
         await exited;
         clearTimeout(timer);
       }
+      if (token) await dropBuiltinToken(deps, token).catch(() => undefined);
       await new Promise<void>((resolve) => (lock ? lock.close(() => resolve()) : resolve()));
     },
   };

@@ -41,9 +41,6 @@ export interface BuiltinNode {
   id: string;
   /** The label of its containers (`berth.owner`). */
   owner: string;
-  /** The credential its process connects with, made at this start; only its hash is compared. */
-  token: string;
-  tokenHash: string;
 }
 
 /** Who is calling: resolved from the bearer credential before any resolver runs. */

@@ -20,6 +20,12 @@ export function hashSecret(secret: string): string {
 }
 
 /** What a record shows of its secret so a person can tell two apart. */
+/**
+ * How the built-in node's credential begins: made anew for each of its processes, kept (hashed) on
+ * its RemoteNode row rather than as a Credential (it is no organization's).
+ */
+export const BUILTIN_NODE_TOKEN = 'bnd_builtin_';
+
 export function secretPrefix(secret: string): string {
   return secret.slice(0, secret.indexOf('_') + 7);
 }

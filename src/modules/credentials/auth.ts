@@ -1,6 +1,6 @@
 import type { Actor, Deps } from '../../app/context';
 import { RateLimitedError, UnauthorizedError } from '../../kernel/errors';
-import { hashSecret } from '../../kernel/secrets';
+import { BUILTIN_NODE_TOKEN, hashSecret } from '../../kernel/secrets';
 import { noteActor } from '../../observability/requests';
 import type { Prisma } from '../../platform/db';
 import type { CachedCredential, CredentialCache } from './cache';
@@ -46,12 +46,7 @@ export async function authenticate(deps: Deps, header: string | null | undefined
     throw new UnauthorizedError('missing bearer credentials: send "Authorization: Bearer <token>"');
   }
   const hash = hashSecret(secret);
-  // The built-in node's credential lives in this process only (src/app/builtin-supervisor.ts): a
-  // node of no one organization (its environments are every organization's).
-  if (hash === deps.builtin.tokenHash) {
-    const { id } = deps.builtin;
-    return Object.freeze({ orgId: '', kind: 'node', credentialId: id, nodeId: id, admin: false, name: 'builtin', address });
-  }
+  if (secret.startsWith(BUILTIN_NODE_TOKEN)) return builtinNodeActor(deps, hash, address, now);
   const cache = deps.credentials;
   const cached = cache.get(hash, now);
   if (cached) {
@@ -112,6 +107,21 @@ export async function authenticate(deps: Deps, header: string | null | undefined
   cache.set(hash, entry, version);
   noteActor(actor);
   return actor;
+}
+
+/**
+ * The built-in node's credential, made for its current process (src/modules/nodes/builtin-node.ts):
+ * a node of no one organization (its environments are every organization's). Failures count as any.
+ */
+async function builtinNodeActor(deps: Deps, hash: string, address: string, now: Date): Promise<Actor> {
+  await assertNotBlocked(deps, address, now);
+  const { id } = deps.builtin;
+  const node = await deps.prisma.remoteNode.findFirst({ where: { id, builtin: true, tokenHash: hash }, select: { id: true } });
+  if (!node) {
+    await recordFailure(deps, address, now);
+    throw new UnauthorizedError('invalid credentials');
+  }
+  return Object.freeze({ orgId: '', kind: 'node', credentialId: id, nodeId: id, admin: false, name: 'builtin', address });
 }
 
 /** The remembered actor for this request: the same credential may come from several addresses. */

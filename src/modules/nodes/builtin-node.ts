@@ -9,15 +9,15 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Config } from '../../app/config';
 import type { Actor, BuiltinNode, Deps } from '../../app/context';
 import { LIVE_STATES } from '../../kernel/environment-states';
-import { hashSecret } from '../../kernel/secrets';
+import { BUILTIN_NODE_TOKEN, hashSecret } from '../../kernel/secrets';
 import type { Catalog } from '../templates';
 
 /** The built-in node's name, on GET /v1/nodes and in audit events; no organization's node may take it. */
 export const BUILTIN_NAME = 'builtin';
 
 /**
- * The deployment's built-in node: its id and container label (the same for every instance sharing
- * the master key and database), and this process's credential for it, made anew at every start.
+ * The deployment's built-in node: its id and container label, the same for every instance sharing
+ * the master key and database.
  */
 export function builtinIdentity(config: Config, masterKey: Buffer): BuiltinNode {
   const hash = createHash('sha256')
@@ -25,8 +25,23 @@ export function builtinIdentity(config: Config, masterKey: Buffer): BuiltinNode 
     .update(config.databaseUrl ? `${config.databaseUrl}#${config.databaseSchema ?? ''}` : config.dataDir)
     .digest('hex')
     .slice(0, 16);
-  const token = `bnd_builtin_${randomBytes(32).toString('base64url')}`;
-  return { id: `nod_builtin_${hash}`, owner: `builtin-${hash}`, token, tokenHash: hashSecret(token) };
+  return { id: `nod_builtin_${hash}`, owner: `builtin-${hash}` };
+}
+
+/**
+ * A credential for a new process of the built-in node: only its hash is kept, on the node's row,
+ * where every instance checks it (the node calls the instance it was started by, and dials back
+ * to whichever holds a relay). The one before it stops working.
+ */
+export async function mintBuiltinToken(deps: Deps): Promise<string> {
+  const token = `${BUILTIN_NODE_TOKEN}${randomBytes(32).toString('base64url')}`;
+  await deps.prisma.remoteNode.update({ where: { id: deps.builtin.id }, data: { tokenHash: hashSecret(token) } });
+  return token;
+}
+
+/** The built-in node's process stopped: its credential stops working (unless a newer one replaced it). */
+export async function dropBuiltinToken(deps: Deps, token: string): Promise<void> {
+  await deps.prisma.remoteNode.updateMany({ where: { id: deps.builtin.id, tokenHash: hashSecret(token) }, data: { tokenHash: null } });
 }
 
 /** Whether a node actor is the built-in node's (src/modules/credentials/auth.ts), which acts on every organization's environments on it. */

@@ -1,4 +1,12 @@
-export { actsForEveryOrg, BUILTIN_NAME, builtinEngine, builtinIdentity, ensureBuiltinNode } from './builtin-node';
+export {
+  actsForEveryOrg,
+  BUILTIN_NAME,
+  builtinEngine,
+  builtinIdentity,
+  dropBuiltinToken,
+  ensureBuiltinNode,
+  mintBuiltinToken,
+} from './builtin-node';
 export { type NodeProvider, startBound } from './provider';
 export { nodeJob, nodeProvider } from './remote-nodes';
 export {
