@@ -39,6 +39,11 @@ describeBackends('failed-authentication lock', (backend) => {
     // The lock is in the database: a restart does not lift it.
     await s.restart();
     expect((await admin.get('/v1/me')).status).toBe(429);
+    // The built-in node shares loopback with every local client: its own credential still connects
+    // (the restart waited for it), a wrong one of its kind is refused like any.
+    const node = await s.app.deps.prisma.remoteNode.findUniqueOrThrow({ where: { id: s.app.deps.builtin.id } });
+    expect(node.state).toBe('online');
+    expect((await client(url, 'bnd_builtin_guessed').get('/v1/me')).status).toBe(429);
 
     s.clock.advance(30_001);
     expect((await admin.get('/v1/me')).status).toBe(200);

@@ -26,8 +26,12 @@ export async function sendToNode(deps: { events: Events }, nodeId: string, messa
 
 export class NodeUnreachableError extends Error {}
 
+/** How long a question goes unanswered before it is sent again. */
+const RESEND_MS = 10_000;
+
 /**
- * Sends `message` with a fresh `reply` topic and waits for the node's answer. Gives up (throws)
+ * Sends `message` with a fresh `reply` topic and waits for the node's answer, sending it again
+ * every RESEND_MS until then. Gives up (throws)
  * when `check` says the work is no longer wanted (the node lost, the environment moved on), which
  * it asks the database about every `pollMs`, or after `timeoutMs`.
  */
@@ -46,7 +50,9 @@ export async function askNode(
   try {
     const problem = await opts.check();
     if (problem) throw new NodeUnreachableError(problem);
-    await sendToNode(deps, nodeId, { ...message, reply });
+    const question = { ...message, reply };
+    await sendToNode(deps, nodeId, question);
+    let asked = Date.now();
     for (;;) {
       const tick = new Promise<'tick'>((resolve) => {
         timer = setTimeout(() => resolve('tick'), opts.pollMs ?? 1000);
@@ -62,6 +68,12 @@ export async function askNode(
       const problem = await opts.check();
       if (problem) throw new NodeUnreachableError(problem);
       if (Date.now() > deadline) throw new NodeUnreachableError(`no answer within ${Math.round(opts.timeoutMs / 1000)}s`);
+      // A question sent while the node was reconnecting (its process restarted) was dropped: asked
+      // again now and then. The node's work is idempotent and the same work asked twice runs once.
+      if (Date.now() - asked >= RESEND_MS) {
+        await sendToNode(deps, nodeId, question);
+        asked = Date.now();
+      }
     }
   } finally {
     clearTimeout(timer);
