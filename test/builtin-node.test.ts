@@ -10,7 +10,7 @@ import { mkdtemp, readdir, readlink, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
-import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { containersOf, describeContainers, engine, ownedBy, removeOwned, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { type BerthProc, berthExec, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
@@ -35,8 +35,6 @@ describeContainers('the built-in node, a process of its own', () => {
   const builtin = async () => (await api().get('/v1/nodes')).body.nodes.find((n: { builtin: boolean }) => n.builtin);
   /** The node process's id, from the server's start banner. */
   const nodePid = async () => Number((await berth.waitFor(/Built-in node \(pid (\d+)\)/))[1]);
-  const ownContainers = async () =>
-    (await podman('ps', '-a', '--format', '{{.Names}}', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-builtin-'));
@@ -49,8 +47,7 @@ describeContainers('the built-in node, a process of its own', () => {
   });
   afterAll(async () => {
     await berth?.kill('SIGKILL');
-    const left = owner ? (await podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean) : [];
-    if (left.length) await podman('rm', '-f', ...left);
+    await removeOwned(owner);
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -130,13 +127,13 @@ describeContainers('the built-in node, a process of its own', () => {
   it('a clean stop of the server removes the warm containers and keeps the live ones for the next start', async () => {
     await vi.waitFor(async () => expect((await builtin()).warm).toMatchObject([{ template: 'warmbox', state: 'ready' }]), WAIT);
     const live = await lease();
-    expect((await ownContainers()).some((n) => n.includes('warm'))).toBe(true);
+    expect((await ownedBy(owner)).some((n) => n.includes('warm'))).toBe(true);
 
     const pid = await nodePid();
     expect(await berth.kill('SIGTERM')).toBe(0);
     // The node process went with it.
     expect(() => process.kill(pid, 0)).toThrow();
-    const left = await ownContainers();
+    const left = await ownedBy(owner);
     expect(left.filter((n) => n.includes('warm'))).toEqual([]);
     expect((await containersOf(live.id)).length).toBe(1);
 

@@ -5,7 +5,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
-import { containersOf, describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { containersOf, describeContainers, engine, removeOwned, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { type BerthProc, berthExec, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
@@ -35,8 +35,7 @@ describeContainers('containers across a kill -9 of the server', () => {
   });
   afterAll(async () => {
     await berth?.kill('SIGKILL');
-    const left = owner ? (await podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean) : [];
-    if (left.length) await podman('rm', '-f', ...left);
+    await removeOwned(owner);
     await rm(dir, { recursive: true, force: true });
   });
 

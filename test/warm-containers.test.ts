@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { parseCatalog } from '../src/modules/templates/catalog';
-import { containersOf, describeContainers, engine, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
+import { containersOf, describeContainers, engine, removeOwned, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
 
@@ -81,11 +81,7 @@ describeContainers('warm containers on the built-in node', () => {
     }
     await s?.stop();
     // What the server kept warm goes with it (a server stopped for good leaves its engine clean).
-    for (const line of (await podman('ps', '-aq', '--filter', `label=berth.owner=${s.app.deps.builtin.owner}`))
-      .split('\n')
-      .filter(Boolean)) {
-      await podman('rm', '-f', line);
-    }
+    await removeOwned(s.app.deps.builtin.owner);
     await rm(dir, { recursive: true, force: true });
   });
 

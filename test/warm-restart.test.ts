@@ -5,7 +5,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
-import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { describeContainers, engine, ownedBy, removeOwned, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { type BerthProc, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
@@ -22,8 +22,7 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   let owner = '';
   const api = () => client(() => berth.url, BOOTSTRAP);
   /** This server's containers: name and whether it runs. */
-  const ours = async () =>
-    (await podman('ps', '-a', '--filter', `label=berth.owner=${owner}`, '--format', '{{.Names}}')).split('\n').filter(Boolean).sort();
+  const ours = async () => (await ownedBy(owner)).sort();
   const warm = async () => (await ours()).filter((n) => n.startsWith('berth-warm-'));
   const catalog = (n: number) => writeCatalog(dir, [{ name: 'box', image: TEST_IMAGE, pool: 'tiny', warm: n }], POOLS);
 
@@ -34,8 +33,7 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   });
   afterAll(async () => {
     await berth?.kill('SIGKILL');
-    const left = owner ? (await podman('ps', '-aq', '--filter', `label=berth.owner=${owner}`)).split('\n').filter(Boolean) : [];
-    if (left.length) await podman('rm', '-f', ...left);
+    await removeOwned(owner);
     await rm(dir, { recursive: true, force: true });
   });
 

@@ -1,7 +1,7 @@
 // Runs the built-in node (docs/agents.md, "The built-in node"): `berth node --builtin`, the same
 // program as any node's, in a process of its own beside the server, so that the server holds no
 // container engine and opens no file an environment can write. It connects to this instance over
-// loopback with a credential made at this start (passed in its environment, not its arguments);
+// loopback with a credential made for each of its processes (passed in its environment, not its arguments);
 // it is restarted with a growing delay when it dies, stopped (SIGTERM: its warm containers go, its
 // environments' stay for the next start) when the server stops, and ends by itself when the server
 // dies (it holds the other end of its stdin).

@@ -27,7 +27,7 @@ export interface Deps {
   background: Background;
   /** Pools and catalog templates from TEMPLATES_FILE. */
   catalog: Catalog;
-  /** The built-in pool's node: who it is and this process's credential for it (src/modules/nodes/builtin-node.ts). */
+  /** The built-in pool's node: who it is (src/modules/nodes/builtin-node.ts). */
   builtin: BuiltinNode;
   /** How the node side ends environments: the environments module's (src/kernel/environment-ends.ts). */
   ends: EnvironmentEnds;

@@ -35,6 +35,17 @@ export async function containersOf(environmentId: string): Promise<string[]> {
   return (await podman('ps', '-aq', '--filter', `label=berth.environment=${environmentId}`)).split('\n').filter(Boolean);
 }
 
+/** The engine's containers (all, running or not) a server or node labels as its own (`berth.owner`), by name. */
+export async function ownedBy(owner: string): Promise<string[]> {
+  return (await podman('ps', '-a', '--filter', `label=berth.owner=${owner}`, '--format', '{{.Names}}')).split('\n').filter(Boolean);
+}
+
+/** Removes what a suite's server left in the engine under its owner label (none before it knew it). */
+export async function removeOwned(owner: string): Promise<void> {
+  const left = owner ? await ownedBy(owner) : [];
+  if (left.length) await podman('rm', '-f', ...left);
+}
+
 const run = promisify(execFile);
 
 /**

@@ -17,6 +17,7 @@ import { DomainError, ForbiddenError, ValidationError } from '../../kernel/error
 import { authenticate } from '../../modules/credentials';
 import { recordUsage } from '../../modules/environments';
 import {
+  actsForEveryOrg,
   nodeEnvironmentEnded,
   nodeHeartbeat,
   nodeHello,
@@ -100,7 +101,7 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
 
     /** The log says each warm container that failed, naming the node, and when it is made again. */
     function said(failures: WarmFailure[]): void {
-      const who = actor.orgId === '' ? 'built-in node' : `node ${actor.name}`;
+      const who = actsForEveryOrg(actor) ? 'built-in node' : `node ${actor.name}`;
       for (const f of failures) {
         log(
           `${who}: the warm container of ${f.template} on slot ${f.slot} failed (tried again in ${Math.round(f.retryMs / 1000)} s): ${f.error}`,
@@ -147,8 +148,9 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
           return said(await nodeWarmFailed(deps, actor, message));
         case 'warm-held':
           said(await nodeWarmHeld(deps, actor, message));
-          // The last word of a node taking up its welcome (src/agent/node-agent.ts).
-          await deps.events.send(topics.nodeSettled(nodeId), {});
+          // The last word of a node taking up its welcome (src/agent/node-agent.ts): the built-in
+          // node's supervisor waits for it; no one waits for another node's.
+          if (actsForEveryOrg(actor)) await deps.events.send(topics.nodeSettled(nodeId), {});
           return;
       }
     }

@@ -1,6 +1,6 @@
 // The built-in pool's node: a node like any other (`berth node`, src/agent/node-agent.ts), which
 // the server runs in a process of its own (src/app/builtin-supervisor.ts) over the same control
-// channel, with a credential that lives only in this process's memory. It serves every
+// channel, with a credential made for each of its processes (mintBuiltinToken). It serves every
 // organization's leases of the pools with hot nodes, on the slots the catalog counts
 // (`<pool>-<n>`), and holds its environments under DATA_DIR/workspaces. One deployment (a master
 // key and a database) has one built-in node; of several instances on one machine, one runs it
