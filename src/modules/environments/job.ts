@@ -4,6 +4,7 @@ import type { BackgroundJob } from '../../kernel/background';
 import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
+import { lockFor } from '../../platform/db';
 import { NO_WARM, type NodeProvider, startBound } from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
 import { nudgeWebhooks } from '../webhooks';
@@ -24,6 +25,9 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
   for (const pool of deps.catalog.pools) {
     for (;;) {
       const env = await deps.prisma.$transaction(async (tx) => {
+        // One claim of a pool at a time (across jobs and instances): the share of the hot nodes an
+        // organization holds is counted from committed claims, which two at once would each miss.
+        await lockFor(tx, `berth:claim:${pool.name}`);
         // Only leases a free slot could take, oldest first: their organization's own free node,
         // or a free hot node while the organization holds less than its share of the pool's hot
         // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
