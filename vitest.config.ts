@@ -11,8 +11,11 @@ export default defineConfig({
   },
   test: {
     include: ['test/**/*.test.ts'],
-    // Builds the console again when its sources are newer than console/dist.
-    globalSetup: ['test/helpers/console-build.ts', 'test/helpers/engine-setup.ts'],
+    // Builds the console again when its sources are newer than console/dist; starts a container
+    // engine; migrates one embedded database that each server starts on a copy of.
+    globalSetup: ['test/helpers/console-build.ts', 'test/helpers/engine-setup.ts', 'test/helpers/database-setup.ts'],
+    // `npx vitest run --tags-filter=containers` runs the suites that need the container engine.
+    tags: [{ name: 'containers', description: 'runs environments as containers on the engine (Podman)' }],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // expect.poll's own default (1 s) is shorter than a shell starting in a container under load:

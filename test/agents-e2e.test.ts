@@ -45,11 +45,6 @@ for (const backend of backends) {
     let schema: string | undefined;
     const instances: BerthProc[] = [];
     const api = () => client(() => nodeSide.url, BOOTSTRAP);
-    const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
-    const until = async (id: string, wanted: string) => {
-      await reaches(nodeSide.url, BOOTSTRAP, id, wanted);
-      return state(id);
-    };
     let nodeToken: string;
     let envId: string;
     let listen: Record<string, number>;
@@ -146,7 +141,7 @@ for (const backend of backends) {
       listen = Object.fromEntries(
         created.body.environment.exports.map((e: { service: string; listen: string }) => [e.service, Number(e.listen.split(':')[1])]),
       );
-      const ready = await until(envId, 'ready');
+      const ready = await reaches(nodeSide.url, BOOTSTRAP, envId, 'ready');
       expect(ready.node).toBe('builder');
       const src = join(nodeDir, envId, 'workspace', 'src');
       await sandboxAgent!.waitFor(/share src: in sync/);
@@ -193,11 +188,11 @@ for (const backend of backends) {
       const marker = `plain-${randomBytes(12).toString('hex')}`;
       await writeFile(join(out, 'marker.txt'), marker);
       expect((await api().del(`/v1/environments/${envId}`)).status).toBe(200);
-      await until(envId, 'stopped');
+      await reaches(nodeSide.url, BOOTSTRAP, envId, 'stopped');
       expect(await readFile(join(sandboxDir, 'results', 'result.txt'), 'utf8')).toBe('built on the node\n');
 
       const next = await api().post('/v1/environments', { template: 'dev', snapshot: `e2e-${backend}` });
-      const restored = await until(next.body.environment.id, 'ready');
+      const restored = await reaches(nodeSide.url, BOOTSTRAP, next.body.environment.id, 'ready');
       expect(restored.restored).toMatchObject({ key: `e2e-${backend}` });
       expect(await readFile(join(nodeDir, restored.id, 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built on the node\n');
       expect(await readFile(join(nodeDir, restored.id, 'workspace', 'src', 'main.txt'), 'utf8')).toBe('version 2\n');
@@ -213,7 +208,7 @@ for (const backend of backends) {
     }, async () => {
       expect(await containersOf(envId)).toHaveLength(1);
       await nodeAgent!.kill('SIGKILL');
-      const failed = await until(envId, 'failed');
+      const failed = await reaches(nodeSide.url, BOOTSTRAP, envId, 'failed');
       expect(failed.error).toMatch(/^node builder was lost/);
       // The container outlived the killed agent; the restarted one finds it ended on the server.
       expect(await containersOf(envId)).toHaveLength(1);

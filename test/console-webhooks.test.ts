@@ -48,7 +48,8 @@ describeBackends('web console: webhooks in Settings', (backend) => {
     await new Promise((resolve) => receiver?.close(resolve));
   });
 
-  const until = (count: number) =>
+  /** Resolves once the receiver has had `count` requests (an event: each request checks). */
+  const receivedAtLeast = (count: number) =>
     new Promise<void>((resolve) => {
       onRequest = () => {
         if (received >= count) resolve();
@@ -76,7 +77,7 @@ describeBackends('web console: webhooks in Settings', (backend) => {
       body: 'bytes',
     });
     expect(res.status).toBe(201);
-    await until(1);
+    await receivedAtLeast(1);
     // The clock moves only once the attempt is on record, or its retry would be due later still.
     const hookId = (await admin.get('/v1/webhooks')).body.webhooks[0].id;
     await vi.waitFor(async () => expect((await admin.get(`/v1/webhooks/${hookId}/deliveries`)).body.deliveries[0]?.attempts).toBe(1), {
@@ -86,7 +87,7 @@ describeBackends('web console: webhooks in Settings', (backend) => {
     for (const [i, wait] of [5_000, 30_000, 120_000, 600_000].entries()) {
       s.clock.advance(wait);
       await s.app.deps.background.tick();
-      await until(i + 2);
+      await receivedAtLeast(i + 2);
     }
 
     // Back to Settings: the secret is not shown again, the endpoint shows as failing.

@@ -22,10 +22,6 @@ describeContainers('containers across a kill -9 of the server', () => {
   let owner = '';
   const api = () => client(() => berth.url, BOOTSTRAP);
   const state = async (id: string) => (await api().get(`/v1/environments/${id}`)).body;
-  const until = async (id: string, wanted: string) => {
-    await reaches(berth.url, BOOTSTRAP, id, wanted);
-    return state(id);
-  };
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-restart-'));
@@ -40,7 +36,8 @@ describeContainers('containers across a kill -9 of the server', () => {
   });
 
   it('adopts the running, fails the stopped with the reason, removes the unknown', async () => {
-    const lease = async () => until((await api().post('/v1/environments', { template: 'box' })).body.environment.id, 'ready');
+    const lease = async () =>
+      reaches(berth.url, BOOTSTRAP, (await api().post('/v1/environments', { template: 'box' })).body.environment.id, 'ready');
     const kept = await lease();
     const stopped = await lease();
     const [keptContainer] = await containersOf(kept.id);
@@ -69,7 +66,7 @@ describeContainers('containers across a kill -9 of the server', () => {
     );
     berth = await startBerth(env);
 
-    const failed = await until(stopped.id, 'failed');
+    const failed = await reaches(berth.url, BOOTSTRAP, stopped.id, 'failed');
     expect(failed.error).toMatch(/its container ended: the image's command exited with code 137/);
     await vi.waitFor(async () => expect([...(await containersOf('env_ghost0000')), ...(await containersOf(stopped.id))]).toEqual([]), WAIT);
     expect(await podman('ps', '-aq', '--filter', `id=${ghost}`)).toBe('');
@@ -78,7 +75,7 @@ describeContainers('containers across a kill -9 of the server', () => {
     expect((await state(kept.id)).state).toBe('ready');
     expect(await berthExec(berth.url, BOOTSTRAP, kept.id, 'echo', 'still here')).toMatchObject({ code: 0, stdout: 'still here\n' });
     await podman('kill', keptContainer!);
-    const ended = await until(kept.id, 'failed');
+    const ended = await reaches(berth.url, BOOTSTRAP, kept.id, 'failed');
     expect(ended.error).toMatch(/exited with code 137/);
     await vi.waitFor(async () => expect(await containersOf(kept.id)).toEqual([]), WAIT);
   });

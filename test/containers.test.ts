@@ -23,7 +23,7 @@ import {
   writeCatalog,
 } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
-import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { recorded } from './helpers/states';
 
 const MISSING_IMAGE = 'localhost/berth-test/no-such-image:1';
@@ -124,20 +124,10 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       await rm(dir, { recursive: true, force: true });
     });
 
-    /** Runs the background jobs until the environment reaches one of `states`. */
-    async function until(id: string, ...states: string[]): Promise<Record<string, any>> {
-      for (;;) {
-        const env = (await admin.get(`/v1/environments/${id}`)).body;
-        if (states.includes(env.state)) return env;
-        if (['stopped', 'failed'].includes(env.state)) throw new Error(`environment ${id} is ${env.state}: ${env.error}`);
-        await s.app.deps.background.tick();
-      }
-    }
-
     async function lease(template: string): Promise<Record<string, any>> {
       const made = await admin.post('/v1/environments', { template });
       expect(made.status, JSON.stringify(made.body)).toBe(202);
-      return until(made.body.environment.id, 'ready');
+      return untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
     }
 
     /** POST /v1/environments/{id}/exec, read to its end (or until `signal` aborts it). */
@@ -340,7 +330,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
 
     it('an image whose /.berth is a link cannot be leased: it would move berth-envd to where the environment may replace it', async () => {
       const made = await admin.post('/v1/environments', { template: 'linked' });
-      const failed = await until(made.body.environment.id, 'failed');
+      const failed = await untilState(s, BOOTSTRAP, made.body.environment.id, 'failed');
       expect(failed.error).toMatch(/\/\.berth is not a folder/);
       expect(await containersOf(made.body.environment.id)).toEqual([]);
     });
@@ -518,7 +508,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const key = (await admin.post('/v1/sandboxes', { name })).body.key;
       const credential = (await client(() => s.url).post('/v1/sandboxes/join', { key })).body.credential;
       const made = await admin.post('/v1/environments', { template: 'box', sandbox: name });
-      const env = await until(made.body.environment.id, 'ready');
+      const env = await untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
       // The template's target is 127.0.0.1:8080: the server's own port 8080 on this machine, were
       // the node to dial it itself. Nothing listens in the environment yet: refused, not this machine.
       const early = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'web' });
@@ -549,7 +539,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
 
     it('a missing image fails the lease naming it; files-only environments refuse commands and tunnels', async () => {
       const made = await admin.post('/v1/environments', { template: 'missing' });
-      const failed = await until(made.body.environment.id, 'failed');
+      const failed = await untilState(s, BOOTSTRAP, made.body.environment.id, 'failed');
       expect(failed.error).toContain(MISSING_IMAGE);
       const files = await lease('files');
       expect(files).toMatchObject({ runtime: 'files' });
@@ -563,16 +553,16 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
     it('a link the environment plants in a share is never followed by the snapshot or the restore', async () => {
       const key = `links-${kind.replace(/\W/g, '')}`;
       const made = await admin.post('/v1/environments', { template: 'box', snapshot: key });
-      const env = await until(made.body.environment.id, 'ready');
+      const env = await untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
       const planted = await sh(
         env.id,
         `echo real > /workspace/out/real; ln -s ${join(s.dataDir, 'master.key')} /workspace/out/key; ln -s ${s.dataDir} /workspace/out/data; ln -s /etc /workspace/src/etc`,
       );
       expect(planted.exitCode).toBe(0);
       await admin.del(`/v1/environments/${env.id}`);
-      await until(env.id, 'stopped');
+      await untilState(s, BOOTSTRAP, env.id, 'stopped');
       const next = await admin.post('/v1/environments', { template: 'box', snapshot: key });
-      const restored = await until(next.body.environment.id, 'ready');
+      const restored = await untilState(s, BOOTSTRAP, next.body.environment.id, 'ready');
       const seen = await sh(restored.id, 'cd /workspace && find . | sort; cat out/real');
       expect(seen.stdout).toBe('.\n./out\n./out/real\n./src\nreal\n');
     });
@@ -580,14 +570,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
     it('a main process killed for memory fails the lease with the reason; its container is removed', async () => {
       const env = await lease('hog');
       await sh(env.id, 'touch /tmp/go');
-      for (;;) {
-        const now = (await admin.get(`/v1/environments/${env.id}`)).body;
-        if (now.state === 'failed') {
-          expect(now.error).toMatch(/out of memory \(limit 64MiB\)|exited with code 137/);
-          break;
-        }
-        await s.app.deps.background.tick();
-      }
+      const failed = await untilState(s, BOOTSTRAP, env.id, 'failed');
+      expect(failed.error).toMatch(/out of memory \(limit 64MiB\)|exited with code 137/);
       expect(await containersOf(env.id)).toEqual([]);
     });
   });

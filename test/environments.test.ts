@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const EnvironmentQuery = graphql(`query TestEnvironmentStoppedBy($id: String!) { environment(id: $id) { id state stoppedBy } }`);
@@ -19,16 +19,6 @@ describeBackends('environments', (backend) => {
   const url = () => s.url;
   const admin = client(url, BOOTSTRAP);
   let check: ReturnType<typeof openApiValidator>;
-
-  /** Runs the scheduler until the environment reaches `state` (the clock is moved by the test). */
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      await s.app.deps.background.tick();
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
-  }
 
   beforeAll(async () => {
     s = await startServer(backend);
@@ -59,7 +49,7 @@ describeBackends('environments', (backend) => {
     expect(env.created).toMatch(ISO);
     expect(Date.parse(env.expires) - Date.parse(env.created)).toBe(6 * 3600_000);
     expect(env.node).toBeUndefined();
-    const ready = await until(env.id, 'ready');
+    const ready = await untilState(s, BOOTSTRAP, env.id, 'ready');
     check('GET', `/v1/environments/${env.id}`, { status: 200, body: ready, headers: new Headers() });
     expect(ready.node).toMatch(/^default-\d$/);
     expect(ready.readyMs).toBeGreaterThanOrEqual(200);
@@ -95,12 +85,12 @@ describeBackends('environments', (backend) => {
 
   it('stops an environment: stopping, then stopped, node freed; idempotent', async () => {
     const { body } = await admin.post('/v1/environments', { template: 'default' });
-    const ready = await until(body.environment.id, 'ready');
+    const ready = await untilState(s, BOOTSTRAP, body.environment.id, 'ready');
     const del = await admin.del(`/v1/environments/${ready.id}`);
     check('DELETE', `/v1/environments/${ready.id}`, del);
     expect(del.status).toBe(200);
     expect(del.body.environment.state).toBe('stopping');
-    const stopped = await until(ready.id, 'stopped');
+    const stopped = await untilState(s, BOOTSTRAP, ready.id, 'stopped');
     expect(stopped.stopped).toMatch(ISO);
     expect(stopped.error).toBeUndefined();
     const node = await s.app.deps.prisma.node.findUnique({ where: { id: ready.node } });
@@ -114,7 +104,7 @@ describeBackends('environments', (backend) => {
     const stopping = await admin.del(`/v1/environments/${byPerson.id}`);
     expect(stopping.body.environment).toMatchObject({ state: 'stopping', stoppedBy: 'admin@berth.local' });
     check('DELETE', `/v1/environments/${byPerson.id}`, stopping);
-    expect(await until(byPerson.id, 'stopped')).toMatchObject({ stoppedBy: 'admin@berth.local' });
+    expect(await untilState(s, BOOTSTRAP, byPerson.id, 'stopped')).toMatchObject({ stoppedBy: 'admin@berth.local' });
     // Deleting again changes nothing, not even who.
     const key = await admin.post('/v1/keys', { name: `reaper-${backend}` });
     const reaper = client(url, key.body.secret);
@@ -122,22 +112,22 @@ describeBackends('environments', (backend) => {
 
     const byKey = (await reaper.post('/v1/environments', { template: 'default' })).body.environment;
     await reaper.del(`/v1/environments/${byKey.id}`);
-    const ended = await until(byKey.id, 'stopped');
+    const ended = await untilState(s, BOOTSTRAP, byKey.id, 'stopped');
     expect(ended.stoppedBy).toBe(`reaper-${backend}`);
     const gql = await admin.gql(EnvironmentQuery, { id: byKey.id });
     expect(gql.body.data?.environment?.stoppedBy).toBe(`reaper-${backend}`);
 
     const timedOut = (await admin.post('/v1/environments', { template: 'default', idle: '1m', hard: '2m' })).body.environment;
-    await until(timedOut.id, 'ready');
+    await untilState(s, BOOTSTRAP, timedOut.id, 'ready');
     s.clock.advance(3 * 60_000);
-    const idled = await until(timedOut.id, 'stopped');
+    const idled = await untilState(s, BOOTSTRAP, timedOut.id, 'stopped');
     expect(idled.stoppedBy).toBeUndefined();
     expect(idled.error).toMatch(/time-out/);
   });
 
   it('records commands newest first, counts them as activity and refuses bad ones', async () => {
     const { body } = await admin.post('/v1/environments', { template: 'default' });
-    const env = await until(body.environment.id, 'ready');
+    const env = await untilState(s, BOOTSTRAP, body.environment.id, 'ready');
     const first = await admin.post(`/v1/environments/${env.id}/execs`, { command: 'make build', exitCode: 0, durationMs: 1200 });
     check('POST', `/v1/environments/${env.id}/execs`, first);
     expect(first.status).toBe(201);
@@ -166,7 +156,7 @@ describeBackends('environments', (backend) => {
     }
     expect((await admin.post('/v1/environments/env_unknown/execs', { command: 'x', exitCode: 0, durationMs: 1 })).status).toBe(404);
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped');
     const late = await admin.post(`/v1/environments/${env.id}/execs`, { command: 'x', exitCode: 0, durationMs: 1 });
     expect(late).toMatchObject({ status: 409, body: { code: 'invalid_transition' } });
   });
@@ -174,19 +164,19 @@ describeBackends('environments', (backend) => {
   it('ends environments at their idle and hard time-outs, saying why, across a restart', async () => {
     const idle = (await admin.post('/v1/environments', { template: 'default', idle: '10m', hard: '1h' })).body.environment;
     const hard = (await admin.post('/v1/environments', { template: 'default', idle: '50m', hard: '1h' })).body.environment;
-    await until(idle.id, 'ready');
-    await until(hard.id, 'ready');
+    await untilState(s, BOOTSTRAP, idle.id, 'ready');
+    await untilState(s, BOOTSTRAP, hard.id, 'ready');
     await s.restart();
     s.clock.advance(9 * 60_000);
     await admin.post(`/v1/environments/${hard.id}/keepalive`);
     await s.app.deps.background.tick();
     expect((await admin.get(`/v1/environments/${idle.id}`)).body.state).toBe('ready');
     s.clock.advance(2 * 60_000);
-    const idled = await until(idle.id, 'stopped');
+    const idled = await untilState(s, BOOTSTRAP, idle.id, 'stopped');
     expect(idled.error).toBe('idle time-out: no activity for 10m0s');
     expect((await admin.get(`/v1/environments/${hard.id}`)).body.state).toBe('ready');
     s.clock.advance(50 * 60_000);
-    const ended = await until(hard.id, 'stopped');
+    const ended = await untilState(s, BOOTSTRAP, hard.id, 'stopped');
     expect(ended.error).toBe('hard time-out: the 1h0m0s lease ended');
   });
 

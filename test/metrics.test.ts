@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createMetrics } from '../src/observability/metrics';
 import type { Prisma } from '../src/platform/db';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const TOKEN = 'metrics-test-token-0123456789abcdef';
 
@@ -45,15 +45,6 @@ describeBackends('metrics', (backend) => {
     samples
       .filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
       .reduce((sum, x) => sum + x.value, 0);
-
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      await s.app.deps.background.tick();
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
-  }
 
   beforeAll(async () => {
     s = await startServer(backend, { METRICS_TOKEN: TOKEN });
@@ -139,7 +130,7 @@ describeBackends('metrics', (backend) => {
       value(live, 'berth_environments', { state, template: 'default', pool: 'default' }),
     );
     expect(counted.reduce((a, b) => a + b, 0)).toBe(1);
-    await until(env.id, 'ready');
+    await untilState(s, BOOTSTRAP, env.id, 'ready');
     const { samples } = await scrape();
     expect(value(samples, 'berth_environments', { state: 'ready', template: 'default', pool: 'default' })).toBe(1);
     expect(value(samples, 'berth_environments', { state: 'pending' })).toBe(0);
@@ -155,7 +146,7 @@ describeBackends('metrics', (backend) => {
       }
     }
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped');
     expect(value((await scrape()).samples, 'berth_environments')).toBe(0);
   });
 

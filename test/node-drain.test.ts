@@ -105,10 +105,6 @@ describeBackends('berth node stopped by a signal', (backend) => {
   const nodeDir = () => join(dir, 'node');
   const envState = async (id: string) => (await api.get(`/v1/environments/${id}`)).body;
   const builder = async () => (await api.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === 'builder');
-  const untilState = async (id: string, state: string) => {
-    await reaches(s.url, BOOTSTRAP, id, state);
-    return envState(id);
-  };
   const startAgent = (server: string) => {
     const agent = spawnNode(['bin/berth.js', 'node', '--server', server, '--dir', nodeDir(), '--engine', 'none'], {
       BERTH_NODE_TOKEN: secret,
@@ -120,7 +116,7 @@ describeBackends('berth node stopped by a signal', (backend) => {
   const leaseReady = async (body: Record<string, unknown> = {}) => {
     const lease = await api.post('/v1/environments', { template: 'remote', ...body });
     expect(lease.status).toBe(202);
-    return untilState(lease.body.environment.id, 'ready');
+    return reaches(s.url, BOOTSTRAP, lease.body.environment.id, 'ready');
   };
 
   beforeAll(async () => {
@@ -172,13 +168,13 @@ describeBackends('berth node stopped by a signal', (backend) => {
     await vi.waitFor(async () => expect((await envState(waiting.body.environment.id)).waiting).toBe(why), WAIT);
     expect((await envState(waiting.body.environment.id)).state).toBe('pending');
     const again = startAgent(s.url);
-    const ready = await untilState(waiting.body.environment.id, 'ready');
+    const ready = await reaches(s.url, BOOTSTRAP, waiting.body.environment.id, 'ready');
     expect(ready).toMatchObject({ node: 'builder', restored: { key: 'drained', files: 1 } });
     expect(await builder()).toMatchObject({ state: 'online', environments: [ready.id] });
 
     // Shutting down with nothing on it: at once.
     await api.del(`/v1/environments/${ready.id}`);
-    await untilState(ready.id, 'stopped');
+    await reaches(s.url, BOOTSTRAP, ready.id, 'stopped');
     again.proc.kill('SIGINT');
     expect(await again.exited).toBe(0);
     expect(await builder()).toMatchObject({ state: 'offline' });

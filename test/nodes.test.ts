@@ -145,10 +145,6 @@ describeContainerBackends('remote nodes', (backend) => {
   const nodeDir = () => join(dir, 'node');
   const envRoot = (id: string) => join(nodeDir(), id);
   const envState = async (id: string) => (await leases.get(`/v1/environments/${id}`)).body;
-  const untilState = async (id: string, state: string) => {
-    await reaches(peer?.url ?? s.url, BOOTSTRAP, id, state);
-    return envState(id);
-  };
   const nodeNamed = async (name: string) => (await admin.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === name);
 
   let node: { id: string; name: string };
@@ -213,7 +209,7 @@ describeContainerBackends('remote nodes', (backend) => {
 
     agent = startAgent(s.url, secret, nodeDir());
     await vi.waitFor(async () => expect((await nodeNamed('builder-1'))?.state).toBe('online'), WAIT);
-    const ready = await untilState(id, 'ready');
+    const ready = await reaches(peer?.url ?? s.url, BOOTSTRAP, id, 'ready');
     expect(ready.node).toBe('builder-1');
     expect(await nodeNamed('builder-1')).toMatchObject({ state: 'online', slots: 1, environments: [id] });
     expect(await exists(join(envRoot(id), 'workspace', 'src'))).toBe(true);
@@ -247,13 +243,13 @@ describeContainerBackends('remote nodes', (backend) => {
     expect(refused).toMatchObject({ code: 1, stderr: `berth: environment ${id} not found\n` });
 
     await leases.del(`/v1/environments/${id}`);
-    await untilState(id, 'stopped');
+    await reaches(peer?.url ?? s.url, BOOTSTRAP, id, 'stopped');
     expect(await exists(envRoot(id))).toBe(false);
     const snaps = (await leases.get('/v1/snapshots?prefix=nodesnap')).body.snapshots;
     expect(snaps.map((x: { share: string }) => x.share).sort()).toEqual(['out', 'src']);
 
     const next = await leases.post('/v1/environments', { template: 'remote', snapshot: 'nodesnap' });
-    const restored = await untilState(next.body.environment.id, 'ready');
+    const restored = await reaches(peer?.url ?? s.url, BOOTSTRAP, next.body.environment.id, 'ready');
     expect(restored.restored).toMatchObject({ key: 'nodesnap', files: 2 });
     expect(await readFile(join(envRoot(restored.id), 'workspace', 'src', 'a.txt'), 'utf8')).toBe('made on the node');
     expect(await readFile(join(envRoot(restored.id), 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built');
@@ -267,7 +263,7 @@ describeContainerBackends('remote nodes', (backend) => {
     expect(live).toHaveLength(1);
     agent!.child.kill('SIGKILL');
     await agent!.exited;
-    const failed = await untilState(live[0], 'failed');
+    const failed = await reaches(peer?.url ?? s.url, BOOTSTRAP, live[0], 'failed');
     expect(failed.error).toMatch(/^node builder-1 was lost: not heard from for /);
     expect((await nodeNamed('builder-1')).state).toBe('lost');
 
@@ -276,7 +272,7 @@ describeContainerBackends('remote nodes', (backend) => {
 
     cutter = await startCutter(s.url);
     agent = startAgent(cutter.url, secret, nodeDir());
-    const ready = await untilState(waiting.body.environment.id, 'ready');
+    const ready = await reaches(peer?.url ?? s.url, BOOTSTRAP, waiting.body.environment.id, 'ready');
     expect(ready.node).toBe('builder-1');
     // The restarted agent wiped the root the killed one left behind.
     expect(await exists(envRoot(live[0]))).toBe(false);
@@ -304,7 +300,7 @@ describeContainerBackends('remote nodes', (backend) => {
     expect((await envState(queued.body.environment.id)).state).toBe('pending');
 
     await leases.del(`/v1/environments/${held[0]}`);
-    await untilState(held[0], 'stopped');
+    await reaches(peer?.url ?? s.url, BOOTSTRAP, held[0], 'stopped');
     await vi.waitFor(async () => expect(await nodeNamed('builder-1')).toBeUndefined(), WAIT);
     expect(await client(() => s.url, secret).get(`/v1/environments/${held[0]}/restore`)).toMatchObject({ status: 401 });
     expect(await agent!.exited).not.toBe(0);
@@ -315,7 +311,7 @@ describeContainerBackends('remote nodes', (backend) => {
 
   it("berth exec on the built-in pool runs the command in the environment's container, the same way", async () => {
     const hot = await leases.post('/v1/environments', { template: 'default' });
-    const env = await untilState(hot.body.environment.id, 'ready');
+    const env = await reaches(peer?.url ?? s.url, BOOTSTRAP, hot.body.environment.id, 'ready');
     // On PostgreSQL either instance may have claimed it; both reach the same engine in the test.
     const ran = await berthExec(peer?.url ?? s.url, BOOTSTRAP, env.id, 'sh', '-c', 'pwd; exit 7');
     expect(ran).toMatchObject({ code: 7, stdout: '/\n' });
@@ -324,13 +320,13 @@ describeContainerBackends('remote nodes', (backend) => {
     expect((await leases.post(`/v1/environments/${env.id}/exec`, { command: [] })).status).toBe(422);
     expect((await leases.post(`/v1/environments/${env.id}/exec`, { command: 'ls' })).status).toBe(422);
     await leases.del(`/v1/environments/${env.id}`);
-    await untilState(env.id, 'stopped');
+    await reaches(peer?.url ?? s.url, BOOTSTRAP, env.id, 'stopped');
     expect(await leases.post(`/v1/environments/${env.id}/exec`, { command: ['true'] })).toMatchObject({ status: 409 });
   });
 
   it("the built-in node shows each organization its own environments on it, and no one else's", async () => {
     const hot = await leases.post('/v1/environments', { template: 'default' });
-    const env = await untilState(hot.body.environment.id, 'ready');
+    const env = await reaches(peer?.url ?? s.url, BOOTSTRAP, hot.body.environment.id, 'ready');
     const builtinOf = async (api: ReturnType<typeof client>) =>
       (await api.get('/v1/nodes')).body.nodes.find((n: { builtin: boolean }) => n.builtin);
     const mine = await builtinOf(admin);
@@ -344,7 +340,7 @@ describeContainerBackends('remote nodes', (backend) => {
     const nosy = client(() => s.url, node.body.secret);
     expect((await nosy.get(`/v1/environments/${env.id}/restore`)).status).toBe(404);
     await leases.del(`/v1/environments/${env.id}`);
-    await untilState(env.id, 'stopped');
+    await reaches(peer?.url ?? s.url, BOOTSTRAP, env.id, 'stopped');
   });
 
   it.skipIf(backend !== 'postgres')(
@@ -353,7 +349,7 @@ describeContainerBackends('remote nodes', (backend) => {
       expect(s.app.builtin.pid()).toBeGreaterThan(0);
       expect(peer!.builtin.pid()).toBeUndefined();
       const hot = await leases.post('/v1/environments', { template: 'default' });
-      const env = await untilState(hot.body.environment.id, 'ready');
+      const env = await reaches(peer?.url ?? s.url, BOOTSTRAP, hot.body.environment.id, 'ready');
       // The instance stops (the last test of the file: it stays stopped). A clean stop keeps the
       // environment's container; the peer's node holds it again.
       await s.app.stop();
@@ -371,10 +367,15 @@ describeContainerBackends('remote nodes', (backend) => {
       await leases.del(`/v1/environments/${env.id}`);
       await reaches(peer!.url, BOOTSTRAP, env.id, ['stopped', 'failed']);
       // The peer's node serves new leases.
-      const next = await untilState((await leases.post('/v1/environments', { template: 'default' })).body.environment.id, 'ready');
+      const next = await reaches(
+        peer?.url ?? s.url,
+        BOOTSTRAP,
+        (await leases.post('/v1/environments', { template: 'default' })).body.environment.id,
+        'ready',
+      );
       expect(await berthExec(peer!.url, BOOTSTRAP, next.id, 'echo', 'served')).toMatchObject({ code: 0, stdout: 'served\n' });
       await leases.del(`/v1/environments/${next.id}`);
-      await untilState(next.id, 'stopped');
+      await reaches(peer?.url ?? s.url, BOOTSTRAP, next.id, 'stopped');
     },
   );
 });

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { spawnNode } from './helpers/processes';
-import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 
 const KiB = 1024;
 
@@ -94,19 +94,12 @@ describe('storage limit', () => {
     const made = await admin.post('/v1/environments', { template: 'default', snapshot: 'big' });
     expect(made.status).toBe(202);
     const id = made.body.environment.id as string;
-    const state = async (...states: string[]) => {
-      for (;;) {
-        const env = (await admin.get(`/v1/environments/${id}`)).body;
-        if (states.includes(env.state)) return env;
-        await s.app.deps.background.tick();
-      }
-    };
-    await state('ready');
+    await untilState(s, BOOTSTRAP, id, 'ready');
     const src = join(s.dataDir, 'workspaces', id, 'workspace', 'src');
     await mkdir(src, { recursive: true });
     await writeFile(join(src, 'data.bin'), Buffer.alloc(8 * KiB, 7));
     expect((await admin.del(`/v1/environments/${id}`)).status).toBe(200);
-    const ended = await state('stopped', 'failed');
+    const ended = await untilState(s, BOOTSTRAP, id, ['stopped', 'failed']);
     expect(ended).toMatchObject({ state: 'failed', error: expect.stringContaining('storage limit of 64KiB') });
     expect(await s.app.deps.prisma.snapshot.count()).toBe(0);
   });

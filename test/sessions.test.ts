@@ -12,7 +12,7 @@ import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
-import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { recorded } from './helpers/states';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -77,12 +77,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
     async function lease(template: string, token = BOOTSTRAP): Promise<Record<string, any>> {
       const made = await client(() => s.url, token).post('/v1/environments', { template });
       expect(made.status, JSON.stringify(made.body)).toBe(202);
-      for (;;) {
-        const env = (await admin.get(`/v1/environments/${made.body.environment.id}`)).body;
-        if (env.state === 'ready') return env;
-        if (['stopped', 'failed'].includes(env.state)) throw new Error(`environment is ${env.state}: ${env.error}`);
-        await s.app.deps.background.tick();
-      }
+      return untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
     }
 
     const sessionUrl = (id: string, query = '') => `${s.url.replace(/^http/, 'ws')}/v1/environments/${id}/exec${query}`;

@@ -8,7 +8,7 @@ import { FsBlobStore } from '../src/platform/store/fs-store';
 import { readManifest } from '../src/platform/store/pack';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const SnapshotsQuery = graphql(`
   query TestSnapshots($project: String, $prefix: String) { snapshots(project: $project, prefix: $prefix) { project snapshots { key share root } next } }
@@ -30,23 +30,19 @@ describeBackends('snapshots', (backend) => {
   let check: ReturnType<typeof openApiValidator>;
   let orgId: string;
 
+  /** One run of the scheduler with the clock a second further. */
+  async function step() {
+    s.clock.advance(1000);
+    await s.app.deps.background.tick();
+  }
+
   // The default template's shares sit at /workspace/<share> under the environment's root.
   const workspace = (id: string, share: string) => join(s.dataDir, 'workspaces', id, 'workspace', share);
-
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      s.clock.advance(1000);
-      await s.app.deps.background.tick();
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
-  }
 
   async function lease(body: Record<string, unknown>) {
     const res = await admin.post('/v1/environments', { template: 'default', ...body });
     expect(res.status).toBe(202);
-    return until(res.body.environment.id, 'ready');
+    return untilState(s, BOOTSTRAP, res.body.environment.id, 'ready', { between: step });
   }
 
   /** Leases, writes `files` into its shares (`share/path` → content), then ends it (saving). */
@@ -59,7 +55,7 @@ describeBackends('snapshots', (backend) => {
       await writeFile(target, content);
     }
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
     return env;
   }
 
@@ -125,7 +121,7 @@ describeBackends('snapshots', (backend) => {
     // Saving under an existing key makes a newer snapshot of it.
     await writeFile(join(workspace(next.id, 'src'), 'a.txt'), 'alpha 2');
     await admin.del(`/v1/environments/${next.id}`);
-    await until(next.id, 'stopped');
+    await untilState(s, BOOTSTRAP, next.id, 'stopped', { between: step });
     const again = (await admin.get('/v1/snapshots?prefix=main')).body.snapshots;
     expect(again).toHaveLength(4);
     expect(again[0].lease).toBe(next.id);
@@ -133,7 +129,7 @@ describeBackends('snapshots', (backend) => {
     expect(third.restored.root).toBe(again[0].root);
     expect(await readFile(join(workspace(third.id, 'src'), 'a.txt'), 'utf8')).toBe('alpha 2');
     await admin.del(`/v1/environments/${third.id}`);
-    await until(third.id, 'stopped');
+    await untilState(s, BOOTSTRAP, third.id, 'stopped', { between: step });
   });
 
   it('noIgnore saves everything', async () => {
@@ -154,7 +150,7 @@ describeBackends('snapshots', (backend) => {
       const env = await lease({ ...p, restore });
       const content = env.restored ? await readFile(join(workspace(env.id, 'src'), 'm'), 'utf8') : null;
       await admin.del(`/v1/environments/${env.id}`);
-      await until(env.id, 'stopped');
+      await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
       return { key: env.restored?.key ?? null, content };
     };
     expect(await marker(['app'])).toEqual({ key: 'app', content: 'app' }); // exact beats the newer app-b
@@ -223,7 +219,7 @@ describeBackends('snapshots', (backend) => {
     const restoredEnv = await lease({ project: 'secret', restore: ['k'] });
     expect(restoredEnv.restored).toBeUndefined();
     await admin.del(`/v1/environments/${restoredEnv.id}`);
-    await until(restoredEnv.id, 'stopped');
+    await untilState(s, BOOTSTRAP, restoredEnv.id, 'stopped', { between: step });
 
     // Every key left anywhere in the database fails on every copied object.
     const keys = await s.app.deps.prisma.projectKey.findMany();
@@ -281,7 +277,7 @@ describeBackends('snapshots', (backend) => {
     const early = await lease({ project: 'crash', restore: ['k'] });
     expect(early.restored).toBeUndefined();
     await admin.del(`/v1/environments/${early.id}`);
-    await until(early.id, 'stopped');
+    await untilState(s, BOOTSTRAP, early.id, 'stopped', { between: step });
     await s.restart();
     await s.app.deps.background.tick();
     expect((await admin.get('/v1/snapshots?project=crash')).body.snapshots).toEqual([]);
@@ -310,7 +306,7 @@ describeBackends('snapshots', (backend) => {
     await rm(join(s.dataDir, 'blobs', manifest));
 
     const res = await admin.post('/v1/environments', { template: 'default', project: 'broken', restore: ['k'] });
-    const failed = await until(res.body.environment.id, 'failed');
+    const failed = await untilState(s, BOOTSTRAP, res.body.environment.id, 'failed', { between: step });
     expect(failed.error).toContain('could not prepare');
     expect(await filesUnder(join(s.dataDir, 'workspaces', failed.id))).toEqual([]);
 
@@ -325,7 +321,7 @@ describeBackends('snapshots', (backend) => {
     expect(await filesUnder(join(s.dataDir, 'workspaces', failed.id))).toEqual([]);
     expect(await filesUnder(workspace(running.id, 'src'))).toEqual(['keep.txt']);
     await admin.del(`/v1/environments/${running.id}`);
-    await until(running.id, 'stopped');
+    await untilState(s, BOOTSTRAP, running.id, 'stopped', { between: step });
 
     // Shredded: no plain byte of the project is left anywhere under DATA_DIR.
     expect((await admin.del('/v1/project-keys/broken')).status).toBe(200);
@@ -341,11 +337,11 @@ describeBackends('snapshots', (backend) => {
     const running = await lease({ project: 'racy', snapshot: 'k' });
     await admin.del(`/v1/environments/${env.id}`);
     expect((await admin.del('/v1/project-keys/racy')).status).toBe(200);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
     // Still running at the shred: it keeps its files while it runs, saves nothing when it ends.
     expect(await filesUnder(workspace(running.id, 'src'))).toEqual(['s.txt']);
     await admin.del(`/v1/environments/${running.id}`);
-    await until(running.id, 'stopped');
+    await untilState(s, BOOTSTRAP, running.id, 'stopped', { between: step });
     expect((await admin.get('/v1/snapshots?project=racy')).body.snapshots).toEqual([]);
     expect(await plaintextOf(secret)).toEqual([]);
     expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes('/racy/'))).toEqual([]);
@@ -374,7 +370,7 @@ describeBackends('snapshots', (backend) => {
       // The peer releases them (saving snapshots) while this instance shreds their project.
       const [shred] = await Promise.all([admin.del(`/v1/project-keys/${project}`), peer.deps.background.tick()]);
       expect(shred.status).toBe(200);
-      for (const env of envs) await until(env.id, 'stopped');
+      for (const env of envs) await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
       expect((await admin.get(`/v1/snapshots?project=${project}`)).body.snapshots).toEqual([]);
       await s.app.deps.background.tick();
       expect((await filesUnder(join(s.dataDir, 'blobs'))).filter((n) => n.includes(`/${project}/`))).toEqual([]);
@@ -390,12 +386,7 @@ describeBackends('snapshots', (backend) => {
     const theirs = await them.post('/v1/environments', { template: 'default', restore: ['main'] });
     expect(theirs.status).toBe(202);
     expect((await admin.get('/v1/snapshots')).body.snapshots.length).toBeGreaterThan(0);
-    for (let i = 0; i < 10; i++) {
-      s.clock.advance(1000);
-      await s.app.deps.background.tick();
-    }
-    const theirEnv = (await them.get(`/v1/environments/${theirs.body.environment.id}`)).body;
-    expect(theirEnv.state).toBe('ready');
+    const theirEnv = await untilState(s, other.secret, theirs.body.environment.id, 'ready', { between: step });
     expect(theirEnv.restored).toBeUndefined();
     const env = await lease({ restore: ['main'] });
     expect(env.restored?.key).toBe('main');

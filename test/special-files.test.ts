@@ -33,16 +33,11 @@ describeBackends('special files in shares', (backend) => {
   const fifos: ReturnType<typeof plantFifo>[] = [];
   const share = (id: string, name: string) => join(s.dataDir, 'workspaces', id, 'workspace', name);
 
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      s.clock.advance(1000);
-      // Others are served while the node works: the health check, and another organization.
-      const [, health, theirs] = await Promise.all([s.app.deps.background.tick(), fetch(`${s.url}/healthz`), them.get('/v1/environments')]);
-      expect([health.status, theirs.status]).toEqual([200, 200]);
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
+  /** One run of the scheduler with the clock a second further, while others are served: the health check, and another organization. */
+  async function step() {
+    s.clock.advance(1000);
+    const [, health, theirs] = await Promise.all([s.app.deps.background.tick(), fetch(`${s.url}/healthz`), them.get('/v1/environments')]);
+    expect([health.status, theirs.status]).toEqual([200, 200]);
   }
 
   beforeAll(async () => {
@@ -87,10 +82,10 @@ describeBackends('special files in shares', (backend) => {
 
     // Ending it saves the shares: the FIFO is left out.
     expect((await admin.del(`/v1/environments/${id}`)).status).toBe(200);
-    await until(id, 'stopped');
+    await untilState(s, BOOTSTRAP, id, 'stopped', { between: step });
     const restored = await admin.post('/v1/environments', { template: 'default', restore: ['fifos'] });
     const back = restored.body.environment.id;
-    await until(back, 'ready');
+    await untilState(s, BOOTSTRAP, back, 'ready', { between: step });
     expect(await readdir(share(back, 'src'))).toEqual(['main.c']);
     expect(await readdir(share(back, 'out'))).toEqual(['result.txt']);
     for (const fifo of fifos) expect(fifo.opened()).toBe(false);

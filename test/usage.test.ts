@@ -13,7 +13,7 @@ import { storeUsage } from '../src/modules/environments/usage';
 import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 const SAMPLE_MS = '200';
 const DISK_ERROR = /^disk limit 1MiB exceeded \(\d+(\.\d)?MiB used\)$/;
@@ -113,18 +113,10 @@ describeBackends('usage of files-only environments', (backend) => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function until(id: string, ...states: string[]): Promise<Record<string, any>> {
-    for (;;) {
-      const env = (await admin.get(`/v1/environments/${id}`)).body;
-      if (states.includes(env.state)) return env;
-      await s.app.deps.background.tick();
-    }
-  }
-
   async function lease(template: string, body: Record<string, unknown> = {}): Promise<Record<string, any>> {
     const made = await admin.post('/v1/environments', { template, ...body });
     expect(made.status, JSON.stringify(made.body)).toBe(202);
-    return until(made.body.environment.id, 'ready');
+    return untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
   }
 
   const outFolder = (id: string) => join(s.dataDir, 'workspaces', id, 'workspace', 'out');
@@ -242,7 +234,7 @@ describeBackends('usage of files-only environments', (backend) => {
     const staged = join(s.dataDir, `big-${backend}`);
     await writeFile(staged, Buffer.alloc(3 * 1024 * 1024));
     await rename(staged, join(outFolder(env.id), 'build', 'big'));
-    const ended = await until(env.id, 'failed', 'stopped');
+    const ended = await untilState(s, BOOTSTRAP, env.id, ['failed', 'stopped']);
     expect(ended.state).toBe('failed');
     expect(ended.error).toMatch(DISK_ERROR);
     expect(ended.error).toBe('disk limit 1MiB exceeded (3MiB used)');
@@ -261,7 +253,7 @@ describeBackends('usage of files-only environments', (backend) => {
     const overSse = usageOverSse(s.url, env.id);
     await firstSample;
     expect((await admin.del(`/v1/environments/${env.id}`)).status).toBe(200);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped');
     expect((await overWs).length).toBeGreaterThan(0);
     expect(await overSse).toMatch(/event: complete/);
 
@@ -312,7 +304,7 @@ describeBackends('usage of files-only environments', (backend) => {
   it('keeps the last hour: every sample of the last five minutes, one a minute before', async () => {
     const env = await lease('plain');
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped');
     // Every 20 s for 70 minutes.
     for (let i = 0; i < 210; i++) {
       s.clock.advance(20_000);
@@ -394,18 +386,10 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       delete process.env.BERTH_DISK_COUNT_ENTRIES;
     });
 
-    async function until(id: string, ...states: string[]): Promise<Record<string, any>> {
-      for (;;) {
-        const env = (await admin.get(`/v1/environments/${id}`)).body;
-        if (states.includes(env.state)) return env;
-        await s.app.deps.background.tick();
-      }
-    }
-
     async function lease(template: string, body: Record<string, unknown> = {}): Promise<Record<string, any>> {
       const made = await admin.post('/v1/environments', { template, ...body });
       expect(made.status, JSON.stringify(made.body)).toBe(202);
-      return until(made.body.environment.id, 'ready', 'failed');
+      return untilState(s, BOOTSTRAP, made.body.environment.id, ['ready', 'failed']);
     }
 
     /** Runs a shell command in the environment; resolves once its output ended. */
@@ -439,7 +423,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const env = await lease('small', { snapshot: key });
       expect(env.state).toBe('ready');
       await sh(env.id, 'dd if=/dev/zero of=/workspace/out/big bs=1M count=3');
-      const ended = await until(env.id, 'failed', 'stopped');
+      const ended = await untilState(s, BOOTSTRAP, env.id, ['failed', 'stopped']);
       expect(ended.state).toBe('failed');
       expect(ended.error).toMatch(DISK_ERROR);
       const snapshots = (await admin.get(`/v1/snapshots?prefix=${key}`)).body.snapshots;
@@ -455,7 +439,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         env.id,
         'mkdir -p /workspace/out/many/deep && cd /workspace/out/many && i=0; while [ $i -lt 300 ]; do : > f$i; i=$((i+1)); done; dd if=/dev/zero of=deep/big bs=1M count=3',
       );
-      const ended = await until(env.id, 'failed', 'stopped');
+      const ended = await untilState(s, BOOTSTRAP, env.id, ['failed', 'stopped']);
       expect(ended.state).toBe('failed');
       expect(ended.error).toMatch(DISK_ERROR);
     });

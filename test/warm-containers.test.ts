@@ -7,12 +7,14 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as pause } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { parseCatalog } from '../src/modules/templates/catalog';
 import { containersOf, describeContainers, engine, removeOwned, TEST_IMAGE, TEST_USER_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
-import { BOOTSTRAP, client, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
+import type { PollOptions } from './helpers/wait';
 
 const METRICS_TOKEN = 'warm-containers-metrics-0123456789abcdef';
 const SHARED = [{ name: 'src', direction: 'in', envPath: '/workspace/src' }];
@@ -51,6 +53,8 @@ describeContainers('warm containers on the built-in node', () => {
   /** The server's log, one JSON line each. */
   const logged: string[] = [];
   const admin = client(() => s.url, BOOTSTRAP);
+  /** Environment waits: the server's own timers do the work (no extra rounds of its jobs). */
+  const onItsOwn: PollOptions = { timeout: 60_000, between: () => pause(50) };
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-warm-'));
@@ -85,20 +89,6 @@ describeContainers('warm containers on the built-in node', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function until(token: string, id: string, ...states: string[]): Promise<Record<string, any>> {
-    const api = client(() => s.url, token);
-    return vi.waitFor(
-      async () => {
-        const env = (await api.get(`/v1/environments/${id}`)).body;
-        if (['stopped', 'failed'].includes(env.state) && !states.includes(env.state))
-          throw new Error(`${id} is ${env.state}: ${env.error}`);
-        expect(states).toContain(env.state);
-        return env;
-      },
-      { timeout: 60_000, interval: 50 },
-    );
-  }
-
   /** What the metrics endpoint shows now. */
   async function scraped(): Promise<string> {
     return (await fetch(`${s.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
@@ -131,15 +121,15 @@ describeContainers('warm containers on the built-in node', () => {
 
     // A first lease saves a file to its snapshot; the next claims a warm container and gets it back.
     const first = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });
-    const one = await until(BOOTSTRAP, first.body.environment.id, 'ready');
+    const one = await untilState(s, BOOTSTRAP, first.body.environment.id, 'ready', onItsOwn);
     expect((await sh(one.id, 'echo kept > /workspace/src/kept')).exitCode).toBe(0);
     await admin.del(`/v1/environments/${one.id}`);
-    await until(BOOTSTRAP, one.id, 'stopped');
+    await untilState(s, BOOTSTRAP, one.id, 'stopped', onItsOwn);
     await vi.waitFor(async () => expect(await running('warmbox')).toHaveLength(2), wait);
     const before = (await warmOf('warmbox')).map((c) => c.name);
 
     const made = await admin.post('/v1/environments', { template: 'warmbox', snapshot: 'warm-key' });
-    const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
+    const env = await untilState(s, BOOTSTRAP, made.body.environment.id, 'ready', onItsOwn);
     expect(env.readyMs).toEqual(expect.any(Number));
     expect(env.runtime).toBe('container');
     // The container is one of the warm ones, now named after the environment.
@@ -153,7 +143,7 @@ describeContainers('warm containers on the built-in node', () => {
     // The pool makes another, so two wait again besides the claimed one.
     await vi.waitFor(async () => expect(await running('warmbox')).toHaveLength(2), wait);
     await admin.del(`/v1/environments/${env.id}`);
-    await until(BOOTSTRAP, env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', onItsOwn);
     expect(await podman('ps', '-aq', '--filter', `name=^berth-${env.id}$`)).toBe('');
   });
 
@@ -169,7 +159,7 @@ describeContainers('warm containers on the built-in node', () => {
     const them = client(() => s.url, other.secret);
     const theirs = await them.post('/v1/environments', { template: 'twin' });
     expect(theirs.status).toBe(202);
-    const ready = await until(other.secret, theirs.body.environment.id, 'ready');
+    const ready = await untilState(s, other.secret, theirs.body.environment.id, 'ready', onItsOwn);
     expect(await containersOf(ready.id)).toHaveLength(1);
     expect((await warmOf('twin')).map((c) => c.name)).toEqual([first!.name]);
     expect((await them.get('/v1/environments?state=live')).body.environments.map((e: { id: string }) => e.id)).toEqual([ready.id]);
@@ -203,11 +193,11 @@ describeContainers('warm containers on the built-in node', () => {
     const wait = { timeout: 60_000, interval: 100 };
     await vi.waitFor(async () => expect(await running('tinywarm')).toHaveLength(1), wait);
     const made = await admin.post('/v1/environments', { template: 'tinycold' });
-    const env = await until(BOOTSTRAP, made.body.environment.id, 'ready');
+    const env = await untilState(s, BOOTSTRAP, made.body.environment.id, 'ready', onItsOwn);
     expect(await containersOf(env.id)).toHaveLength(1);
     expect(await warmOf('tinywarm')).toEqual([]);
     await admin.del(`/v1/environments/${env.id}`);
-    await until(BOOTSTRAP, env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', onItsOwn);
     // Once the slot is free again, the warm container comes back.
     await vi.waitFor(async () => expect(await running('tinywarm')).toHaveLength(1), wait);
   });

@@ -5,7 +5,7 @@ import { type Client, createClient } from 'graphql-ws';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { graphql } from './gql';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 import { primeSubscribers } from './helpers/subscriptions';
 
 const WatchOne = graphql(`subscription TestWatchOneEnvironment($id: String!) { environment(id: $id) { id state } }`);
@@ -68,15 +68,6 @@ describeBackends('watching environments', (backend) => {
     await s.app.deps.background.tick();
   }
 
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      await step();
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
-  }
-
   /**
    * Subscribes over server-sent events: the response arrives once the subscription listens, so
    * nothing committed afterwards can be missed. Collects every delivered environment.
@@ -134,9 +125,9 @@ describeBackends('watching environments', (backend) => {
     const live = await watch({ state: 'live' });
     const ended = await watch({ state: 'ended' });
     const env = (await admin.post('/v1/environments', { template: 'default', labels: { case: `states-${backend}` } })).body.environment;
-    await until(env.id, 'ready');
+    await untilState(s, BOOTSTRAP, env.id, 'ready', { between: step });
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
     const states = ['pending', 'starting', 'ready', 'stopping'].map((state) => ({ id: env.id, state }));
     await live.received(states);
     await ended.received([{ id: env.id, state: 'stopped' }]);
@@ -176,10 +167,10 @@ describeBackends('watching environments', (backend) => {
     const a = (await admin.post('/v1/environments', { template: 'default', labels: labels('a'), sandbox: box.name, project: 'p1' })).body
       .environment;
     const b = (await admin.post('/v1/environments', { template: 'node', labels: labels('b') })).body.environment;
-    await until(b.id, 'ready');
-    await until(a.id, 'ready');
+    await untilState(s, BOOTSTRAP, b.id, 'ready', { between: step });
+    await untilState(s, BOOTSTRAP, a.id, 'ready', { between: step });
     await admin.del(`/v1/environments/${a.id}`);
-    await until(a.id, 'stopped');
+    await untilState(s, BOOTSTRAP, a.id, 'stopped', { between: step });
     await everything.received([
       { id: a.id, state: 'stopped' },
       { id: b.id, state: 'ready' },
@@ -239,13 +230,13 @@ describeBackends('watching environments', (backend) => {
 
   it('sends one environment as it is now, then every change, and completes after it stopped', async () => {
     const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
-    await until(env.id, 'ready');
+    await untilState(s, BOOTSTRAP, env.id, 'ready', { between: step });
     let first!: () => void;
     const subscribed = new Promise<void>((r) => (first = r));
     const done = watchOne(env.name, first);
     await subscribed; // the current state arrived without any change
     await admin.del(`/v1/environments/${env.id}`);
-    await until(env.id, 'stopped');
+    await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
     expect(await done).toEqual(['ready', 'stopping', 'stopped'].map((state) => ({ id: env.id, state })));
     // An environment that already ended: its last state, then the end of the stream.
     expect(await watchOne(env.id)).toEqual([{ id: env.id, state: 'stopped' }]);
@@ -259,7 +250,7 @@ describeBackends('watching environments', (backend) => {
     try {
       const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
       const done = watchOne(env.id);
-      const failed = await until(env.id, 'failed');
+      const failed = await untilState(s, BOOTSTRAP, env.id, 'failed', { between: step });
       expect(failed.error).toContain('could not prepare');
       const seen = (await done).map((e) => e.state);
       const order = ['pending', 'starting', 'failed'];
@@ -277,9 +268,9 @@ describeBackends('watching environments', (backend) => {
       const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
       const done = watchOne(env.id);
       // The environment moves through every state while the subscription starts.
-      await until(env.id, 'ready');
+      await untilState(s, BOOTSTRAP, env.id, 'ready', { between: step });
       await admin.del(`/v1/environments/${env.id}`);
-      await until(env.id, 'stopped');
+      await untilState(s, BOOTSTRAP, env.id, 'stopped', { between: step });
       const seen = (await done).map((e) => e.state);
       const order = ['pending', 'starting', 'ready', 'stopping', 'stopped'];
       expect(seen.at(-1)).toBe('stopped');
@@ -326,9 +317,9 @@ describeBackends('watching environments', (backend) => {
     for (const id of primers.b) await theirAdmin.del(`/v1/environments/${id}`);
     const x = (await admin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
     const y = (await theirAdmin.post('/v1/environments', { template: 'default', labels: { run: run.split('=')[1] } })).body.environment;
-    await until(x.id, 'ready');
+    await untilState(s, BOOTSTRAP, x.id, 'ready', { between: step });
     await admin.del(`/v1/environments/${x.id}`);
-    await until(x.id, 'stopped');
+    await untilState(s, BOOTSTRAP, x.id, 'stopped', { between: step });
     const hasX = (w: { seen: Watched[] }) => w.seen.some((e) => e.id === x.id && e.state === 'stopped');
     await vi.waitFor(() => expect(hasX(a1!) && hasX(a2!) && b1!.seen.some((e) => e.id === y.id)).toBe(true), DELIVERED);
     const states = (w: { seen: Watched[] }) => w.seen.filter((e) => e.id === x.id).map((e) => e.state);

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createOrganization } from '../src/modules/organizations/service';
 import { openApiValidator } from './helpers/openapi';
 import { type BerthProc, startBerth } from './helpers/processes';
-import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 interface Received {
   id: string;
@@ -64,7 +64,7 @@ async function receiver(answer: Answer = () => 204) {
       secret = s;
     },
     /** Resolves once `check` holds over what arrived (the test's time-out bounds it). */
-    until(check: (got: Received[]) => boolean): Promise<void> {
+    arrived(check: (got: Received[]) => boolean): Promise<void> {
       if (check(got)) return Promise.resolve();
       return new Promise((resolve) => waiters.push({ check: () => check(got), resolve }));
     },
@@ -88,22 +88,18 @@ describeBackends('webhooks', (backend) => {
   const admin = client(url, BOOTSTRAP);
   let check: ReturnType<typeof openApiValidator>;
 
+  /** One run of the scheduler with the clock a second further. */
+  async function step() {
+    s.clock.advance(1000);
+    await s.app.deps.background.tick();
+  }
+
   async function register(r: Receiver, events: string[]) {
     const res = await admin.post('/v1/webhooks', { url: r.url, events });
     expect(res.status).toBe(201);
     check('post', '/v1/webhooks', res);
     r.setSecret(res.body.secret);
     return res.body.webhook as { id: string };
-  }
-
-  async function until(id: string, state: string) {
-    for (let i = 0; i < 50; i++) {
-      const env = await admin.get(`/v1/environments/${id}`);
-      if (env.body.state === state) return env.body;
-      s.clock.advance(1000);
-      await s.app.deps.background.tick();
-    }
-    throw new Error(`environment ${id} never reached ${state}`);
   }
 
   async function upload(project: string, data: string) {
@@ -143,15 +139,15 @@ describeBackends('webhooks', (backend) => {
     const created = await admin.post('/v1/environments', { template: 'default', project: 'hooks', snapshot: 'main' });
     expect(created.status).toBe(202);
     const envId: string = created.body.environment.id;
-    await until(envId, 'ready');
+    await untilState(s, BOOTSTRAP, envId, 'ready', { between: step });
     const src = join(s.dataDir, 'workspaces', envId, 'workspace', 'src');
     await mkdir(src, { recursive: true });
     await writeFile(join(src, 'a.txt'), 'alpha');
     await admin.del(`/v1/environments/${envId}`);
-    await until(envId, 'stopped');
+    await untilState(s, BOOTSTRAP, envId, 'stopped', { between: step });
     const ofEnv = (got: Received[]) => got.filter((g) => g.json.data.id === envId);
-    await r.until((got) => ofEnv(got).some((g) => g.json.data.state === 'stopped'));
-    await r.until((got) => got.some((g) => g.json.type === 'snapshot.created'));
+    await r.arrived((got) => ofEnv(got).some((g) => g.json.data.state === 'stopped'));
+    await r.arrived((got) => got.some((g) => g.json.type === 'snapshot.created'));
     expect(ofEnv(r.got).map((g) => `${g.json.type}:${g.json.data.state}`)).toEqual([
       'environment.created:pending',
       'environment.state:starting',
@@ -163,13 +159,13 @@ describeBackends('webhooks', (backend) => {
     expect(snapshot.json.data).toMatchObject({ project: 'hooks', key: 'main', lease: envId });
 
     const artifact = await upload('hooks', 'some bytes');
-    await r.until((got) => got.some((g) => g.json.type === 'artifact.created'));
+    await r.arrived((got) => got.some((g) => g.json.type === 'artifact.created'));
     expect((await admin.del(`/v1/artifacts/${artifact.id}`)).status).toBe(200);
-    await r.until((got) => got.some((g) => g.json.type === 'artifact.deleted'));
+    await r.arrived((got) => got.some((g) => g.json.type === 'artifact.deleted'));
     expect(r.got.find((g) => g.json.type === 'artifact.deleted')!.json.data).toMatchObject({ id: artifact.id, project: 'hooks' });
 
     expect((await admin.del('/v1/project-keys/hooks')).status).toBe(200);
-    await r.until((got) => got.some((g) => g.json.type === 'project.shredded'));
+    await r.arrived((got) => got.some((g) => g.json.type === 'project.shredded'));
     expect(r.got.find((g) => g.json.type === 'project.shredded')!.json.data).toMatchObject({ project: 'hooks' });
 
     for (const g of r.got) {
@@ -209,7 +205,7 @@ describeBackends('webhooks', (backend) => {
     const r = await receiver((n) => (n === 1 ? 'hang' : n < 5 ? 500 : 204));
     const hook = await register(r, ['artifact.created']);
     await upload('retries', 'x');
-    await r.until((got) => got.length === 1);
+    await r.arrived((got) => got.length === 1);
     const first = await vi.waitFor(async () => {
       const [d] = await deliveries(hook.id);
       expect(d?.attempts).toBe(1);
@@ -223,7 +219,7 @@ describeBackends('webhooks', (backend) => {
     for (const [i, wait] of waits.entries()) {
       s.clock.advance(wait);
       await s.app.deps.background.tick();
-      await r.until((got) => got.length >= i + 2);
+      await r.arrived((got) => got.length >= i + 2);
       if (i === 0) {
         const [d] = await deliveries(hook.id);
         expect(d).toMatchObject({ attempts: 2, lastError: 'no answer within 1000 ms' });
@@ -256,13 +252,13 @@ describeBackends('webhooks', (backend) => {
     const hook = await register(r, ['environment.state']);
     const created = await admin.post('/v1/environments', { template: 'default' });
     const envId: string = created.body.environment.id;
-    await until(envId, 'ready');
-    await r.until((got) => got.length >= 1);
+    await untilState(s, BOOTSTRAP, envId, 'ready', { between: step });
+    await r.arrived((got) => got.length >= 1);
     for (let i = 0; i < 10 && !r.got.some((g) => g.json.data.state === 'ready'); i++) {
       s.clock.advance(5_000);
       await s.app.deps.background.tick();
     }
-    await r.until((got) => got.some((g) => g.json.data.state === 'ready'));
+    await r.arrived((got) => got.some((g) => g.json.data.state === 'ready'));
     // `ready` was written while `starting` failed, yet arrives only after `starting` got through.
     const states = r.got.map((g) => g.json.data.state);
     expect(states.at(-1)).toBe('ready');
@@ -288,7 +284,7 @@ describeBackends('webhooks', (backend) => {
       });
       expect(res.status).toBe(201);
     }
-    await r.until((got) => got.length >= 10);
+    await r.arrived((got) => got.length >= 10);
     await vi.waitFor(async () => expect((await deliveries(hook.id)).every((d) => d.delivered)).toBe(true), RECORDED);
     expect(r.got).toHaveLength(10);
     expect(new Set(r.got.map((g) => g.id)).size).toBe(10);
@@ -445,11 +441,11 @@ describe('webhook deliveries across a kill -9', () => {
     r.setSecret(created.body.secret);
     const lease = await api.post('/v1/environments', { template: 'default' });
     expect(lease.status).toBe(202);
-    await r.until((got) => got.length === 1);
+    await r.arrived((got) => got.length === 1);
     await berth.kill('SIGKILL');
 
     berth = await startBerth(env);
-    await r.until((got) => got.length === 2);
+    await r.arrived((got) => got.length === 2);
     expect(r.got[1]!.id).toBe(r.got[0]!.id);
     expect(r.got[1]!.body).toBe(r.got[0]!.body);
     expect(r.got.every((g) => g.verified)).toBe(true);

@@ -18,15 +18,15 @@ export { TEST_ECHO_IMAGE, TEST_HOG_IMAGE, TEST_IMAGE, TEST_LINKED_IMAGE, TEST_US
 /** The engine for DOCKER_HOST / --engine ('' when there is none). */
 export const engine = (): string => inject('engine');
 
-/** Runs the suite when there is an engine; otherwise skips it with one line saying why. */
+/** Runs the suite when there is an engine (tagged `containers`); otherwise skips it with one line saying why. */
 export function describeContainers(name: string, suite: () => void): void {
-  if (inject('engine')) describe(name, suite);
+  if (inject('engine')) describe(name, { tags: ['containers'] }, suite);
   else describe.skip(`${name} (${inject('engineMissing')})`, suite);
 }
 
 /** describeBackends (test/helpers/server.ts) for suites that need the engine: skipped, saying why, without one. */
 export function describeContainerBackends(name: string, suite: (backend: Backend) => void): void {
-  if (inject('engine')) describeBackends(name, suite);
+  if (inject('engine')) describeBackends(name, suite, { tags: ['containers'] });
   else describe.skip(`${name} (${inject('engineMissing')})`, () => suite('pglite'));
 }
 

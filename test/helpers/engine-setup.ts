@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { TestProject } from 'vitest/node';
+import { poll } from './wait';
 
 export const TEST_IMAGE = 'localhost/berth-test/busybox:1';
 export const TEST_USER_IMAGE = 'localhost/berth-test/busybox-user:1';
@@ -116,9 +117,10 @@ export async function startPodman(): Promise<{ engine: string } | { missing: str
   // command is killed for memory, which would land in the checkout.
   service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore', cwd: dir });
   // The service makes its socket a moment after it starts.
-  for (let i = 0; i < 200 && !(await answers(socket)); i++) await new Promise((r) => setTimeout(r, 50));
-  if (await answers(socket)) return { engine: `unix://${socket}` };
-  return { missing: 'the Podman service did not answer on its socket' };
+  const up = await poll('the Podman service to answer', async () => ((await answers(socket)) ? true : undefined), {
+    timeout: 10_000,
+  }).catch(() => false);
+  return up ? { engine: `unix://${socket}` } : { missing: 'the Podman service did not answer on its socket' };
 }
 
 /** A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its own; `stop` ends what was started. */

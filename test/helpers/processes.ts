@@ -4,6 +4,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { join } from 'node:path';
 import { expect, vi } from 'vitest';
+import { seedDatabase } from './database';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -69,6 +70,7 @@ export interface BerthProc extends Proc {
 
 /** Starts `npm start`'s program (src/app/main.ts) on a free port; resolves once it listens. */
 export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
+  if (env.DATA_DIR && !env.DATABASE_URL) await seedDatabase(env.DATA_DIR);
   const p = spawnNode(['--import', 'tsx', 'src/app/main.ts'], { PORT: '0', HOST: '127.0.0.1', NODE_ENV: 'test', ...env });
   const m = await p.waitFor(/Berth listening on (http:\/\/\S+)/);
   return { ...p, url: m[1]! };

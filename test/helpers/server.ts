@@ -5,20 +5,22 @@ import { join } from 'node:path';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { print } from 'graphql';
 import pg from 'pg';
-import { describe } from 'vitest';
+import { describe, type TestOptions } from 'vitest';
 import { loadConfig } from '../../src/app/config';
 import { type App, startApp } from '../../src/app/server';
 import { createLogger } from '../../src/observability/log';
 import { ManualClock } from './clock';
+import { seedDatabase } from './database';
+import { type PollOptions, poll } from './wait';
 
 export const BOOTSTRAP = 'bct_test-bootstrap-token-0123456789';
 
 export type Backend = 'pglite' | 'postgres';
 
 /** Runs a suite on the embedded PGlite, and again on PostgreSQL when TEST_DATABASE_URL is set. */
-export function describeBackends(name: string, suite: (backend: Backend) => void): void {
-  describe(`${name} [pglite]`, () => suite('pglite'));
-  if (process.env.TEST_DATABASE_URL) describe(`${name} [postgres]`, () => suite('postgres'));
+export function describeBackends(name: string, suite: (backend: Backend) => void, options: TestOptions = {}): void {
+  describe(`${name} [pglite]`, options, () => suite('pglite'));
+  if (process.env.TEST_DATABASE_URL) describe(`${name} [postgres]`, options, () => suite('postgres'));
   else describe.skip(`${name} [postgres] (TEST_DATABASE_URL not set)`, () => suite('postgres'));
 }
 
@@ -68,6 +70,7 @@ export async function startServer(
         level: process.env.BERTH_TEST_LOG ? 'warn' : 'silent',
         destination: { write: (line) => void process.stderr.write(line) },
       });
+  if (!schema && !fullEnv.DATABASE_URL) await seedDatabase(fullEnv.DATA_DIR!);
   const launch = () => startApp({ config: loadConfig(fullEnv), clock, logger });
   const peers: App[] = [];
   const server: TestServer = {
@@ -146,19 +149,29 @@ export function client(base: () => string, token?: string) {
 }
 
 /**
- * Runs the server's background jobs until the environment (by id or name) reaches `state`. Bounded
- * in time, not in rounds: a round is quick when the server's own timer holds the work (a prepare
- * under load), and an ended environment that is not what was asked for fails at once, with its error.
+ * Runs the server's background jobs (or `between`) until the environment (by id or name) is in
+ * `state` (or one of them), and answers it as GET shows it. An ended environment that is not what
+ * was asked for fails at once, with its error.
  */
-export async function untilState(s: TestServer, token: string, id: string, state: string): Promise<Record<string, any>> {
+export async function untilState(
+  s: TestServer,
+  token: string,
+  id: string,
+  state: string | string[],
+  options: PollOptions = {},
+): Promise<Record<string, any>> {
+  const wanted = [state].flat();
   const api = client(() => s.url, token);
   let seen: Record<string, any> = {};
-  for (const deadline = Date.now() + 45_000; Date.now() < deadline; ) {
-    seen = (await api.get(`/v1/environments/${id}`)).body;
-    if (seen.state === state) return seen;
-    if ((seen.state === 'stopped' || seen.state === 'failed') && state !== 'ended')
-      throw new Error(`environment ${id} is ${seen.state}${seen.error ? `: ${seen.error}` : ''}, never ${state}`);
-    await s.app.deps.background.tick();
-  }
-  throw new Error(`environment ${id} never reached ${state} (it is ${seen.state})`);
+  return poll(
+    () => `environment ${id} to be ${wanted.join(' or ')} (it is ${seen.state})`,
+    async () => {
+      seen = (await api.get(`/v1/environments/${id}`)).body;
+      if (wanted.includes(seen.state)) return seen;
+      if (seen.state === 'stopped' || seen.state === 'failed')
+        throw new Error(`environment ${id} is ${seen.state}${seen.error ? `: ${seen.error}` : ''}, never ${wanted.join(' or ')}`);
+      return undefined;
+    },
+    { between: () => s.app.deps.background.tick(), ...options },
+  );
 }

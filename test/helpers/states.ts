@@ -38,13 +38,17 @@ async function firstOf<T>(
 }
 
 /**
- * Resolves once the instance at `url` says environment `id` is in `state` (or one of them); fails
- * when the subscription ends (the environment stopped or failed) in another state, naming it.
+ * Resolves once the instance at `url` says environment `id` is in `state` (or one of them), with
+ * the environment as its GET shows it then; fails when the subscription ends (the environment
+ * stopped or failed) in another state, naming it.
  */
-export async function reaches(url: string, token: string, id: string, state: string | string[]): Promise<void> {
+export async function reaches(url: string, token: string, id: string, state: string | string[]): Promise<Record<string, any>> {
   const wanted = [state].flat();
   const seen: { environment: { state: string } }[] = [];
-  if (await firstOf(url, token, WATCH, id, seen, (data) => wanted.includes(data.environment.state))) return;
+  if (await firstOf(url, token, WATCH, id, seen, (data) => wanted.includes(data.environment.state))) {
+    const res = await fetch(`${url}/v1/environments/${id}`, { headers: { authorization: `Bearer ${token}` } });
+    return res.json();
+  }
   throw new Error(`environment ${id} went ${seen.map((d) => d.environment.state).join(' → ')} and ended, never ${wanted.join(' or ')}`);
 }
 
