@@ -3,16 +3,7 @@ import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ValidationError } from '../src/kernel/errors';
-import { Glob, GlobSyntaxError } from '../src/kernel/glob';
-import {
-  DEFAULT_IGNORES,
-  rebaseGitignore,
-  type SyncRules,
-  selectFiles,
-  validateInclude,
-  validateRelativePath,
-} from '../src/kernel/sync-rules';
+import type { SyncRules } from '../src/kernel/sync-rules';
 import { thrown } from './helpers/thrown';
 
 // Record which folders the walk reads, to check that excluded folders are not read needlessly,
@@ -33,6 +24,14 @@ vi.mock('node:fs/promises', async (importOriginal) => {
     }) as typeof actual.readdir,
   };
 });
+
+// Test files share a module cache (vitest.config.ts, isolate: false): an earlier file may have
+// loaded the walk with the real node:fs/promises. Loaded again here, after the mock, with the
+// errors it throws.
+vi.resetModules();
+const { ValidationError } = await import('../src/kernel/errors');
+const { Glob, GlobSyntaxError } = await import('../src/kernel/glob');
+const { DEFAULT_IGNORES, rebaseGitignore, selectFiles, validateInclude, validateRelativePath } = await import('../src/kernel/sync-rules');
 
 let tmp: string;
 beforeAll(async () => {
@@ -129,21 +128,25 @@ describe('validateInclude', () => {
     [['a'], /must be a string/],
   ];
   it.each(bad)('refuses %j naming the index', (pattern, message) => {
-    const err = thrown(() => validateInclude(['ok', pattern]));
+    const err = thrown(() => validateInclude(['ok', pattern]), ValidationError);
     expect(err.message).toMatch(/^include\[1\]: /);
     expect(err.message).toMatch(message);
     expect(err.field).toBe('include[1]');
   });
 
   it('refuses non-arrays and too many patterns', () => {
-    expect(thrown(() => validateInclude('dist')).message).toBe('include: must be an array of paths or globs');
-    expect(thrown(() => validateInclude({ 0: 'a' })).field).toBe('include');
-    expect(thrown(() => validateInclude(Array.from({ length: 101 }, (_, i) => `f${i}`))).message).toMatch(/at most 100 patterns/);
+    expect(thrown(() => validateInclude('dist'), ValidationError).message).toBe('include: must be an array of paths or globs');
+    expect(thrown(() => validateInclude({ 0: 'a' }), ValidationError).field).toBe('include');
+    expect(thrown(() => validateInclude(Array.from({ length: 101 }, (_, i) => `f${i}`)), ValidationError).message).toMatch(
+      /at most 100 patterns/,
+    );
     expect(validateInclude(Array.from({ length: 100 }, (_, i) => `f${i}`))).toHaveLength(100);
   });
 
   it('uses the given field name', () => {
-    expect(thrown(() => validateInclude(['/x'], 'sandboxConfig.include')).message).toMatch(/^sandboxConfig\.include\[0\]: /);
+    expect(thrown(() => validateInclude(['/x'], 'sandboxConfig.include'), ValidationError).message).toMatch(
+      /^sandboxConfig\.include\[0\]: /,
+    );
   });
 });
 
@@ -186,7 +189,7 @@ describe('validateRelativePath', () => {
     ['x'.repeat(4097), /longer than 4096/],
   ];
   it.each(bad)('refuses %j', (input, message) => {
-    const err = thrown(() => validateRelativePath(input, 'files["x"]'));
+    const err = thrown(() => validateRelativePath(input, 'files["x"]'), ValidationError);
     expect(err.message).toMatch(/^files\["x"\]: /);
     expect(err.message).toMatch(message);
     expect(err.field).toBe('files["x"]');
@@ -555,7 +558,7 @@ describe('Glob', () => {
 
   it('validateInclude refuses what the glob syntax refuses, naming the index', () => {
     for (const pattern of ['a/!(b)', '{1..10}', '[[:foo:]]']) {
-      const err = thrown(() => validateInclude(['ok', pattern]));
+      const err = thrown(() => validateInclude(['ok', pattern]), ValidationError);
       expect(err.message).toMatch(/^include\[1\]: .* is not a valid glob \(/);
       expect(err.field).toBe('include[1]');
     }
