@@ -66,7 +66,7 @@ async function startSwitch(target: string) {
   let server = serve();
   await listen(server, 0);
   const at = (server.address() as AddressInfo).port;
-  return {
+  const link = {
     url: `http://127.0.0.1:${at}`,
     hold() {
       holding = true;
@@ -91,7 +91,12 @@ async function startSwitch(target: string) {
       await listen(server, at);
     },
   };
+  links.push(link);
+  return link;
 }
+
+/** Every switch started, taken down when the suite ends (the worker runs other files after it). */
+const links: { down(): Promise<unknown> }[] = [];
 
 /** How long the server may take to say why a lease waits, or that a node drains. */
 const WAIT = { timeout: 30_000, interval: 100 };
@@ -133,6 +138,7 @@ describeBackends('berth node stopped by a signal', (backend) => {
     for (const agent of agents.splice(0)) await agent.kill('SIGKILL');
   });
   afterAll(async () => {
+    for (const link of links) await link.down();
     await s?.stop();
     await rm(dir, { recursive: true, force: true });
   });
