@@ -163,6 +163,16 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
     }
 
+    it('runs everything after the environment as the command, options of its own included', async () => {
+      expect(await berth(['exec', envId, 'echo', '-n', 'no newline'], '')).toMatchObject({ code: 0, stdout: 'no newline' });
+      expect(await berth(['exec', envId, '--', 'sh', '-c', 'echo "$0"', '-x'], '')).toMatchObject({ code: 0, stdout: '-x\n' });
+      // An option of berth's written after the environment: what to write instead, as a usage error.
+      const misplaced = await berth(['exec', envId, '-t', 'sh'], '');
+      expect(misplaced.code).toBe(2);
+      expect(misplaced.stderr).toContain('options go before the environment (berth exec -t ENV COMMAND…)');
+      expect(await berth(['exec', envId, '--'], '')).toMatchObject({ code: 2, stderr: expect.stringContaining('the command is missing') });
+    });
+
     it('passes piped input to `berth exec`, its end included, and exits with the exit code', async () => {
       const cat = await berth(['exec', envId, '--', 'sh', '-c', 'cat; echo " [end]"; exit 4'], 'hi from the pipe');
       expect(cat).toMatchObject({ code: 4, stdout: 'hi from the pipe [end]\n' });

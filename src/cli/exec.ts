@@ -71,6 +71,17 @@ function inputIsEmpty(): boolean {
   }
 }
 
+/**
+ * The command of `berth exec ENV …`: everything after the environment, less a leading `--`; or, for
+ * an option written after the environment (`berth exec ENV -t sh`), what to write instead.
+ */
+export function commandOf(args: string[]): string[] | string {
+  if (args[0] === '--') return args.length > 1 ? args.slice(1) : 'berth exec: the command is missing after --';
+  if (args[0]?.startsWith('-'))
+    return `berth exec: options go before the environment (berth exec ${args[0]} ENV COMMAND…); a command that begins with - goes after --`;
+  return args;
+}
+
 interface ExecOptions extends ConnectionOptions {
   tty?: boolean;
   interactive?: boolean;
@@ -84,8 +95,12 @@ export function registerExecCommands(program: Command): void {
       .option('-i, --interactive', "send this terminal's input to the command (piped input always is)")
       .option('-t, --tty', 'give the command a terminal (input from this one, raw; size and resizes passed on)')
       .argument('<environment>', 'environment id or name')
-      .argument('<command...>', 'the command and its arguments (after --)'),
-  ).action(async (environment: string, command: string[], options: ExecOptions) => {
+      .argument('<command...>', 'the command and its arguments: everything after the environment (a -- before it is optional)')
+      // Options come before the environment; what follows it is the command's, `-la` included.
+      .passThroughOptions(),
+  ).action(async (environment: string, args: string[], options: ExecOptions, self: Command) => {
+    const command = commandOf(args);
+    if (typeof command === 'string') self.error(command);
     const client = new BerthClient(options);
     const tty = Boolean(options.tty);
     if (tty && !process.stdin.isTTY) throw new CommandError('-t needs a terminal on standard input; without -t, piped input is passed on');
