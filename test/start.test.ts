@@ -12,7 +12,7 @@ interface Started {
   child: ChildProcess;
   stdout: () => string;
   stderr: () => string;
-  /** Resolves with the exit code, or with the output once `until` appears on stdout. */
+  /** Resolves with the exit code, or with the output once `until` appears on stdout or stderr. */
   settled: Promise<{ code: number | null } | { ready: string }>;
 }
 
@@ -31,6 +31,7 @@ function start(env: Record<string, string>, until = 'Try:'): Started {
     });
     child.stderr!.on('data', (d: Buffer) => {
       err += d.toString();
+      if (err.includes(until)) resolve({ ready: err });
     });
     child.on('exit', (code) => resolve({ code }));
   });
@@ -86,12 +87,17 @@ describe('starting Berth', () => {
     try {
       const result = await next.settled;
       expect(result).toMatchObject({ ready: expect.any(String) });
-      const token = /export BERTH_TOKEN=(\S+)/.exec(next.stdout())?.[1];
+      // Not on a terminal, the log is JSON lines on stdout; the banner goes to stderr.
+      const token = /export BERTH_TOKEN=(\S+)/.exec(next.stderr())?.[1];
       expect(token).toMatch(/^bct_/);
-      const url = /listening on (\S+)/.exec(next.stdout())![1]!;
+      const url = /listening on (\S+)/.exec(next.stderr())![1]!;
       // Not the berth command's default address: the start says how to point it here.
-      expect(next.stdout()).toContain(`export BERTH_URL=${url}\n`);
+      expect(next.stderr()).toContain(`export BERTH_URL=${url}\n`);
       expect((await client(() => url, token).get('/v1/me')).body).toMatchObject({ admin: true, organization: { name: 'default' } });
+      // Every whole line of stdout so far is a JSON log line.
+      for (const line of next.stdout().split('\n').slice(0, -1)) expect(JSON.parse(line)).toMatchObject({ level: expect.anything() });
+      expect(next.stdout()).not.toContain('Berth listening');
+      expect(next.stdout()).not.toContain(token);
     } finally {
       await stop(next);
     }

@@ -18,12 +18,15 @@ try {
   fail(error);
 }
 const { config } = app.deps;
+// With JSON logs on stdout, the banner (for the person starting it) goes to stderr, so every line
+// of stdout stays a log line.
+const say = config.logFormat === 'json' ? console.error : console.log;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
-console.log(`Berth listening on ${app.url}  (database: ${where})`);
-console.log(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
+say(`Berth listening on ${app.url}  (database: ${where})`);
+say(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
 const engine = await builtinEngine(app.deps);
 const nodePid = app.builtin.pid();
-console.log(
+say(
   `  Built-in node (${nodePid ? `pid ${nodePid}` : 'run by another instance'}): ${
     engine !== 'none'
       ? `containers through ${engine}`
@@ -31,19 +34,19 @@ console.log(
   }`,
 );
 if (app.bootstrapRevoked) {
-  console.log('  BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked (unset it, or set a new value).');
+  say('  BOOTSTRAP_TOKEN names a token that was revoked: it stays revoked (unset it, or set a new value).');
 }
 if (app.generatedToken) {
-  console.log(`  First start: an admin token for the default organization was created; it is shown only now:`);
-  console.log(`    export BERTH_TOKEN=${app.generatedToken}`);
+  say(`  First start: an admin token for the default organization was created; it is shown only now:`);
+  say(`    export BERTH_TOKEN=${app.generatedToken}`);
 } else {
-  console.log(
+  say(
     '  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or `npm run berth -- token create --org default --admin`).',
   );
 }
 // The berth command reaches DEFAULT_URL unless told otherwise.
-if (app.url !== DEFAULT_URL) console.log(`  For the berth command: export BERTH_URL=${app.url}`);
-console.log(`  Try: curl -H "Authorization: Bearer $BERTH_TOKEN" ${app.url}/v1/me`);
+if (app.url !== DEFAULT_URL) say(`  For the berth command: export BERTH_URL=${app.url}`);
+say(`  Try: curl -H "Authorization: Bearer $BERTH_TOKEN" ${app.url}/v1/me`);
 
 let stopping = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
