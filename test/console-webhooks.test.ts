@@ -99,7 +99,12 @@ describeBackends('web console: webhooks in Settings', (backend) => {
     await page.getByRole('button', { name: `Deliveries of ${hookUrl}` }).click();
     const deliveries = page.getByRole('region', { name: `Deliveries to ${hookUrl}` });
     const delivery = deliveries.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'artifact.created' }) });
-    await delivery.getByText('HTTP 500: down for maintenance').waitFor();
+    // Each failed attempt, numbered, with its time and error.
+    const failed = delivery.getByRole('listitem');
+    await failed.nth(4).waitFor();
+    const attempts = await failed.allTextContents();
+    expect(attempts).toHaveLength(5);
+    for (const text of attempts) expect(text).toMatch(/: HTTP 500: down for maintenance$/);
     expect(await delivery.getByRole('cell').allTextContents()).toContain('5');
     await screenshot(page, 'settings-webhook-failing');
 

@@ -119,8 +119,15 @@ describeBackends('webhooks', (backend) => {
     return res.body.deliveries as Record<string, any>[];
   };
 
+  /** The server's warnings (JSON lines). */
+  const warnings: Record<string, any>[] = [];
+
   beforeAll(async () => {
-    s = await startServer(backend, { WEBHOOK_ALLOW_PRIVATE: '1', WEBHOOK_TIMEOUT_MS: '1000' });
+    s = await startServer(
+      backend,
+      { WEBHOOK_ALLOW_PRIVATE: '1', WEBHOOK_TIMEOUT_MS: '1000', LOG_LEVEL: 'warn' },
+      { logLines: (line) => warnings.push(JSON.parse(line)) },
+    );
     check = openApiValidator((await admin.get('/v1/openapi.json')).body);
   });
   afterAll(() => s?.stop());
@@ -236,6 +243,27 @@ describeBackends('webhooks', (backend) => {
     expect(done).toMatchObject({ attempts: 6, lastStatus: 204 });
     expect(done!.delivered).toBeDefined();
     for (const gone of ['lastError', 'nextAttempt', 'gaveUp']) expect(done).not.toHaveProperty(gone);
+    // Every attempt is kept with what it met: the success did not wipe out why the others failed.
+    const boom = 'HTTP 500: boom';
+    expect(done!.history.map((a: Record<string, any>) => [a.attempt, a.status ?? null, a.error ?? null])).toEqual([
+      [1, 500, boom],
+      [2, null, 'no answer within 1000 ms'],
+      [3, 500, boom],
+      [4, 500, boom],
+      [5, 500, boom],
+      [6, 204, null],
+    ]);
+    const times = done!.history.map((a: { at: string }) => Date.parse(a.at));
+    expect(times).toEqual([...times].sort((a, b) => a - b));
+    // And each failure is in the log, with its reason and what happens next.
+    const said = warnings.map((w) => w.msg as string).filter((m) => m.includes(`delivery ${done!.id}`));
+    expect(said).toEqual([
+      `webhook ${hook.id}: delivery ${done!.id} (artifact.created) attempt 1 failed: ${boom}; tried again in 5 s`,
+      `webhook ${hook.id}: delivery ${done!.id} (artifact.created) attempt 2 failed: no answer within 1000 ms; tried again in 30 s`,
+      `webhook ${hook.id}: delivery ${done!.id} (artifact.created) attempt 3 failed: ${boom}; tried again in 120 s`,
+      `webhook ${hook.id}: delivery ${done!.id} (artifact.created) attempt 4 failed: ${boom}; tried again in 600 s`,
+      `webhook ${hook.id}: delivery ${done!.id} (artifact.created) attempt 5 failed: ${boom}; tried again in 1800 s`,
+    ]);
     const listed = (await admin.get('/v1/webhooks')).body.webhooks.find((w: { id: string }) => w.id === hook.id);
     expect(listed).toMatchObject({ failing: false, consecutiveFailures: 0 });
     expect(listed).not.toHaveProperty('failingSince');

@@ -15,6 +15,8 @@ export type Log = (message: string, err?: unknown) => void;
 /** What services need from the running process: one instance per server. */
 export interface Deps {
   config: Config;
+  /** The server's log, for what a background job finds wrong (a warning, or an error with `err`). */
+  log: Log;
   db: Database;
   prisma: Prisma;
   clock: Clock;

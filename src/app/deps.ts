@@ -50,6 +50,7 @@ export async function buildDeps({ config, clock = systemClock, log }: BuildOptio
       await loadAddressLocks(db.prisma, credentials, clock.now());
       const deps = {
         config,
+        log,
         db,
         prisma: db.prisma,
         clock,

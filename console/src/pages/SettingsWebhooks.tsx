@@ -17,7 +17,10 @@ const Webhooks = graphql(`
 const Deliveries = graphql(`
   query SettingsWebhookDeliveries($id: ID!) {
     webhookDeliveries(id: $id, first: 20) {
-      nodes { id event attempts lastStatus lastError created lastAttempt nextAttempt delivered gaveUp }
+      nodes {
+        id event attempts lastStatus lastError created lastAttempt nextAttempt delivered gaveUp
+        history { attempt at status error }
+      }
     }
   }
 `);
@@ -108,14 +111,28 @@ function RecentDeliveries({ id, url }: { id: string; url: string }) {
         empty="No deliveries yet."
       >
         {(data) => (
-          <Table label={`Deliveries to ${url}`} head={['Event', 'Created', 'Attempts', 'Last status', 'Last error', 'Outcome']}>
+          <Table label={`Deliveries to ${url}`} head={['Event', 'Created', 'Attempts', 'Last status', 'Failed attempts', 'Outcome']}>
             {data.webhookDeliveries.nodes.map((d) => (
               <tr key={d.id}>
                 <th scope="row">{d.event}</th>
                 <td>{when(d.created)}</td>
                 <td>{d.attempts}</td>
                 <td>{d.lastStatus ?? '–'}</td>
-                <td>{d.lastError ?? '–'}</td>
+                <td>
+                  {d.history.some((a) => a.error) ? (
+                    <ol className="attempts">
+                      {d.history
+                        .filter((a) => a.error)
+                        .map((a) => (
+                          <li key={a.attempt} value={a.attempt}>
+                            {when(a.at)}: {a.error}
+                          </li>
+                        ))}
+                    </ol>
+                  ) : (
+                    '–'
+                  )}
+                </td>
                 <td>
                   {d.delivered
                     ? `Delivered ${when(d.delivered)}`

@@ -39,6 +39,23 @@ export const WebhookDelivery = builder.prismaObject('WebhookDelivery', {
     }),
     delivered: t.expose('delivered', { type: 'DateTime', nullable: true }),
     gaveUp: t.expose('gaveUp', { type: 'DateTime', nullable: true, description: 'When retries ran out (about a day of them)' }),
+    history: t.relation('history', {
+      description: 'Every attempt so far, the first first: what the endpoint answered each time (at most 11)',
+      query: { orderBy: { attempt: 'asc' } },
+    }),
+  }),
+});
+
+export const WebhookAttempt = builder.prismaObject('WebhookAttempt', {
+  description: "One attempt of a delivery: the endpoint's answer, or why there was none",
+  fields: (t) => ({
+    attempt: t.exposeInt('attempt', { description: '1 for the first' }),
+    at: t.expose('at', { type: 'DateTime' }),
+    status: t.exposeInt('status', { nullable: true, description: "The endpoint's HTTP status; null when it did not answer" }),
+    error: t.exposeString('error', {
+      nullable: true,
+      description: 'Why it failed: the start of the answer, or the connection error; null when it succeeded',
+    }),
   }),
 });
 

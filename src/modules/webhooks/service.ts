@@ -151,6 +151,7 @@ interface Claimed {
   id: string;
   webhookId: string;
   orgId: string;
+  event: string;
   body: string;
   attempts: number;
 }
@@ -175,7 +176,7 @@ async function claim(deps: Deps): Promise<Claimed[]> {
                AND o.delivered IS NULL AND o."gaveUp" IS NULL)
         ORDER BY d."nextAttempt", d.seq
         LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
-    RETURNING id, "webhookId", "orgId", body, attempts`;
+    RETURNING id, "webhookId", "orgId", event, body, attempts`;
 }
 
 /** The Standard Webhooks signature: base64 HMAC-SHA256 of `id.timestamp.body` under the secret's bytes. */
@@ -267,13 +268,24 @@ async function attempt(deps: Deps, d: Claimed): Promise<void> {
   const delivered = outcome.status !== null && outcome.status >= 200 && outcome.status < 300;
   const wait = RETRY_SCHEDULE_MS[attempts - 1];
   const result = { attempts, lastAttempt: now, lastStatus: outcome.status, lastError: outcome.error };
+  // Kept beside the delivery, so a later attempt does not overwrite why this one failed. An attempt
+  // made again (an instance killed before it recorded the first) keeps the first record.
+  const recorded = deps.prisma.$executeRaw`
+    INSERT INTO "WebhookAttempt" ("deliveryId", attempt, at, status, error)
+    VALUES (${d.id}, ${attempts}, ${now}, ${outcome.status}, ${outcome.error})
+    ON CONFLICT DO NOTHING`;
   if (delivered) {
     await deps.prisma.$transaction([
+      recorded,
       deps.prisma.webhookDelivery.updateMany({ where: { id: d.id }, data: { ...result, delivered: now, nextAttempt: null } }),
       deps.prisma.webhook.updateMany({ where: { id: hook.id }, data: { consecutiveFailures: 0, failingSince: null } }),
     ]);
   } else {
+    const then = wait === undefined ? 'given up' : `tried again in ${Math.round(wait / 1000)} s`;
+    const why = outcome.error ?? `HTTP ${outcome.status}`;
+    deps.log(`webhook ${hook.id}: delivery ${d.id} (${d.event}) attempt ${attempts} failed: ${why}; ${then}`);
     await deps.prisma.$transaction([
+      recorded,
       deps.prisma.webhookDelivery.updateMany({
         where: { id: d.id },
         data:

@@ -5,6 +5,7 @@ graphql(`
   fragment WebhookFields on Webhook { id url events createdBy created failing failingSince consecutiveFailures }
   fragment WebhookDeliveryFields on WebhookDelivery {
     id event attempts lastStatus lastError created lastAttempt nextAttempt delivered gaveUp
+    history { attempt at status error }
   }
 `);
 
