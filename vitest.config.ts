@@ -1,4 +1,6 @@
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { defineConfig } from 'vitest/config';
 
 const require = createRequire(import.meta.url);
@@ -16,6 +18,8 @@ export default defineConfig({
     globalSetup: ['test/helpers/console-build.ts', 'test/helpers/engine-setup.ts', 'test/helpers/database-setup.ts'],
     // `npx vitest run --tags-filter=containers` runs the suites that need the container engine.
     tags: [{ name: 'containers', description: 'runs environments as containers on the engine (Podman)' }],
+    // The berth commands the tests run read no login of the person running them (`berth login`).
+    env: { XDG_CONFIG_HOME: join(tmpdir(), 'berth-tests-config') },
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // expect.poll's own default (1 s) is shorter than a shell starting in a container under load:

@@ -345,7 +345,9 @@ describe('berth env and berth artifact', () => {
 
     const noToken = await start({ BERTH_URL: s.url, BERTH_TOKEN: undefined }, ['env', 'ls']).done;
     expect(noToken.code).toBe(1);
-    expect(noToken.stderr).toMatch(/^berth: no credential: set BERTH_TOKEN \(or pass --token\)/);
+    expect(noToken.stderr).toMatch(
+      /^berth: no credential for http:\/\/127\.0\.0\.1:\d+: run `berth login`, or set BERTH_TOKEN \(or pass --token\)/,
+    );
 
     const port = await closedPort();
     const down = await start({ ...env, BERTH_URL: `http://127.0.0.1:${port}` }, ['env', 'ls']).done;

@@ -40,9 +40,7 @@ if (app.generatedToken) {
   say(`  First start: an admin token for the default organization was created; it is shown only now:`);
   say(`    export BERTH_TOKEN=${app.generatedToken}`);
 } else {
-  say(
-    '  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or `npm run berth -- token create --org default --admin`).',
-  );
+  say('  Authenticate with "Authorization: Bearer <token>" (BOOTSTRAP_TOKEN, or `npm run berth -- token create --org default --admin`).');
 }
 // The berth command reaches DEFAULT_URL unless told otherwise.
 if (app.url !== DEFAULT_URL) say(`  For the berth command: export BERTH_URL=${app.url}`);

@@ -4,6 +4,7 @@
 // `{error, code}` answer, one line naming the server when it cannot be reached.
 import type { Command } from 'commander';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { configPath, readLogin } from './config-file';
 import { DEFAULT_URL } from './default-url';
 import { CommandError } from './errors';
 
@@ -33,7 +34,7 @@ export function withConnection(command: Command): Command {
 }
 
 /** The base URL without a trailing slash; a clear error for something that is not an http(s) URL. */
-function baseUrl(raw: string, from: string): string {
+export function baseUrl(raw: string, from: string): string {
   let url: URL;
   try {
     url = new URL(raw);
@@ -88,11 +89,18 @@ export class BerthClient {
 
   constructor(options: ConnectionOptions = {}, env: NodeJS.ProcessEnv = process.env) {
     const server = options.server ?? (env.BERTH_URL || undefined);
-    this.base = baseUrl(server ?? DEFAULT_URL, options.server !== undefined ? '--server' : 'BERTH_URL');
-    const token = options.token ?? (env.BERTH_TOKEN || undefined);
+    let token = options.token ?? (env.BERTH_TOKEN || undefined);
+    // `berth login`'s, for what flags and the environment leave open.
+    const stored = server === undefined || token === undefined ? readLogin(env) : undefined;
+    this.base =
+      server !== undefined
+        ? baseUrl(server, options.server !== undefined ? '--server' : 'BERTH_URL')
+        : baseUrl(stored?.url ?? DEFAULT_URL, stored ? configPath(env) : 'BERTH_URL');
+    // The stored credential goes only to the server it was stored for, never to another one named.
+    if (token === undefined && stored && baseUrl(stored.url, configPath(env)) === this.base) token = stored.token;
     if (!token) {
       throw new CommandError(
-        'no credential: set BERTH_TOKEN (or pass --token) to a CLI token (bct_…) or API key (bak_…); `berth token create` or the console makes one',
+        `no credential for ${this.base}: run \`berth login\`, or set BERTH_TOKEN (or pass --token) to a CLI token (bct_…) or API key (bak_…); \`berth token create\` or the console makes one`,
       );
     }
     this.token = token;

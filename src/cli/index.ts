@@ -8,6 +8,7 @@ import { registerArtifactCommands } from './artifact';
 import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
 import { registerListCommands } from './lists';
+import { registerLoginCommands } from './login';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
 
@@ -31,6 +32,7 @@ const program = new Command('berth')
 registerOperatorCommands(program);
 registerAgentCommands(program);
 registerNodeCommands(program);
+registerLoginCommands(program);
 registerExecCommands(program);
 registerEnvCommands(program);
 registerArtifactCommands(program);
