@@ -165,6 +165,14 @@ describe('berth env and berth artifact', () => {
     expect(readable.stdout).toMatch(new RegExp(`^id: +${id}$`, 'm'));
     expect(readable.stdout).toMatch(new RegExp(`^name: +${name}$`, 'm'));
     expect(readable.stdout).toMatch(/^labels: +(ci=yes, team=infra|team=infra, ci=yes)$/m);
+    // What the console shows of how it runs, as the API answers it.
+    const full = JSON.parse(byName.stdout);
+    expect(full.runtime).toBeTruthy();
+    for (const field of ['runtime', 'image', 'network', 'workdir'] as const) {
+      if (full[field])
+        expect(readable.stdout).toMatch(new RegExp(`^${field}: +${full[field].replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}$`, 'm'));
+    }
+    if (full.resources?.memory) expect(readable.stdout).toMatch(new RegExp(`^resources: +.*${full.resources.memory} memory`, 'm'));
 
     const removed = await berth('env', 'rm', name);
     expect(removed.code).toBe(0);
@@ -199,11 +207,34 @@ describe('berth env and berth artifact', () => {
   });
 
   it('lists templates, sandboxes, snapshots, artifacts and nodes as the console does', async () => {
+    const admin = client(() => s.url, BOOTSTRAP);
+    // A template that keeps warm containers, with limits: no engine here, so none is ready.
+    const warmish = {
+      pool: 'remote',
+      startMs: 10,
+      idle: '30m',
+      hard: '1h',
+      image: 'localhost/berth-test/none:1',
+      warm: 2,
+      resources: { cpus: 1, memory: '512MiB' },
+    };
+    const put = await admin.put('/v1/templates/warmish', warmish);
+    expect(put.status, JSON.stringify(put.body)).toBe(200);
     const templates = await berth('template', 'ls');
     expect(templates.code).toBe(0);
-    expect(templates.stdout.split('\n')[0]!.split(/\s+/)).toEqual(['NAME', 'POOL', 'IMAGE', 'IDLE', 'HARD', 'SHARES', 'SERVICES']);
-    expect(templates.stdout).toMatch(/^default +default +/m);
-    const admin = client(() => s.url, BOOTSTRAP);
+    expect(templates.stdout.split('\n')[0]!.split(/\s+/)).toEqual([
+      'NAME',
+      'POOL',
+      'IMAGE',
+      'WARM',
+      'LIMITS',
+      'IDLE',
+      'HARD',
+      'SHARES',
+      'SERVICES',
+    ]);
+    expect(templates.stdout).toMatch(/^default +default +\(files only\) +- +/m);
+    expect(templates.stdout).toMatch(/^warmish +remote +localhost\/berth-test\/none:1 +0\/2 +1cpu,512MiB/m);
     await admin.post('/v1/sandboxes', { name: 'listed-laptop' });
     const sandboxes = await berth('sandbox', 'ls');
     expect(sandboxes.stdout).toMatch(/^sb_\S+ +listed-laptop +0 +- +active +admin@berth.local$/m);
@@ -260,6 +291,9 @@ describe('berth env and berth artifact', () => {
     const shares = Object.fromEntries(answer.environment.shares.map((sh: { name: string; localPath: string }) => [sh.name, sh.localPath]));
     expect(shares).toEqual({ src: 'app', out: 'build/out' });
     expect(answer.sandboxConfig.environments.map((e: { id: string }) => e.id)).toContain(answer.environment.id);
+    // The list names the sandbox as the console does, not by its id.
+    const wired = (await berth('env', 'ls', '--sandbox', 'laptop')).stdout.split('\n').find((l) => l.startsWith(answer.environment.id));
+    expect(wired?.split(/\s+/)[5]).toBe('laptop');
 
     // The server's refusal of a bad share path is printed as it is.
     const bad = await berth('env', 'create', '--template', 'default', '--sandbox', 'laptop', '--share', 'src=../up');

@@ -9,7 +9,7 @@ import { parseDuration } from '../kernel/durations';
 import { isStoppable } from '../kernel/environment-states';
 import { BerthClient, type ConnectionOptions, UnreachableError, withConnection } from './client';
 import { CommandError } from './errors';
-import { age, json, table } from './format';
+import { age, bytes, json, table } from './format';
 import { durationOption, labelList, list, pairs } from './options';
 
 export interface Environment {
@@ -39,6 +39,16 @@ export interface Environment {
   exports?: { service: string; listen: string; target: string }[];
   shares?: { name: string; direction: string; envPath: string; localPath?: string; files?: string[] }[];
   restored?: { key: string; root: string; files: number; created: string };
+  image?: string;
+  resources?: { cpus?: number; memory?: string; pids?: number; disk?: string };
+  network?: string;
+  workdir?: string;
+  runtime?: string;
+}
+
+/** GET /v1/environments/{id}/usage's latest sample (null before the first). */
+interface Usage {
+  usage: { cpu?: number; memory?: number; pids?: number; disk: number; sampled: string } | null;
 }
 
 const SUBSCRIPTION = 'subscription($id: String!) { environment(id: $id) { id name state waiting node error readyMs } }';
@@ -116,7 +126,30 @@ function waitingLine(stream: NodeJS.WriteStream = process.stderr) {
   };
 }
 
-function printEnvironment(env: Environment): void {
+/** What the console shows of its limits: `2 CPUs, 4GiB memory, 256 pids, 8GiB disk`. */
+function resourcesLine(r: Environment['resources']): string | undefined {
+  if (!r) return undefined;
+  const parts = [
+    r.cpus !== undefined && `${r.cpus} CPU${r.cpus === 1 ? '' : 's'}`,
+    r.memory && `${r.memory} memory`,
+    r.pids !== undefined && `${r.pids} pids`,
+    r.disk && `${r.disk} disk`,
+  ].filter((p): p is string => Boolean(p));
+  return parts.length ? parts.join(', ') : undefined;
+}
+
+function usageLine(u: Usage['usage'] | undefined): string | undefined {
+  if (!u) return undefined;
+  const parts = [
+    u.cpu !== undefined && u.cpu !== null && `cpu ${u.cpu.toFixed(2)} cores`,
+    u.memory !== undefined && u.memory !== null && `memory ${bytes(u.memory)}`,
+    u.pids !== undefined && u.pids !== null && `${u.pids} pids`,
+    `disk ${bytes(u.disk)}`,
+  ].filter((p): p is string => Boolean(p));
+  return `${parts.join(', ')} (sampled ${u.sampled})`;
+}
+
+function printEnvironment(env: Environment, usage?: Usage['usage']): void {
   const rows: [string, string | undefined][] = [
     ['id', env.id],
     ['name', env.name],
@@ -124,6 +157,12 @@ function printEnvironment(env: Environment): void {
     ['state', env.state],
     ['waiting', env.waiting],
     ['error', env.error],
+    ['image', env.image],
+    ['runtime', env.runtime],
+    ['resources', resourcesLine(env.resources)],
+    ['network', env.network],
+    ['workdir', env.workdir],
+    ['usage', usageLine(usage)],
     ['pool', env.pool],
     ['node', env.node],
     ['sandbox', env.sandbox],
@@ -154,6 +193,13 @@ function printEnvironment(env: Environment): void {
 }
 
 const path = (id: string) => `/v1/environments/${encodeURIComponent(id)}`;
+
+/** The names of the sandboxes these environments are wired to (removed ones included), by id, as the console shows them. */
+async function sandboxNames(client: BerthClient, environments: Environment[]): Promise<Map<string, string>> {
+  if (!environments.some((e) => e.sandbox)) return new Map();
+  const { sandboxes } = await client.get<{ sandboxes: { sandbox: { id: string; name: string } }[] }>('/v1/sandboxes', { removed: 'true' });
+  return new Map(sandboxes.map(({ sandbox }) => [sandbox.id, sandbox.name]));
+}
 
 interface CreateOptions extends ConnectionOptions {
   template: string;
@@ -292,6 +338,7 @@ export function registerEnvCommands(program: Command): void {
       cursor: options.cursor,
     });
     if (options.json) return json(page);
+    const names = await sandboxNames(client, page.environments);
     const now = Date.now();
     const rows = page.environments.map((e) => [
       e.id,
@@ -299,7 +346,7 @@ export function registerEnvCommands(program: Command): void {
       e.template,
       e.state,
       e.node ?? '-',
-      e.sandbox ?? '-',
+      e.sandbox ? (names.get(e.sandbox) ?? e.sandbox) : '-',
       e.created ? age(now - Date.parse(e.created)) : '-',
       Object.entries(e.labels ?? {})
         .map(([k, v]) => `${k}=${v}`)
@@ -312,9 +359,14 @@ export function registerEnvCommands(program: Command): void {
 
   withConnection(env.command('get <id>').description('show one environment, by id or name').option('--json', 'print it as JSON')).action(
     async (id: string, options: ConnectionOptions & { json?: boolean }) => {
-      const environment = await new BerthClient(options).get<Environment>(path(id));
+      const client = new BerthClient(options);
+      const environment = await client.get<Environment>(path(id));
       if (options.json) json(environment);
-      else printEnvironment(environment);
+      else {
+        // A running environment's latest usage sample, as the console shows it.
+        const usage = isStoppable(environment.state) ? (await client.get<Usage>(`${path(environment.id)}/usage`)).usage : undefined;
+        printEnvironment(environment, usage);
+      }
     },
   );
 

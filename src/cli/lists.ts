@@ -12,6 +12,8 @@ interface Template {
   hard: string;
   shares: { name: string; direction: string }[];
   services: { service: string }[];
+  warm: number;
+  resources: { cpus?: number; memory?: string; pids?: number; disk?: string };
 }
 
 interface SandboxEntry {
@@ -36,10 +38,22 @@ interface RemoteNode {
   state: string;
   slots: number;
   environments: string[];
+  warm: { template: string; state: string }[];
   lastSeen?: string | null;
 }
 
 type JsonOption = ConnectionOptions & { json?: boolean };
+
+/** A template's limits in a table cell: `2cpu,4GiB,256pids,8GiB disk`, or `-`. */
+function limits(r: Template['resources']): string {
+  const parts = [
+    r.cpus !== undefined && r.cpus !== null && `${r.cpus}cpu`,
+    r.memory && r.memory,
+    r.pids !== undefined && r.pids !== null && `${r.pids}pids`,
+    r.disk && `${r.disk} disk`,
+  ].filter((p): p is string => Boolean(p));
+  return parts.join(',') || '-';
+}
 
 const since = (time: string | null | undefined) => (time ? age(Date.now() - Date.parse(time)) : '-');
 
@@ -52,19 +66,28 @@ export function registerListCommands(program: Command): void {
       .description('list the templates the organization can lease')
       .option('--json', 'print {templates} as JSON'),
   ).action(async (options: JsonOption) => {
-    const answer = await new BerthClient(options).json<{ templates: Template[] }>('GET', '/v1/templates');
+    const client = new BerthClient(options);
+    const [answer, nodes] = await Promise.all([
+      client.json<{ templates: Template[] }>('GET', '/v1/templates'),
+      client.json<{ nodes: RemoteNode[] }>('GET', '/v1/nodes'),
+    ]);
     if (options.json) return json(answer);
+    // Warm containers ready for a lease (on every node of the organization's view) of those wanted.
+    const ready = new Map<string, number>();
+    for (const w of nodes.nodes.flatMap((n) => n.warm)) if (w.state === 'ready') ready.set(w.template, (ready.get(w.template) ?? 0) + 1);
     const rows = answer.templates.map((t) => [
       t.name,
       t.pool,
       t.image ?? '(files only)',
+      t.warm ? `${ready.get(t.name) ?? 0}/${t.warm}` : '-',
+      limits(t.resources),
       t.idle,
       t.hard,
       t.shares.map((s) => `${s.name}:${s.direction}`).join(',') || '-',
       t.services.map((s) => s.service).join(',') || '-',
     ]);
     if (rows.length === 0) console.error('no templates');
-    else console.log(table(['NAME', 'POOL', 'IMAGE', 'IDLE', 'HARD', 'SHARES', 'SERVICES'], rows));
+    else console.log(table(['NAME', 'POOL', 'IMAGE', 'WARM', 'LIMITS', 'IDLE', 'HARD', 'SHARES', 'SERVICES'], rows));
   });
 
   withConnection(
