@@ -92,12 +92,13 @@ export class BerthClient {
     let token = options.token ?? (env.BERTH_TOKEN || undefined);
     // `berth login`'s, for what flags and the environment leave open.
     const stored = server === undefined || token === undefined ? readLogin(env) : undefined;
+    const storedBase = stored && baseUrl(stored.url, configPath(env));
     this.base =
       server !== undefined
         ? baseUrl(server, options.server !== undefined ? '--server' : 'BERTH_URL')
-        : baseUrl(stored?.url ?? DEFAULT_URL, stored ? configPath(env) : 'BERTH_URL');
+        : (storedBase ?? baseUrl(DEFAULT_URL, 'BERTH_URL'));
     // The stored credential goes only to the server it was stored for, never to another one named.
-    if (token === undefined && stored && baseUrl(stored.url, configPath(env)) === this.base) token = stored.token;
+    if (token === undefined && stored && storedBase === this.base) token = stored.token;
     if (!token) {
       throw new CommandError(
         `no credential for ${this.base}: run \`berth login\`, or set BERTH_TOKEN (or pass --token) to a CLI token (bct_…) or API key (bak_…); \`berth token create\` or the console makes one`,
