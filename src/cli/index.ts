@@ -1,8 +1,9 @@
 // The `berth` command (bin/berth.js): operator commands, and — each in its own module — the node
 // agent, the sandbox agent and the user's commands. Exit codes: 0 done, 1 the command failed
 // (the reason on stderr), 2 bad usage.
-import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
+// Inlined by the bundles (only `version`), so the single-file CLI needs no package.json beside it.
+import { version } from '../../package.json';
 import { registerAgentCommands } from './agent';
 import { registerArtifactCommands } from './artifact';
 import { registerEnvCommands } from './env';
@@ -11,8 +12,6 @@ import { registerListCommands } from './lists';
 import { registerLoginCommands } from './login';
 import { registerNodeCommands } from './node';
 import { registerOperatorCommands } from './operator';
-
-const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 // A reader that goes away (`berth env ls | head`) ends the command quietly, not with a stack trace.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
