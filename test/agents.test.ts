@@ -174,7 +174,8 @@ for (const backend of backends) {
 
     it('forwards the environment services from the sandbox loopback ports, both ways', async () => {
       const payload = randomBytes(4 * 1024 * 1024);
-      const back = await echoedWhole(listen.echo!, payload);
+      await forwarding(agent!, envId, 'echo', listen.echo!);
+      const back = await echoedWhole(listen.echo!, payload, agent);
       expect(back.equals(payload)).toBe(true);
       // The tunnel dials 5432 inside the environment, where nothing listens: never this machine's PostgreSQL.
       await forwarding(agent!, envId, 'postgres', listen.postgres!);
@@ -188,7 +189,7 @@ for (const backend of backends) {
       agent = startAgent();
       await agent.waitFor(/forwarding echo/);
       const payload = Buffer.from('still there');
-      const back = await echoedWhole(listen.echo!, payload);
+      const back = await echoedWhole(listen.echo!, payload, agent);
       expect(back.toString()).toBe('still there');
     });
 
@@ -205,7 +206,7 @@ for (const backend of backends) {
       if (leaseSide === agentSide) leaseSide = restarted;
       agentSide = restarted;
       await agent!.waitFor(/connected to /, before);
-      const back = await echoedWhole(listen.echo!, Buffer.from('after the restart'));
+      const back = await echoedWhole(listen.echo!, Buffer.from('after the restart'), agent);
       expect(back.toString()).toBe('after the restart');
       // The server sent the configuration again on the new connection: the agent kept what it runs.
       expect(wired()).toBe(1);
@@ -391,7 +392,8 @@ for (const backend of backends) {
 
     it("a TCP service on the node side answers through the sandbox's port", async () => {
       const payload = randomBytes(2 * 1024 * 1024);
-      const back = await echoedWhole(listen.echo!, payload);
+      await forwarding(sandboxAgent!, envId, 'echo', listen.echo!);
+      const back = await echoedWhole(listen.echo!, payload, sandboxAgent);
       expect(back.equals(payload)).toBe(true);
       // The tunnel dials 5432 inside the environment, where nothing listens: never this machine's PostgreSQL.
       await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
@@ -413,7 +415,7 @@ for (const backend of backends) {
       await sandboxAgent!.kill('SIGKILL');
       sandboxAgent = spawnNode(['bin/berth.js', 'agent', '--server', sandboxSide.url, '--dir', sandboxDir], {});
       await sandboxAgent.waitFor(/forwarding echo/);
-      const back = await echoedWhole(listen.echo!, Buffer.from('again'));
+      const back = await echoedWhole(listen.echo!, Buffer.from('again'), sandboxAgent);
       expect(back.toString()).toBe('again');
     });
 

@@ -127,16 +127,23 @@ export function echoThrough(port: number, payload: Buffer): Promise<Buffer> {
 /**
  * echoThrough until the whole payload comes back: a tunnel opened before the environment's service
  * listens is closed at once, empty (the service starts with the environment, not before "ready").
+ * When it never does, the failure carries the end of the agent's output (why its relays failed).
  */
-export function echoedWhole(port: number, payload: Buffer): Promise<Buffer> {
-  return vi.waitFor(
-    async () => {
-      const back = await echoThrough(port, payload);
-      expect(back.length).toBe(payload.length);
-      return back;
-    },
-    { timeout: 30_000, interval: 100 },
-  );
+export async function echoedWhole(port: number, payload: Buffer, agent?: Proc): Promise<Buffer> {
+  try {
+    return await vi.waitFor(
+      async () => {
+        const back = await echoThrough(port, payload);
+        expect(back.length).toBe(payload.length);
+        return back;
+      },
+      { timeout: 30_000, interval: 100 },
+    );
+  } catch (error) {
+    if (!agent) throw error;
+    const tail = agent.output().split('\n').slice(-40).join('\n');
+    throw new Error(`${(error as Error).message}\nthe agent's last lines:\n${tail}`);
+  }
 }
 
 /** `berth exec` as a real process: its exit code and output. */
