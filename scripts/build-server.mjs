@@ -2,10 +2,12 @@
 // newer than the bundle. Running the bundle instead of src/ through tsx's loader saves the loader's
 // thread and its source maps: about 50 MiB of an idle server's memory and a second of its start
 // (docs/benchmarks.md, goal 5). Packages stay external (node_modules), and modules that are loaded
-// on demand (the Azure store) stay separate chunks, loaded only when needed.
+// on demand (the Azure store) stay separate chunks, loaded only when needed. The single-file CLI the
+// server serves at /cli/berth.mjs is built here too (scripts/build-cli-standalone.mjs), when stale.
 import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { standaloneCli } from './build-cli-standalone.mjs';
 import { NODE_BUNDLE, newestMtime } from './bundle.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -30,3 +32,4 @@ if (built <= newestMtime(root, ['src', 'package.json', 'tsconfig.json', 'scripts
     logLevel: 'warning',
   });
 }
+await standaloneCli();
