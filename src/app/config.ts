@@ -110,6 +110,16 @@ function origins(value: string | undefined): string[] {
     });
 }
 
+/** PUBLIC_URL: where clients reach Berth, an http(s) URL (signed links and /install.sh are made from it). */
+function publicUrl(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const url = URL.canParse(value) ? new URL(value) : undefined;
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:') {
+    throw new Error(`PUBLIC_URL must be an http:// or https:// URL such as https://berth.example.com, got "${value}"`);
+  }
+  return value;
+}
+
 /** HMAC key of signed links: shorter than 32 bytes would be weaker than the HS256 it feeds. */
 function linkSecret(value: string | undefined): string | undefined {
   if (value !== undefined && Buffer.byteLength(value) < 32) throw new Error('LINK_SECRET must be at least 32 bytes');
@@ -174,7 +184,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     authFailureLimit: intFrom(env, 'AUTH_FAILURE_LIMIT', 10),
     trustProxy: intFrom(env, 'TRUST_PROXY', 0),
     corsOrigins: origins(opt('CORS_ORIGINS')),
-    publicUrl: opt('PUBLIC_URL'),
+    publicUrl: publicUrl(opt('PUBLIC_URL')),
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
     orgStorageLimit: env.ORG_STORAGE_LIMIT ? storageLimitFrom(env.ORG_STORAGE_LIMIT, 'ORG_STORAGE_LIMIT') : 100 * 1024 ** 3,
     poolOrgShare: env.POOL_ORG_SHARE ? poolShareFrom(env.POOL_ORG_SHARE, 'POOL_ORG_SHARE') : 1,

@@ -7,6 +7,7 @@ import type { Duplex } from 'node:stream';
 import { createSessionServer, SESSION_PATH } from '../edges/channels/exec-session';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from '../edges/channels/node-channel';
 import { createRelayServer } from '../edges/channels/relay-server';
+import { CLI_PATH, createCliInstallHandler, INSTALL_PATH } from '../edges/cli-install';
 import { createConsoleHandler } from '../edges/console';
 import { createGraphQLPostPath } from '../edges/graphql/post';
 import { serveGraphQLWebSocket } from '../edges/graphql/ws';
@@ -127,6 +128,8 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const graphqlPost = createGraphQLPostPath(deps, graphql);
   const rest = createRestHandler(deps, schema, buildRoutes(schema), log);
   const web = createConsoleHandler();
+  // PUBLIC_URL as set: once listening, config.publicUrl is filled with the bound address.
+  const cli = createCliInstallHandler({ publicUrl: config.publicUrl, trustProxy: config.trustProxy });
   let stopping = false;
 
   // An answer given while the request's body still arrives waits for it, bounded (early-answer.ts).
@@ -145,7 +148,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
       if (cors.preflight(req, res)) return;
       for (const [name, value] of Object.entries(cors.headers(req))) res.setHeader(name, value);
       const path = (req.url ?? '/').split('?')[0]!;
-      if (path === '/healthz' || path === '/readyz' || path === '/graphql' || path === METRICS_PATH) info.route = path;
+      if (['/healthz', '/readyz', '/graphql', METRICS_PATH, CLI_PATH, INSTALL_PATH].includes(path)) info.route = path;
       if (path === '/healthz') return sendLiveness(res);
       if (path === '/readyz') return await sendReadiness(res, deps, stopping, log);
       if (path === METRICS_PATH) {
@@ -164,6 +167,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
         return void (await graphql.handle(req, res, { req, res, ...context, authError }));
       }
       if (await rest.handle(req, res)) return;
+      if (await cli.handle(req, res)) return;
       info.route = 'console';
       if (await web.handle(req, res)) return;
       info.route = 'other';

@@ -34,14 +34,15 @@ const NOT_BUILT =
   'Run `npm install` (it builds the console) or `npm run build:console`, then reload.\n' +
   'The API works without it: /graphql and /v1.\n';
 
-const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+/** A Host header that is a host name or IP literal with an optional port: safe to repeat in a header or a script. */
+export const HOST_HEADER = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
 
 /**
  * The console's headers. Scripts and styles only from files of this origin (nothing inline);
  * the page may talk only to its own origin, over HTTP and over the WebSocket of /graphql.
  */
 export function securityHeaders(host: string | undefined): Record<string, string> {
-  const sockets = host && HOST.test(host) ? ` ws://${host} wss://${host}` : '';
+  const sockets = host && HOST_HEADER.test(host) ? ` ws://${host} wss://${host}` : '';
   const csp = [
     "default-src 'none'",
     "script-src 'self'",
