@@ -1,11 +1,44 @@
 // The Webhooks section of the console's Settings: an admin adds an endpoint and sees its secret
-// once, sees it failing with its recent deliveries, and removes it.
+// once, sees it failing with its recent deliveries, and removes it; the URL field's hint says
+// what the server does with internal addresses (WEBHOOK_ALLOW_PRIVATE), and a member sees none of it.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { graphql } from './gql';
 import { type ConsolePage, launchBrowser, navigate, openConsole, screenshot, signIn } from './helpers/browser';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
+
+const ALLOWED = 'http(s); internal addresses are allowed on this server (WEBHOOK_ALLOW_PRIVATE=1)';
+const REFUSED = 'http(s); internal addresses (loopback, private, link-local) are refused';
+
+const WebhookSettings = graphql(`
+  query TestWebhookSettings {
+    webhookSettings { allowPrivate }
+  }
+`);
+
+/**
+ * Opens Settings and checks the Webhooks form: `hint` under its URL field (its description), and
+ * the field right under the section's heading and intro, above the Events (a form laid out inline
+ * once aligned the field with the bottom of the tall Events list, leaving a blank gap above it).
+ */
+async function checkWebhookForm(page: Page, hint: string): Promise<void> {
+  await navigate(page, 'Settings');
+  const url = page.getByRole('textbox', { name: 'Webhook URL' });
+  await page.getByText(hint, { exact: true }).waitFor();
+  expect(await page.locator(`id=${await url.getAttribute('aria-describedby')}`).textContent()).toBe(hint);
+  const box = async (locator: ReturnType<Page['locator']>) => (await locator.boundingBox())!;
+  const heading = await box(page.getByRole('heading', { level: 2, name: 'Webhooks' }));
+  const intro = await box(page.getByText("Endpoints that receive the organization's events", { exact: false }));
+  const label = await box(page.getByText('Webhook URL', { exact: true }));
+  const events = await box(page.getByRole('group', { name: 'Events' }));
+  expect(intro.y).toBeGreaterThan(heading.y + heading.height);
+  expect(intro.y - (heading.y + heading.height)).toBeLessThan(label.height);
+  expect(label.y).toBeGreaterThan(intro.y + intro.height);
+  expect(label.y - (intro.y + intro.height)).toBeLessThan(label.height);
+  expect(events.y).toBeGreaterThan((await box(url)).y);
+}
 
 describeBackends('web console: webhooks in Settings', (backend) => {
   let s: TestServer;
@@ -56,6 +89,12 @@ describeBackends('web console: webhooks in Settings', (backend) => {
       };
       onRequest();
     });
+
+  it('says internal addresses are allowed, under a URL field right under the heading', async () => {
+    await checkWebhookForm(page, ALLOWED);
+    expect((await admin.gql(WebhookSettings)).body).toEqual({ data: { webhookSettings: { allowPrivate: true } } });
+    await screenshot(page, 'settings-webhook-form');
+  });
 
   it('adds an endpoint, shows the secret once, its failing state and deliveries, and removes it', async () => {
     await navigate(page, 'Settings');
@@ -110,5 +149,59 @@ describeBackends('web console: webhooks in Settings', (backend) => {
 
     await page.getByRole('button', { name: `Remove webhook ${hookUrl}` }).click();
     await page.getByText('No webhooks.').waitFor();
+  });
+});
+
+describe('web console: webhooks on a server that refuses internal addresses', () => {
+  let s: TestServer;
+  let browser: Browser;
+  let page: Page;
+  const admin = client(() => s.url, BOOTSTRAP);
+
+  beforeAll(async () => {
+    s = await startServer('pglite');
+    browser = await launchBrowser();
+    page = (await openConsole(browser, s.url)).page;
+    page.setDefaultTimeout(15_000);
+    await signIn(page, BOOTSTRAP);
+  });
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') await screenshot(page, `failed-webhooks-strict-${ctx.task.name.slice(0, 40)}`);
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await s?.stop();
+  });
+
+  it('says internal addresses are refused, and refuses one under the field', async () => {
+    await checkWebhookForm(page, REFUSED);
+    expect((await admin.gql(WebhookSettings)).body).toEqual({ data: { webhookSettings: { allowPrivate: false } } });
+    await page.getByRole('textbox', { name: 'Webhook URL' }).fill('http://127.0.0.1:9/hook');
+    await page.getByRole('checkbox', { name: 'artifact.created' }).check();
+    await page.getByRole('button', { name: 'Add webhook' }).click();
+    await page.getByText(/an internal address/).waitFor();
+    expect(await page.getByRole('textbox', { name: 'Webhook URL' }).getAttribute('aria-invalid')).toBe('true');
+    await page.getByText('No webhooks.').waitFor();
+    await screenshot(page, 'settings-webhook-refused');
+  });
+
+  it("shows a member no webhooks, and the API tells a member nothing of the server's setting", async () => {
+    const token = (await admin.post('/v1/tokens', { email: 'dev@example.com', name: 'console' })).body.secret;
+    const member = await openConsole(browser, s.url);
+    try {
+      await signIn(member.page, token);
+      await navigate(member.page, 'Settings');
+      // The admins' sections are drawn with the first one, or not at all.
+      await member.page.getByRole('heading', { level: 2, name: 'CLI tokens' }).waitFor();
+      expect(await member.page.getByRole('heading', { name: 'Webhooks' }).count()).toBe(0);
+      expect(await member.page.getByRole('textbox', { name: 'Webhook URL' }).count()).toBe(0);
+      expect(await member.page.getByText(/internal addresses/).count()).toBe(0);
+      expect(member.problems).toEqual([]);
+    } finally {
+      await member.context.close();
+    }
+    const answer = (await client(() => s.url, token).gql(WebhookSettings)).body;
+    expect(answer.data).toEqual({ webhookSettings: null });
+    expect(answer.errors?.[0]?.extensions?.code).toBe('forbidden');
   });
 });

@@ -11,6 +11,7 @@ import { graphql } from '../generated/gql';
 const Webhooks = graphql(`
   query SettingsWebhooks {
     webhooks { id url events createdBy created failing failingSince consecutiveFailures }
+    webhookSettings { allowPrivate }
   }
 `);
 
@@ -45,7 +46,7 @@ export function WebhooksSection() {
   return (
     <Section title="Webhooks">
       <p className="muted">Endpoints that receive the organization's events, signed the Standard Webhooks way.</p>
-      <NewWebhook onCreated={reload} />
+      <NewWebhook onCreated={reload} allowPrivate={hooks.data?.webhookSettings.allowPrivate} />
       {removal.error ? <Failure error={removal.error} /> : null}
       <QueryState what="webhooks" result={hooks} retry={reload} isEmpty={(d) => d.webhooks.length === 0} empty="No webhooks.">
         {(data) => (
@@ -149,7 +150,15 @@ function RecentDeliveries({ id, url }: { id: string; url: string }) {
   );
 }
 
-function NewWebhook({ onCreated }: { onCreated(): void }) {
+/** What the URL field says of addresses: the server's setting (WEBHOOK_ALLOW_PRIVATE), once read. */
+function urlHint(allowPrivate: boolean | undefined): string {
+  if (allowPrivate === undefined) return 'http(s)';
+  return allowPrivate
+    ? 'http(s); internal addresses are allowed on this server (WEBHOOK_ALLOW_PRIVATE=1)'
+    : 'http(s); internal addresses (loopback, private, link-local) are refused';
+}
+
+function NewWebhook({ onCreated, allowPrivate }: { onCreated(): void; allowPrivate: boolean | undefined }) {
   const initial = { url: '', ...Object.fromEntries(WEBHOOK_EVENTS.map((e) => [e, false])) } as { url: string } & Record<
     WebhookEvent,
     boolean
@@ -172,8 +181,9 @@ function NewWebhook({ onCreated }: { onCreated(): void }) {
   };
   return (
     <>
-      <form className="inline" onSubmit={submit} noValidate>
-        <Field label="Webhook URL" error={errors.url} hint="http(s); internal addresses are refused">
+      {/* Stacked: beside the tall Events list, an inline form pushed the URL field down to its bottom. */}
+      <form className="stacked" onSubmit={submit} noValidate>
+        <Field label="Webhook URL" error={errors.url} hint={urlHint(allowPrivate)}>
           {(props) => <input {...props} type="url" {...text('url')} placeholder="https://ci.example.com/berth-hooks" />}
         </Field>
         <fieldset aria-labelledby={legend}>
@@ -185,9 +195,11 @@ function NewWebhook({ onCreated }: { onCreated(): void }) {
           ))}
           {errors.events ? <small className="error">{errors.events}</small> : null}
         </fieldset>
-        <button type="submit" className="primary" disabled={result.fetching}>
-          Add webhook
-        </button>
+        <div className="actions">
+          <button type="submit" className="primary" disabled={result.fetching}>
+            Add webhook
+          </button>
+        </div>
       </form>
       {errors.form ? <Failure error={errors.form} /> : null}
       {secret ? (

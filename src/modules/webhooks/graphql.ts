@@ -2,7 +2,7 @@ import type { Webhook as WebhookRow } from '../../generated/prisma/client';
 import { WEBHOOK_EVENTS } from '../../kernel/event-names';
 import { builder } from '../../kernel/graphql/builder';
 import { connectionOf } from '../../kernel/graphql/paging';
-import { createWebhook, deleteWebhook, listDeliveries, webhookFilter } from './service';
+import { createWebhook, deleteWebhook, listDeliveries, type WebhookSettings, webhookFilter, webhookSettings } from './service';
 
 export const Webhook = builder.prismaObject('Webhook', {
   description:
@@ -66,6 +66,16 @@ const CreatedWebhook = builder.objectRef<{ webhook: WebhookRow; secret: string }
   }),
 });
 
+const WebhookSettingsRef = builder.objectRef<WebhookSettings>('WebhookSettings').implement({
+  description: "How this server checks webhook endpoints' addresses (its configuration)",
+  fields: (t) => ({
+    allowPrivate: t.exposeBoolean('allowPrivate', {
+      description:
+        'URLs may resolve to internal addresses (loopback, private, link-local): the server runs with WEBHOOK_ALLOW_PRIVATE=1; otherwise they are refused',
+    }),
+  }),
+});
+
 const CreateWebhookInput = builder.inputType('CreateWebhookInput', {
   fields: (t) => ({
     url: t.string({ required: true, description: 'http(s) URL; internal addresses are refused unless WEBHOOK_ALLOW_PRIVATE=1' }),
@@ -79,6 +89,11 @@ builder.queryFields((t) => ({
     description: "The organization's webhook endpoints (admins only), newest first",
     resolve: (query, _root, _args, ctx) =>
       ctx.deps.prisma.webhook.findMany({ ...query, where: webhookFilter(ctx.actor), orderBy: [{ created: 'desc' }, { id: 'desc' }] }),
+  }),
+  webhookSettings: t.field({
+    type: WebhookSettingsRef,
+    description: "How this server checks endpoints' addresses (admins only)",
+    resolve: (_root, _args, ctx) => webhookSettings(ctx.deps, ctx.actor),
   }),
   webhookDeliveries: t.connection({
     type: WebhookDelivery,

@@ -112,6 +112,17 @@ export function webhookFilter(actor: Actor) {
   return { orgId: actor.orgId };
 }
 
+/** How this server checks endpoints' addresses, for the form that registers them (admins). */
+export interface WebhookSettings {
+  /** Internal addresses (loopback, private, link-local) are allowed: WEBHOOK_ALLOW_PRIVATE=1. */
+  allowPrivate: boolean;
+}
+
+export function webhookSettings(deps: Deps, actor: Actor): WebhookSettings {
+  requireAdmin(actor, 'only admins can manage webhooks');
+  return { allowPrivate: deps.config.webhookAllowPrivate };
+}
+
 async function findWebhook(deps: Deps, actor: Actor, id: string) {
   const webhook = await deps.prisma.webhook.findFirst({ where: { ...webhookFilter(actor), id } });
   if (!webhook) throw new NotFoundError(`webhook ${id}`);
