@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bytes } from '../console/src/format';
+import { graphql } from './gql';
 import {
   CONSOLE_TEMPLATES,
   type ConsolePage,
@@ -15,16 +16,23 @@ import {
   signIn,
   subscribed,
 } from './helpers/browser';
+import { nodeChannel } from './helpers/node-channel';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
+
+const WarmCounts = graphql(`
+  query TestTemplateWarm {
+    templates { name warm warmReady }
+  }
+`);
 
 /** A node is lost when not heard from for this long (the server's clock, which the test moves). */
 const NODE_LOST_MS = 3000;
 
-/** The console's catalog, plus a pool only `berth node` serves and a template that sets every field. */
+/** The console's catalog, plus pools only `berth node` serves and a template that sets every field. */
 async function catalog(dir: string): Promise<string> {
   const base = JSON.parse(await readFile(CONSOLE_TEMPLATES, 'utf8'));
-  base.pools.push({ name: 'remote', hotNodes: 0, maxQueued: 10 });
+  base.pools.push({ name: 'remote', hotNodes: 0, maxQueued: 10 }, { name: 'warm', hotNodes: 0, maxQueued: 10 });
   base.templates.push({
     name: 'builder',
     description: 'Builds on the remote pool',
@@ -48,8 +56,9 @@ async function catalog(dir: string): Promise<string> {
   return file;
 }
 
-// The Nodes and Templates pages: an admin watches a real `berth node` come online, take an
-// environment, get lost and come back, without a reload; a member sees the same pages.
+// The Nodes and Templates pages: an admin sees each template's warm containers ready (made by a
+// stand-in node) and limits, watches a real `berth node` come online, take an environment, get
+// lost and come back, without a reload; a member sees the same pages.
 describe('web console: nodes and templates', () => {
   let s: TestServer;
   let dir: string;
@@ -105,23 +114,80 @@ describe('web console: nodes and templates', () => {
       .locator('tbody tr')
       .evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('th, td')].map((cell) => cell.textContent)));
 
-  it('lists the templates, each linked to its page', async () => {
-    await navigate(page, 'Templates');
-    const table = page.getByRole('region', { name: 'Templates' });
-    await table.waitFor();
-    const names = (await admin.get('/v1/templates')).body.templates.map((t: { name: string }) => t.name);
-    expect(names).toContain('builder');
-    expect(await table.getByRole('rowheader').allTextContents()).toEqual(names);
-    const builder = rowOf(page, 'builder');
-    expect(await builder.getByRole('cell').allTextContents()).toEqual([
-      'Builds on the remote pool',
-      'remote',
-      'docker.io/library/debian:bookworm-slim',
-      'egress',
-      '20m0s',
-      '4h0m0s',
-    ]);
-    await screenshot(page, 'templates');
+  it('lists the templates with their warm containers ready and limits, each linked to its page', async () => {
+    // A node of the warm pool, played by a stand-in on its control channel that makes warm
+    // containers when the test says; its heartbeats keep it online past NODE_LOST_MS.
+    const warmer = (await admin.post('/v1/nodes', { pool: 'warm', name: 'warmer' })).body;
+    const stand = await nodeChannel(s.url, warmer.secret);
+    const heartbeat = setInterval(() => stand.send({ type: 'heartbeat' }), 500);
+    try {
+      stand.send({ type: 'hello', slots: 2, environments: [] });
+      expect(await stand.next()).toMatchObject({ type: 'welcome' });
+      const spec = {
+        pool: 'warm',
+        image: 'docker.io/library/alpine:3.20',
+        idle: '30m',
+        hard: '2h',
+        warm: 2,
+        resources: { cpus: 1, memory: '512MiB' },
+      };
+      expect((await admin.put('/v1/templates/warmbox', spec)).status).toBe(200);
+      // The warm job asks the node for both (after the template's image to pull ahead).
+      const asked: { slot: string; since: string }[] = [];
+      while (asked.length < 2) {
+        const frame = (await stand.next()) as { type: string; warm?: { slot: string; since: string } };
+        if (frame.type === 'warm') asked.push(frame.warm!);
+      }
+      /** Ready warm containers of warmbox as GET /v1/nodes lists them (what `berth template ls` counts). */
+      const readyListed = async () =>
+        (await admin.get('/v1/nodes')).body.nodes
+          .flatMap((n: { warm: { template: string; state: string }[] }) => n.warm)
+          .filter((w: { template: string; state: string }) => w.template === 'warmbox' && w.state === 'ready').length;
+      const makeReady = async (slot: { slot: string; since: string }, count: number) => {
+        stand.send({ type: 'warm-ready', ...slot });
+        await expect.poll(readyListed).toBe(count);
+      };
+      await makeReady(asked[0]!, 1);
+      // GraphQL counts them by the same rule.
+      const counted = (await admin.gql(WarmCounts)).body.data?.templates;
+      expect(counted?.find((t) => t.name === 'warmbox')).toEqual({ name: 'warmbox', warm: 2, warmReady: 1 });
+
+      await navigate(page, 'Templates');
+      const table = page.getByRole('region', { name: 'Templates' });
+      await table.waitFor();
+      const names = (await admin.get('/v1/templates')).body.templates.map((t: { name: string }) => t.name);
+      expect(names).toEqual(expect.arrayContaining(['builder', 'default', 'warmbox']));
+      expect(await table.getByRole('rowheader').allTextContents()).toEqual(names);
+      expect(await rowOf(page, 'builder').getByRole('cell').allTextContents()).toEqual([
+        'Builds on the remote pool',
+        'remote',
+        'docker.io/library/debian:bookworm-slim',
+        'egress',
+        '–',
+        '2 CPUs, 4GiB memory, 2048 processes, 16GiB disk',
+        '20m0s',
+        '4h0m0s',
+      ]);
+      // Warm: ready of those asked for; limits: those set, or none.
+      expect((await rowOf(page, 'warmbox').getByRole('cell').allTextContents()).slice(4, 6)).toEqual([
+        '1 of 2 ready',
+        '1 CPU, 512MiB memory',
+      ]);
+      expect((await rowOf(page, 'default').getByRole('cell').allTextContents()).slice(4, 6)).toEqual(['–', '–']);
+      await screenshot(page, 'templates');
+
+      // Read when opened: the second one shows on the template's page, and back on the list.
+      await makeReady(asked[1]!, 2);
+      await rowOf(page, 'warmbox').getByRole('link', { name: 'warmbox', exact: true }).click();
+      await page.getByRole('heading', { level: 1, name: 'Template warmbox' }).waitFor();
+      await field('Warm containers').getByText('2 of 2 ready', { exact: true }).waitFor();
+      await navigate(page, 'Templates');
+      await rowOf(page, 'warmbox').getByRole('cell', { name: '2 of 2 ready', exact: true }).waitFor();
+    } finally {
+      clearInterval(heartbeat);
+      stand.ws.close();
+    }
+    expect((await admin.del(`/v1/nodes/${warmer.node.id}`)).status).toBe(200);
   });
 
   it("shows a template's image, resources, shares, services and variables on its page", async () => {
@@ -137,6 +203,7 @@ describe('web console: nodes and templates', () => {
     expect(await field('Memory').textContent()).toBe('4GiB');
     expect(await field('Disk').textContent()).toBe('16GiB');
     expect(await field('Processes').textContent()).toBe('2048');
+    expect(await field('Warm containers').textContent()).toBe('–');
     expect(await field('Idle time-out').textContent()).toBe('20m0s');
     expect(await field('Hard time-out').textContent()).toBe('4h0m0s');
     expect(await rows('Shares')).toEqual([

@@ -49,3 +49,19 @@ export function parsePairs(text: string): { pairs: string[]; bad?: string } {
 export function pairsToObject(pairs: string[]): Record<string, string> {
   return Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]));
 }
+
+/** A template's warm containers: `1 of 2 ready` (ready for a lease of those it asks for), `–` when it asks for none. */
+export function warmState(t: { warm: number; warmReady: number }): string {
+  return t.warm ? `${t.warmReady} of ${t.warm} ready` : '–';
+}
+
+/** A template's limits in one line, in `berth template ls`'s order (CPUs, memory, processes, disk); `–` when it sets none. */
+export function limits(r: { cpus?: number | null; memory?: string | null; pids?: number | null; disk?: string | null }): string {
+  const parts = [
+    r.cpus !== null && r.cpus !== undefined ? `${r.cpus} ${r.cpus === 1 ? 'CPU' : 'CPUs'}` : '',
+    r.memory ? `${r.memory} memory` : '',
+    r.pids !== null && r.pids !== undefined ? `${r.pids} processes` : '',
+    r.disk ? `${r.disk} disk` : '',
+  ];
+  return parts.filter(Boolean).join(', ') || '–';
+}

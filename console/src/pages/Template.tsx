@@ -1,13 +1,13 @@
 import { Link } from 'wouter';
 import { useQueryAnswer } from '../answers';
 import { Empty, Failure, Fields, Page, QueryState, Section, Table } from '../components/ui';
-import { millis } from '../format';
+import { millis, warmState } from '../format';
 import { graphql } from '../generated/gql';
 
 const TemplateDetail = graphql(`
   query TemplateDetail {
     templates {
-      name description pool image network workdir shell env idle hard startMs warm
+      name description pool image network workdir shell env idle hard startMs warm warmReady
       resources { cpus memory disk pids }
       shares { name direction envPath }
       services { service target }
@@ -46,7 +46,7 @@ export function TemplatePage({ name }: { name: string }) {
                   ['Idle time-out', t.idle],
                   ['Hard time-out', t.hard],
                   ['Start time', millis(t.startMs)],
-                  ['Warm containers', String(t.warm)],
+                  ['Warm containers', warmState(t)],
                 ]}
               />
               <Section title="Shares">

@@ -1,8 +1,19 @@
+import DataLoader from 'dataloader';
 import { builder } from '../../kernel/graphql/builder';
 import { perRequest } from '../../kernel/graphql/per-request';
 import { EnvironmentRef } from '../environments/graphql';
-import { type Allocation, createNode, listNodes, type NodeEvent, type NodeRecord, removeNode, watchNodes } from './service';
-import { type WarmContainer, warmContainersLoader } from './warm';
+import { Template } from '../templates/graphql';
+import {
+  type Allocation,
+  createNode,
+  listNodes,
+  type NodeEvent,
+  type NodeRecord,
+  readyWarmCounts,
+  removeNode,
+  watchNodes,
+} from './service';
+import { type WarmContainer, warmContainersLoader, warmOrgsSeenBy } from './warm';
 
 const NodeCapacityRef = builder.objectRef<{ cpus: number; memory: number }>('NodeCapacity').implement({
   description: "A node's machine, as its agent said when it last connected: its engine's, else the host's",
@@ -80,13 +91,33 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
     warm: t.field({
       type: [WarmContainerRef],
       description: "The warm containers its free slots keep for the organization's templates (and the catalog's)",
-      resolve: async (n, _args, ctx) => (await warmLoader(ctx).load(n.id)).filter((w) => w.org === '' || w.org === ctx.actor.orgId),
+      resolve: async (n, _args, ctx) => (await warmLoader(ctx).load(n.id)).filter((w) => warmOrgsSeenBy(ctx.actor.orgId).includes(w.org)),
     }),
     lastSeen: t.expose('lastSeen', { type: 'DateTime', nullable: true, description: 'Its last hello or heartbeat' }),
     createdBy: t.exposeString('createdBy'),
     created: t.expose('created', { type: 'DateTime' }),
   }),
 });
+
+/** One count per request: a list of templates asks once. */
+const readyWarmLoader = perRequest(
+  (ctx) =>
+    new DataLoader<string, number>(
+      async (names) => {
+        const counts = await readyWarmCounts(ctx.deps, ctx.actor);
+        return names.map((name) => counts.get(name) ?? 0);
+      },
+      { cache: false },
+    ),
+);
+
+builder.objectField(Template, 'warmReady', (t) =>
+  t.int({
+    description:
+      'Its warm containers ready for a lease now (of the `warm` it asks for): the `warm` entries in state ready on the nodes `nodes` lists',
+    resolve: (template, _args, ctx) => readyWarmLoader(ctx).load(template.name),
+  }),
+);
 
 const CreatedNode = builder.objectRef<{ node: NodeRecord; secret: string }>('CreatedNode').implement({
   fields: (t) => ({

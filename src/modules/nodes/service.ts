@@ -27,6 +27,7 @@ import { openSnapshotShare, planRestore, type RestorePlan, recordRestored, saved
 import { findTemplate, poolImages } from '../templates';
 import { actsForEveryOrg, BUILTIN_NAME, builtinSlots } from './builtin-node';
 import { resourcesOf } from './specs';
+import { warmOrgsSeenBy } from './warm';
 
 export { MAX_SLOTS } from '../../protocol/dataplane';
 
@@ -214,13 +215,31 @@ export async function createNode(deps: Deps, actor: Actor, input: CreateNodeInpu
 }
 
 /** GET /v1/nodes: the built-in node, then the organization's nodes (revoked ones are gone), oldest first. */
+/** The nodes an organization sees: the built-in node and its own, until revoked. */
+const seenNodes = (orgId: string) => ({ OR: [{ orgId }, { builtin: true }], revoked: null });
+
 export async function listNodes(deps: Deps, actor: Actor): Promise<NodeRecord[]> {
   requireMember(actor);
   const nodes = await deps.prisma.remoteNode.findMany({
-    where: { OR: [{ orgId: actor.orgId }, { builtin: true }], revoked: null },
+    where: seenNodes(actor.orgId),
     orderBy: [{ builtin: 'desc' }, { created: 'asc' }, { id: 'asc' }],
   });
   return records(deps, nodes, actor.orgId);
+}
+
+/**
+ * The warm containers ready for a lease, by template name: the `warm` entries in state ready of
+ * the nodes GET /v1/nodes lists (what `berth template ls` counts; a Template's `warmReady`).
+ */
+export async function readyWarmCounts(deps: Deps, actor: Actor): Promise<Map<string, number>> {
+  requireMember(actor);
+  const nodes = await deps.prisma.remoteNode.findMany({ where: seenNodes(actor.orgId), select: { id: true } });
+  const rows = await deps.prisma.node.groupBy({
+    by: ['warmTemplate'],
+    where: { remoteId: { in: nodes.map((n) => n.id) }, warmState: 'ready', warmOrg: { in: warmOrgsSeenBy(actor.orgId) } },
+    _count: { _all: true },
+  });
+  return new Map(rows.map((r) => [r.warmTemplate ?? '', r._count._all]));
 }
 
 /**

@@ -13,6 +13,12 @@ export interface WarmContainer {
   error: string | null;
 }
 
+/**
+ * Whose warm containers an organization sees: its own templates' and the catalog's (''). The
+ * built-in node keeps every organization's; each sees only these of them.
+ */
+export const warmOrgsSeenBy = (orgId: string) => ['', orgId];
+
 const WARM_COLUMNS = {
   id: true,
   remoteId: true,

@@ -40,7 +40,7 @@ const TemplateService = builder.objectRef<ServiceSpec>('TemplateService').implem
   }),
 });
 
-const Template = builder.objectRef<TemplateSpec>('Template').implement({
+export const Template = builder.objectRef<TemplateSpec>('Template').implement({
   fields: (t) => ({
     name: t.exposeString('name'),
     description: t.exposeString('description', { nullable: true }),
