@@ -1,4 +1,4 @@
-// Bundles the `berth` command (src/cli/index.ts) into one file, dist/cli/berth.mjs, that needs only
+// Bundles the `berth` command (src/cli/index.ts) into one file, dist/install/berth.mjs, that needs only
 // Node ≥ 20: every package inlined, no node_modules beside it. The server serves it at
 // /cli/berth.mjs and its /install.sh installs it as `berth` on a laptop (docs/cli.md, "Install").
 // Built with the server's bundle (scripts/build-server.mjs: `npm install`, `npm start`, vitest's
@@ -9,14 +9,14 @@
 // envd, a binary built in the checkout. Those commands load them by dynamic import when they run;
 // here each such import becomes a module that fails with one line, so `berth --version` and the
 // user's commands never load them and the two say to run from a server checkout.
-import { renameSync, statSync, utimesSync, writeFileSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
-import { join, relative, resolve, sep } from 'node:path';
+import { mkdirSync, renameSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { newestMtime } from './bundle.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-export const STANDALONE_CLI = join(root, 'dist', 'cli', 'berth.mjs');
+// A folder of its own: scripts/build-cli.mjs removes from dist/cli what its own build did not write.
+const STANDALONE_CLI = join(root, 'dist', 'install', 'berth.mjs');
 const SOURCES = ['src', 'package.json', 'tsconfig.json', 'scripts/build-cli-standalone.mjs', 'scripts/bundle.mjs'];
 
 /** What the file's dynamic imports may not reach: the server's code, the database and the node runtime. */
@@ -59,7 +59,7 @@ const checkoutOnly = {
   },
 };
 
-/** The path of dist/cli/berth.mjs, built first when it is missing or older than its sources. */
+/** The path of dist/install/berth.mjs, built first when it is missing or older than its sources. */
 export async function standaloneCli() {
   const sources = newestMtime(root, SOURCES);
   const built = statSync(STANDALONE_CLI, { throwIfNoEntry: false })?.mtimeMs;
@@ -79,7 +79,7 @@ export async function standaloneCli() {
     write: false,
     logLevel: 'warning',
   });
-  await mkdir(join(root, 'dist', 'cli'), { recursive: true });
+  mkdirSync(dirname(STANDALONE_CLI), { recursive: true });
   // Renamed into place: the server may be sending the previous build meanwhile.
   const temporary = `${STANDALONE_CLI}.${process.pid}.tmp`;
   writeFileSync(temporary, outputFiles[0].contents);

@@ -6,10 +6,12 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { request } from 'node:http';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCliInstallHandler } from '../src/edges/cli-install';
 import { rawRequest } from './helpers/raw-http';
 import { BOOTSTRAP, startServer, type TestServer } from './helpers/server';
 
@@ -55,6 +57,13 @@ describe('GET /install.sh and the berth it installs', () => {
   let s: TestServer;
   let dir: string;
   let script: string;
+  /** A user who installed berth into ~/tools, and runs it with only that HOME and PATH. */
+  let user: {
+    home: string;
+    bin: string;
+    install: Run;
+    berth: (args: string[], extra?: Record<string, string>) => Promise<Run>;
+  };
 
   beforeAll(async () => {
     s = await startServer('pglite');
@@ -62,6 +71,12 @@ describe('GET /install.sh and the berth it installs', () => {
     const res = await fetch(`${s.url}/install.sh`);
     expect(res.status).toBe(200);
     script = await res.text();
+    // curl -fsSL URL/install.sh | sh -s -- --dir ~/tools
+    const { home: h, env } = await home();
+    const bin = join(h, 'tools');
+    const install = await run('sh', ['-s', '--', '--dir', bin], env, script);
+    const berth = (args: string[], extra: Record<string, string> = {}) => run(join(bin, 'berth'), args, { ...env, ...extra });
+    user = { home: h, bin, install, berth };
   });
   afterAll(async () => {
     await s?.stop();
@@ -90,29 +105,26 @@ describe('GET /install.sh and the berth it installs', () => {
     expect(again.status).toBe(304);
   });
 
-  it('installs berth into --dir, atomically, and it talks to this server by default', async () => {
-    const { home: h, env } = await home();
-    const bin = join(h, 'tools');
-    // curl -fsSL URL/install.sh | sh -s -- --dir ~/tools
-    const install = await run('sh', ['-s', '--', '--dir', bin], env, script);
+  it('installs berth into --dir: one executable file, nothing beside it, no credential', async () => {
+    const { home: h, bin, install } = user;
     expect(install).toMatchObject({ code: 0, stderr: '' });
     expect(install.stdout).toContain(`berth ${version} installed as ${bin}/berth; its server: ${s.url}\n`);
     expect(install.stdout).toContain(`${bin} is not on PATH: add it, e.g. in ~/.profile:\n  export PATH="${bin}:$PATH"\n`);
-    // One executable file, nothing left beside it, and no credential anywhere in HOME.
     expect(await readdir(bin)).toEqual(['berth']);
     expect((await stat(join(bin, 'berth'))).mode & 0o777).toBe(0o755);
     expect(await readdir(h)).toEqual(['tools']);
     const installed = await readFile(join(bin, 'berth'), 'utf8');
     expect(installed.split('\n', 2)).toEqual(['#!/usr/bin/env node', `var BERTH_INSTALLED_URL = "${s.url}";`]);
+    expect(await user.berth(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+  });
 
-    const berth = (args: string[], extra: Record<string, string> = {}) => run(join(bin, 'berth'), args, { ...env, ...extra });
-    expect(await berth(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+  it('the installed berth talks to the server it came from; --server, BERTH_URL and a login win', async () => {
+    const { berth } = user;
     // No BERTH_URL, no --server, no login: the installer's URL.
     expect(await berth(['env', 'ls'], { BERTH_TOKEN: BOOTSTRAP })).toMatchObject({ code: 0, stderr: 'no environments\n' });
     const templates = await berth(['template', 'ls'], { BERTH_TOKEN: BOOTSTRAP });
     expect(templates).toMatchObject({ code: 0, stderr: '' });
     expect(templates.stdout).toMatch(/^default\b/m);
-    // BERTH_URL and --server still win over it.
     const elsewhere = 'http://127.0.0.1:9';
     for (const [args, extra] of [
       [['env', 'ls'], { BERTH_URL: elsewhere }],
@@ -122,16 +134,11 @@ describe('GET /install.sh and the berth it installs', () => {
       expect(failed.code).toBe(1);
       expect(failed.stderr).toMatch(/^berth: cannot reach Berth at http:\/\/127\.0\.0\.1:9: /);
     }
-
     // `berth login` with no URL logs in to the installer's server; the commands then need no token.
     const login = await berth(['login', '--token', BOOTSTRAP]);
     expect(login).toMatchObject({ code: 0, stderr: '' });
     expect(login.stdout).toMatch(new RegExp(`^Logged in to ${s.url} as admin@berth.local`));
     expect(await berth(['env', 'ls'])).toMatchObject({ code: 0, stderr: 'no environments\n' });
-
-    // Installing again replaces the file whole.
-    expect(await run('sh', ['-s', '--', `--dir=${bin}`], env, script)).toMatchObject({ code: 0, stderr: '' });
-    expect(await readdir(bin)).toEqual(['berth']);
   });
 
   it('installs into ~/.local/bin by default, and says nothing of PATH when that is on it', async () => {
@@ -140,10 +147,12 @@ describe('GET /install.sh and the berth it installs', () => {
     const first = await run('sh', [], env, script);
     expect(first).toMatchObject({ code: 0, stderr: '' });
     expect(first.stdout).toContain(`export PATH="${bin}:$PATH"`);
+    // Again, with the folder on PATH: the file is replaced whole, and PATH needs nothing.
     const onPath = { ...env, PATH: `${bin}:${PATH}` };
     const second = await run('sh', [], onPath, script);
     expect(second).toMatchObject({ code: 0, stderr: '' });
     expect(second.stdout).not.toContain('PATH');
+    expect(await readdir(bin)).toEqual(['berth']);
     expect(await run('sh', ['-c', 'command -v berth && berth --version'], onPath)).toEqual({
       code: 0,
       stdout: `${bin}/berth\n${version}\n`,
@@ -152,9 +161,7 @@ describe('GET /install.sh and the berth it installs', () => {
   });
 
   it('the installed berth runs the agent and says where the server-side commands run', async () => {
-    const { home: h, env } = await home();
-    expect(await run('sh', ['-s', '--', '--dir', h], env, script)).toMatchObject({ code: 0 });
-    const berth = (args: string[], extra: Record<string, string> = {}) => run(join(h, 'berth'), args, { ...env, ...extra });
+    const { home: h, berth } = user;
     // The sandbox agent is in the file: it starts and asks for its join key.
     expect(await berth(['agent', '--dir', join(h, 'work')])).toEqual({
       code: 1,
@@ -197,7 +204,7 @@ describe('GET /install.sh and the berth it installs', () => {
       'cache-control': 'no-cache',
       'x-content-type-options': 'nosniff',
     });
-    expect(res.body.equals(await readFile(join(root, 'dist/cli/berth.mjs')))).toBe(true);
+    expect(res.body.equals(await readFile(join(root, 'dist/install/berth.mjs')))).toBe(true);
     const text = res.body.toString();
     for (const secret of [BOOTSTRAP, s.dataDir, root]) expect(text).not.toContain(secret);
     expect((await get(s.url, '/cli/berth.mjs', { 'if-none-match': String(res.headers.etag) })).status).toBe(304);
@@ -261,5 +268,33 @@ describe('/install.sh behind a proxy', () => {
     const refused = await get(proxied.url, '/install.sh', { 'x-forwarded-host': 'x$(id)' });
     expect(refused.status).toBe(400);
     expect(JSON.parse(refused.body.toString())).toMatchObject({ code: 'bad_request' });
+  });
+});
+
+describe('GET /cli/berth.mjs where it is not built', () => {
+  it("answers 404 in the API's error shape, and the installer stops there, installing nothing", async () => {
+    const cli = createCliInstallHandler({ trustProxy: 0, file: join(tmpdir(), 'berth-not-built', 'berth.mjs') });
+    const server = createServer((req, res) => void cli.handle(req, res));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const res = await fetch(`${url}/cli/berth.mjs`);
+      expect(res.status).toBe(404);
+      expect(await res.json()).toEqual({
+        error: 'the berth command line is not built here (dist/install/berth.mjs): `npm start` builds it',
+        code: 'not_found',
+      });
+      // The installer stops at its download, saying what it could not get.
+      const h = await mkdtemp(join(tmpdir(), 'berth-install-'));
+      const script = await (await fetch(`${url}/install.sh`)).text();
+      const install = await run('sh', ['-s', '--', '--dir', h], { HOME: h, PATH }, script);
+      expect(install.code).toBe(1);
+      expect(install.stderr).toMatch(new RegExp(`berth install: cannot download ${url}/cli/berth.mjs\n$`));
+      expect(await readdir(h)).toEqual([]);
+      await rm(h, { recursive: true });
+    } finally {
+      server.close();
+      server.closeAllConnections();
+    }
   });
 });

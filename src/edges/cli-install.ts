@@ -1,5 +1,5 @@
 // Serves the `berth` command line to the machines that use this server (docs/cli.md, "Install"):
-//   GET /cli/berth.mjs  the single-file CLI (dist/cli/berth.mjs, scripts/build-cli-standalone.mjs)
+//   GET /cli/berth.mjs  the single-file CLI (dist/install/berth.mjs, scripts/build-cli-standalone.mjs)
 //   GET /install.sh     a POSIX sh script that installs it as `berth`, with this server as its default
 // Neither needs a credential, and neither holds one: the file is the same for everyone, the
 // script differs only by the server's URL, which it takes from PUBLIC_URL when that is set (a Host
@@ -12,7 +12,7 @@ import { packagePath } from '../platform/paths';
 import { HOST_HEADER } from './console';
 import { sendError } from './http/respond';
 
-export const CLI_FILE = packagePath('dist', 'cli', 'berth.mjs');
+export const CLI_FILE = packagePath('dist', 'install', 'berth.mjs');
 export const CLI_PATH = '/cli/berth.mjs';
 export const INSTALL_PATH = '/install.sh';
 
@@ -167,7 +167,7 @@ export function createCliInstallHandler(options: CliInstallOptions): CliInstallH
   async function sendCli(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stats = await stat(file).catch(() => undefined);
     if (!stats?.isFile()) {
-      return sendError(res, 'not_found', 'the berth command line is not built here (dist/cli/berth.mjs): `npm start` builds it');
+      return sendError(res, 'not_found', 'the berth command line is not built here (dist/install/berth.mjs): `npm start` builds it');
     }
     const etag = `"${stats.size.toString(36)}-${Math.trunc(stats.mtimeMs).toString(36)}"`;
     const headers = {
