@@ -19,6 +19,8 @@ export const AUDIT_ACTIONS = [
   'sandbox.remove',
   'node.create',
   'node.remove',
+  'node.cordon',
+  'node.uncordon',
   'node.connect',
   'node.leave',
   'artifact.create',

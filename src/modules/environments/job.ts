@@ -5,7 +5,7 @@ import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
-import { NO_WARM, type NodeProvider, startBound } from '../nodes';
+import { NO_WARM, NODE_TAKES_WORK, type NodeProvider, startBound } from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
@@ -17,7 +17,7 @@ import { explainWaiting } from './waiting';
 /**
  * Claims queued environments onto free slots, oldest first per pool; SKIP LOCKED keeps instances
  * apart. A hot node (a slot of the built-in node) serves every organization; another node's slot
- * only its own organization's leases. Only while its node is online and not draining.
+ * only its own organization's leases. Only while its node takes work (NODE_TAKES_WORK).
  */
 async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
   const claimed: Environment[] = [];
@@ -42,7 +42,7 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
            WHERE e.pool = ${pool.name} AND e.state = 'pending'
              AND EXISTS (SELECT 1 FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
                           WHERE n.pool = e.pool AND n."environmentId" IS NULL
-                            AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
+                            AND ${NODE_TAKES_WORK}
                             AND ((r.builtin AND hot.room) OR r."orgId" = e."orgId"))
            ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
         if (envs.length === 0) return null;
@@ -52,7 +52,7 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
                  n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState"
             FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
            WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
-             AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
+             AND ${NODE_TAKES_WORK}
            ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
         for (const pending of envs) {
           const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.builtin);
@@ -73,11 +73,10 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
             leastWarm(slots.filter((n) => n.orgId === pending.orgId)) ??
             (pending.hotRoom ? leastWarm(slots.filter((n) => n.builtin)) : undefined);
           if (!slot) continue;
-          // Its node is read again under a share lock: a drain or a lost mark that committed
-          // meanwhile is seen, and one that comes later waits for this claim.
+          // Its node is read again under a share lock: a drain, a cordon or a lost mark that
+          // committed meanwhile is seen, and one that comes later waits for this claim.
           const takes = await tx.$queryRaw<{ id: string }[]>`
-            SELECT id FROM "RemoteNode"
-             WHERE id = ${slot.remoteId} AND state = 'online' AND draining IS NULL AND revoked IS NULL FOR SHARE`;
+            SELECT r.id FROM "RemoteNode" r WHERE r.id = ${slot.remoteId} AND ${NODE_TAKES_WORK} FOR SHARE`;
           if (takes.length === 0) {
             slots.splice(slots.indexOf(slot), 1);
             continue;

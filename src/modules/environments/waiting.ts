@@ -15,6 +15,7 @@ import type { Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
 import { plural } from '../../kernel/words';
 import type { Prisma, Tx } from '../../platform/db';
+import { NODE_TAKES_WORK } from '../nodes';
 import { hotNodesFor } from '../organizations';
 import type { PoolSpec } from '../templates';
 import { announceEnvironment, recordEvent } from './events';
@@ -75,7 +76,7 @@ async function pictureOf(db: Db, pool: string, outSync: string[]): Promise<PoolP
     SELECT CASE WHEN r.builtin THEN NULL ELSE r."orgId" END AS "nodeOrg", e."orgId" AS "envOrg", e.state, count(*)::int AS n,
            (count(*) FILTER (WHERE e.id = ANY(${outSync}::text[])))::int AS "outSync"
       FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId" LEFT JOIN "Environment" e ON e.id = n."environmentId"
-     WHERE n.pool = ${pool} AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
+     WHERE n.pool = ${pool} AND ${NODE_TAKES_WORK}
      GROUP BY 1, 2, 3`;
   const picture: PoolPicture = { hot: noSlots(), hotHeld: new Map(), own: new Map() };
   for (const row of rows) {
@@ -124,6 +125,7 @@ interface RegisteredNode {
   state: string;
   lastSeen: Date | null;
   draining: Date | null;
+  cordoned: Date | null;
 }
 
 /** Why an organization's lease finds no node at all in a pool without hot nodes: its own nodes, by name. */
@@ -133,6 +135,7 @@ function noNodeText(pool: string, nodes: RegisteredNode[]): string {
   }
   const said = nodes.slice(0, 3).map((n) => {
     if (n.draining) return `node ${n.name} is draining`;
+    if (n.cordoned) return `node ${n.name} is cordoned (no new leases until an admin uncordons it)`;
     if (n.state === 'leaving') return `node ${n.name} is shutting down`;
     if (n.state === 'offline') return `node ${n.name} is offline: its agent was stopped`;
     if (n.state === 'online') return `node ${n.name} is connecting`;
@@ -172,7 +175,7 @@ async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], ou
       : await db.remoteNode.findMany({
           where: { pool: pool.name, revoked: null, orgId: { in: unserved } },
           orderBy: [{ created: 'asc' }, { id: 'asc' }],
-          select: { orgId: true, name: true, state: true, lastSeen: true, draining: true },
+          select: { orgId: true, name: true, state: true, lastSeen: true, draining: true, cordoned: true },
         });
   return {
     pool,

@@ -11,6 +11,7 @@ import {
   type NodeRecord,
   readyWarmCounts,
   removeNode,
+  setNodeCordon,
   watchNodes,
 } from './service';
 import { type WarmContainer, warmContainersLoader, warmOrgsSeenBy } from './warm';
@@ -50,6 +51,14 @@ const WarmContainerRef = builder.objectRef<WarmContainer>('WarmContainer').imple
 /** One loader per request: a list of nodes asks for their warm containers in one query. */
 const warmLoader = perRequest((ctx) => warmContainersLoader(ctx.deps.prisma));
 
+const NodeCordonRef = builder.objectRef<{ at: Date; by: string }>('NodeCordon').implement({
+  description: 'A cordon of a node: no new leases go to it until an admin uncordons it',
+  fields: (t) => ({
+    at: t.expose('at', { type: 'DateTime' }),
+    by: t.exposeString('by', { description: 'The admin who cordoned it' }),
+  }),
+});
+
 export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
   description:
     "A build machine running `berth node`: the built-in node the server runs, or one of the organization's with its credential (docs/agents.md)",
@@ -88,6 +97,12 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
       resolve: (n) => n.capacity,
     }),
     allocated: t.field({ type: NodeAllocationRef, description: 'What its live environments are allowed', resolve: (n) => n.allocated }),
+    cordoned: t.field({
+      type: NodeCordonRef,
+      nullable: true,
+      description: 'When an admin cordoned it (it takes no new leases; its live environments go on) and who; null while it takes work',
+      resolve: (n) => n.cordoned,
+    }),
     warm: t.field({
       type: [WarmContainerRef],
       description: "The warm containers its free slots keep for the organization's templates (and the catalog's)",
@@ -155,6 +170,18 @@ builder.mutationFields((t) => ({
     description: 'Drains the node at once (no new environments); it is revoked when its live environments have ended (admins)',
     args: { id: t.arg.id({ required: true }) },
     resolve: (_root, { id }, ctx) => removeNode(ctx.deps, ctx.actor, String(id)),
+  }),
+  cordonNode: t.field({
+    type: NodeRef,
+    description: 'No new leases go to the node (its live environments go on, its warm containers go) until it is uncordoned (admins)',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => setNodeCordon(ctx.deps, ctx.actor, String(id), true),
+  }),
+  uncordonNode: t.field({
+    type: NodeRef,
+    description: 'The node takes new leases again (admins)',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => setNodeCordon(ctx.deps, ctx.actor, String(id), false),
   }),
 }));
 

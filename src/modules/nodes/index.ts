@@ -19,4 +19,5 @@ export {
   nodeRestorePlan,
   nodeSaveShare,
 } from './service';
+export { NODE_TAKES_WORK } from './takes-work';
 export { NO_WARM, nodeWarmFailed, nodeWarmHeld, nodeWarmReady, type WarmFailure, warmJob } from './warm-job';

@@ -31,7 +31,7 @@ import { warmOrgsSeenBy } from './warm';
 
 export { MAX_SLOTS } from '../../protocol/dataplane';
 
-import { ENVIRONMENT_JOB, NODE_JOB } from '../../kernel/job-names';
+import { CLAIM_JOB, ENVIRONMENT_JOB, NODE_JOB, WARM_JOB } from '../../kernel/job-names';
 import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 
@@ -60,6 +60,8 @@ export interface NodeRecord {
   capacity: { cpus: number; memory: number } | null;
   /** What its live environments' limits add up to (see allocationOf). */
   allocated: Allocation;
+  /** When an admin cordoned it (no new leases) and who; null while it takes work. */
+  cordoned: { at: Date; by: string } | null;
   lastSeen: Date | null;
   createdBy: string;
   created: Date;
@@ -125,6 +127,7 @@ async function records(deps: Deps, nodes: RemoteNode[], orgId: string): Promise<
       environments,
       capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null,
       allocated: allocationOf(environments),
+      cordoned: n.cordoned ? { at: n.cordoned, by: n.cordonedBy ?? '' } : null,
       lastSeen: n.lastSeen,
       createdBy: n.createdBy,
       created: n.created,
@@ -266,6 +269,40 @@ export async function removeNode(deps: Deps, actor: Actor, id: string): Promise<
   if (!node.draining) await announce(deps, drained, 'draining');
   const [record] = await records(deps, [drained], actor.orgId);
   await revokeDrained(deps);
+  return record!;
+}
+
+/**
+ * POST /v1/nodes/{id}/cordon and /uncordon (admins): a cordoned node takes no new leases and keeps
+ * no warm containers (NODE_TAKES_WORK); its live environments go on. Asking twice changes nothing
+ * (a cordon keeps its first time and admin). The built-in node serves every organization: no one
+ * organization's admin cordons it (409).
+ */
+export async function setNodeCordon(deps: Deps, actor: Actor, id: string, cordon: boolean): Promise<NodeRecord> {
+  const action = cordon ? 'node.cordon' : 'node.uncordon';
+  await checkAudited(deps, actor, { action, target: { kind: 'node', id } }, () =>
+    requireAdmin(actor, `only admins can ${cordon ? 'cordon' : 'uncordon'} nodes`),
+  );
+  const node = await findNode(deps, actor.orgId, id);
+  if (node.builtin) {
+    throw new ConflictError(
+      'the built-in node serves every organization: it cannot be cordoned by one (hotNodes: 0 in the catalog empties it)',
+      'conflict',
+    );
+  }
+  if (Boolean(node.cordoned) === cordon) return (await records(deps, [node], actor.orgId))[0]!;
+  const changed = await deps.prisma.$transaction(async (tx) => {
+    const row = await tx.remoteNode.update({
+      where: { id: node.id },
+      data: cordon ? { cordoned: deps.clock.now(), cordonedBy: actor.name } : { cordoned: null, cordonedBy: null },
+    });
+    await recordAudit(deps, tx, actor, { action, target: { kind: 'node', id: node.id }, detail: { name: node.name } });
+    return row;
+  });
+  const [record] = await records(deps, [changed], actor.orgId);
+  await announce(deps, changed, record!.state);
+  // Waiting leases are placed on it (or say why they wait), its warm containers go (or come back).
+  for (const job of [CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB]) deps.background.nudge(job);
   return record!;
 }
 

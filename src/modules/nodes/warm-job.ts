@@ -21,6 +21,7 @@ import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
 import { warmEnvironmentSpec } from './specs';
+import { NODE_TAKES_WORK } from './takes-work';
 
 /** A slot's warm columns, cleared: it keeps no warm container (now empty, or holding an environment). */
 export const NO_WARM = {
@@ -106,13 +107,13 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
              "warmSince" = NULL, "warmError" = NULL, "warmRetry" = NULL, "warmFailures" = 0
         FROM "RemoteNode" r
        WHERE r.id = n."remoteId" AND n."warmState" IS NOT NULL
-         AND (r.state <> 'online' OR r.draining IS NOT NULL OR r.revoked IS NOT NULL)
+         AND NOT ${NODE_TAKES_WORK}
       RETURNING n.id, n."remoteId"`;
     const slots = await tx.$queryRaw<Slot[]>`
       SELECT n.id, n.pool, n."remoteId", r."orgId" AS "nodeOrg", r.builtin, r.engine IS NOT NULL AS "hasEngine",
              n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmSince", n."warmRetry"
         FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
-       WHERE n."environmentId" IS NULL AND r.state = 'online' AND r.draining IS NULL AND r.revoked IS NULL
+       WHERE n."environmentId" IS NULL AND ${NODE_TAKES_WORK}
        ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
     // What each organization holds of each pool's hot nodes: its leases, then its warm containers.
     const held = new Map<string, number>();

@@ -17,6 +17,7 @@ import { SnapshotFields } from './snapshots';
 graphql(`
   fragment NodeFields on Node {
     id name pool builtin engine state slots environments capacity { cpus memory } allocated { cpus memory unlimited }
+    cordoned { at by }
     warm { slot template state since error } lastSeen createdBy created
   }
 `);
@@ -86,6 +87,27 @@ export function nodeRoutes(schema: GraphQLSchema): Route[] {
         "200 {node} with state draining. Another organization's node, like an unknown or revoked one, is 404; the built-in node 409 (it stops with the server).",
       document: graphql(`mutation RestRemoveNode($id: ID!) { removeNode(id: $id) { ...NodeFields } }`),
       result: { kind: 'wrap', field: 'removeNode', key: 'node' },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      path: '/v1/nodes/{id}/cordon',
+      summary: 'Cordon a node: no new leases go to it; its live environments go on (admins)',
+      description:
+        '200 {node} with cordoned {at, by}; a cordoned node also keeps no warm containers. Asking again changes nothing. ' +
+        "Another organization's node, like an unknown or revoked one, is 404; the built-in node 409 (it serves every organization).",
+      document: graphql(`mutation RestCordonNode($id: ID!) { cordonNode(id: $id) { ...NodeFields } }`),
+      result: { kind: 'wrap', field: 'cordonNode', key: 'node' },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      path: '/v1/nodes/{id}/uncordon',
+      summary: 'Uncordon a node: it takes new leases again (admins)',
+      description:
+        "200 {node} with cordoned null. Another organization's node, like an unknown or revoked one, is 404; the built-in node 409.",
+      document: graphql(`mutation RestUncordonNode($id: ID!) { uncordonNode(id: $id) { ...NodeFields } }`),
+      result: { kind: 'wrap', field: 'uncordonNode', key: 'node' },
       status: 200,
     },
     {
