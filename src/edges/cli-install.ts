@@ -125,8 +125,9 @@ main() {
   major=$(node -p 'process.versions.node.split(".")[0]') || fail 'node on PATH does not run'
   [ "$major" -ge 20 ] 2>/dev/null || fail "berth needs Node.js 20 or later; node on PATH is $(node --version)"
 
-  mkdir -p "$dir" || fail "cannot make $dir"
-  dir=$(cd "$dir" && pwd)
+  mkdir -p -- "$dir" || fail "cannot make $dir"
+  # CDPATH would make cd print the folder too.
+  dir=$(CDPATH='' cd -- "$dir" && pwd)
   [ -w "$dir" ] || fail "cannot write to $dir: pass --dir DIR"
   # Written beside berth and renamed over it: a command that starts meanwhile runs the old or the new one, whole.
   part=$dir/.berth.$$.download
