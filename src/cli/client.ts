@@ -26,6 +26,9 @@ export interface ConnectionOptions {
   token?: string;
 }
 
+/** The options of a command that prints the API's answer as it is with --json. */
+export type JsonOptions = ConnectionOptions & { json?: boolean };
+
 /** Adds --server and --token to a command that talks to Berth. */
 export function withConnection(command: Command): Command {
   return command
@@ -82,6 +85,16 @@ async function answerError(res: Response): Promise<ApiError> {
 }
 
 export type Query = Record<string, string | number | boolean | undefined | (string | undefined)[]>;
+
+/**
+ * The id of the record `ref` names, for a route that takes ids only: `ref` itself when it is one of
+ * their ids, else the id of the one live (not revoked) record of that name. Anything else is passed
+ * on as given, so the server answers for it: `404 … not found` as for any id it does not know.
+ */
+export function idOf(records: { id: string; name: string; revoked?: string | null }[], ref: string): string {
+  if (records.some((r) => r.id === ref)) return ref;
+  return records.find((r) => r.name === ref && !r.revoked)?.id ?? ref;
+}
 
 export class BerthClient {
   readonly base: string;
@@ -158,6 +171,10 @@ export class BerthClient {
 
   post<T>(path: string, body?: unknown, query?: Query): Promise<T> {
     return this.json<T>('POST', path, body ?? {}, query);
+  }
+
+  put<T>(path: string, body: unknown): Promise<T> {
+    return this.json<T>('PUT', path, body);
   }
 
   delete<T>(path: string): Promise<T> {

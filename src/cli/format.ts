@@ -23,6 +23,9 @@ export function age(ms: number): string {
   return `${Math.floor(s / 86400)}d`;
 }
 
+/** How long ago a time of the API was, as `age` writes it; `-` for none. */
+export const since = (time: string | null | undefined): string => (time ? age(Date.now() - Date.parse(time)) : '-');
+
 /** A byte count in binary units: `512 B`, `1.5 KiB`, `73.4 MiB`, `2.00 GiB`. */
 export function bytes(n: number): string {
   if (n < 1024) return `${n} B`;

@@ -8,10 +8,15 @@ import { registerAgentCommands } from './agent';
 import { registerArtifactCommands } from './artifact';
 import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
+import { registerKeyCommands } from './key';
 import { registerListCommands } from './lists';
 import { registerLoginCommands } from './login';
 import { registerNodeCommands } from './node';
+import { registerNodeListCommands } from './nodes';
 import { registerOperatorCommands } from './operator';
+import { registerQuotaCommands } from './quota';
+import { registerSandboxCommands } from './sandbox';
+import { registerWebhookCommands } from './webhook';
 
 // A reader that goes away (`berth env ls | head`) ends the command quietly, not with a stack trace.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
@@ -31,11 +36,16 @@ const program = new Command('berth')
 registerOperatorCommands(program);
 registerAgentCommands(program);
 registerNodeCommands(program);
+registerNodeListCommands(program);
 registerLoginCommands(program);
 registerExecCommands(program);
 registerEnvCommands(program);
 registerArtifactCommands(program);
 registerListCommands(program);
+registerSandboxCommands(program);
+registerWebhookCommands(program);
+registerKeyCommands(program);
+registerQuotaCommands(program);
 
 /** A usage error says what was wrong and the one help command to run, not the whole help. */
 function hintHelp(command: Command, path: string[]): void {

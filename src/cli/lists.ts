@@ -1,8 +1,9 @@
-// `berth template ls`, `berth sandbox ls`, `berth snapshot ls`, `berth node ls`: what the console
-// lists, from a shell.
+// `berth template ls`, `berth snapshot ls`: what the console lists, from a shell (`sandbox ls` and
+// `node ls` are beside their siblings, src/cli/sandbox.ts and nodes.ts).
 import type { Command } from 'commander';
-import { BerthClient, type ConnectionOptions, withConnection } from './client';
-import { age, bytes, json, table } from './format';
+import { BerthClient, type JsonOptions, withConnection } from './client';
+import { bytes, json, since, table } from './format';
+import type { RemoteNode } from './nodes';
 
 interface Template {
   name: string;
@@ -16,11 +17,6 @@ interface Template {
   resources: { cpus?: number; memory?: string; pids?: number; disk?: string };
 }
 
-interface SandboxEntry {
-  sandbox: { id: string; name: string; createdBy: string; lastSeen?: string | null; removed?: string | null };
-  environments: number;
-}
-
 interface Snapshot {
   key: string;
   share: string;
@@ -29,20 +25,6 @@ interface Snapshot {
   lease: string;
   created: string;
 }
-
-interface RemoteNode {
-  id: string;
-  name: string;
-  pool: string;
-  builtin: boolean;
-  state: string;
-  slots: number;
-  environments: string[];
-  warm: { template: string; state: string }[];
-  lastSeen?: string | null;
-}
-
-type JsonOption = ConnectionOptions & { json?: boolean };
 
 /** A template's limits in a table cell: `2cpu,4GiB,256pids,8GiB disk`, or `-`. */
 function limits(r: Template['resources']): string {
@@ -55,8 +37,6 @@ function limits(r: Template['resources']): string {
   return parts.join(',') || '-';
 }
 
-const since = (time: string | null | undefined) => (time ? age(Date.now() - Date.parse(time)) : '-');
-
 export function registerListCommands(program: Command): void {
   withConnection(
     program
@@ -65,7 +45,7 @@ export function registerListCommands(program: Command): void {
       .command('ls')
       .description('list the templates the organization can lease')
       .option('--json', 'print {templates} as JSON'),
-  ).action(async (options: JsonOption) => {
+  ).action(async (options: JsonOptions) => {
     const client = new BerthClient(options);
     const [answer, nodes] = await Promise.all([
       client.json<{ templates: Template[] }>('GET', '/v1/templates'),
@@ -92,30 +72,6 @@ export function registerListCommands(program: Command): void {
 
   withConnection(
     program
-      .command('sandbox')
-      .description("sandboxes: the organization's machines")
-      .command('ls')
-      .description('list the sandboxes with their live environment counts')
-      .option('--removed', 'include removed sandboxes')
-      .option('--json', 'print {sandboxes} as JSON'),
-  ).action(async (options: JsonOption & { removed?: boolean }) => {
-    const query = options.removed ? { removed: 'true' } : {};
-    const answer = await new BerthClient(options).json<{ sandboxes: SandboxEntry[] }>('GET', '/v1/sandboxes', undefined, query);
-    if (options.json) return json(answer);
-    const rows = answer.sandboxes.map(({ sandbox: s, environments }) => [
-      s.id,
-      s.name,
-      String(environments),
-      since(s.lastSeen),
-      s.removed ? `removed ${since(s.removed)} ago` : 'active',
-      s.createdBy,
-    ]);
-    if (rows.length === 0) console.error('no sandboxes');
-    else console.log(table(['ID', 'NAME', 'ENVIRONMENTS', 'LAST SEEN', 'STATE', 'REGISTERED BY'], rows));
-  });
-
-  withConnection(
-    program
       .command('snapshot')
       .description("snapshots: environments' saved shares")
       .command('ls')
@@ -125,7 +81,7 @@ export function registerListCommands(program: Command): void {
       .option('--limit <n>', 'at most this many (default 50, at most 500)')
       .option('--cursor <next>', 'the page after the one that printed this cursor')
       .option('--json', 'print {project, snapshots, next} as JSON'),
-  ).action(async (options: JsonOption & { project?: string; prefix?: string; limit?: string; cursor?: string }) => {
+  ).action(async (options: JsonOptions & { project?: string; prefix?: string; limit?: string; cursor?: string }) => {
     const { project, prefix, limit, cursor } = options;
     const answer = await new BerthClient(options).json<{ project: string; snapshots: Snapshot[]; next?: string }>(
       'GET',
@@ -138,29 +94,5 @@ export function registerListCommands(program: Command): void {
     if (rows.length === 0) console.error(`no snapshots in project ${answer.project}`);
     else console.log(table(['KEY', 'SHARE', 'FILES', 'SIZE', 'LEASE', 'AGE'], rows));
     if (answer.next) console.error(`more: berth snapshot ls --project ${answer.project} --cursor ${answer.next}`);
-  });
-
-  withConnection(
-    // Under `berth node`, the command that serves a pool (src/cli/node.ts, registered first).
-    program.commands
-      .find((c) => c.name() === 'node')!
-      .command('ls')
-      .description("list the built-in node and the organization's nodes: state, slots in use, last seen, live environments")
-      .option('--json', 'print {nodes} as JSON'),
-  ).action(async (options: JsonOption) => {
-    const answer = await new BerthClient(options).json<{ nodes: RemoteNode[] }>('GET', '/v1/nodes');
-    if (options.json) return json(answer);
-    const rows = answer.nodes.map((n) => [
-      n.id,
-      n.builtin ? `${n.name} (built-in)` : n.name,
-      // The built-in node serves every pool with hot nodes; its slots show the organization's environments.
-      n.builtin ? 'hot pools' : n.pool,
-      n.state,
-      `${n.environments.length}/${n.slots}`,
-      since(n.lastSeen),
-      n.environments.join(',') || '-',
-    ]);
-    if (rows.length === 0) console.error('no nodes');
-    else console.log(table(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS'], rows));
   });
 }

@@ -32,3 +32,9 @@ export function durationOption(value: string): string {
   }
   return value;
 }
+
+/** A count option: a whole number from 0 up; anything else is a usage error. */
+export function countOption(value: string): number {
+  if (!/^\d+$/.test(value)) throw new InvalidArgumentError('must be a whole number (0, 1, 2, …)');
+  return Number(value);
+}
