@@ -6,6 +6,7 @@ import { Command, CommanderError } from 'commander';
 import { version } from '../../package.json';
 import { registerAgentCommands } from './agent';
 import { registerArtifactCommands } from './artifact';
+import { registerCompletionCommands } from './completion';
 import { registerEnvCommands } from './env';
 import { registerExecCommands } from './exec';
 import { registerKeyCommands } from './key';
@@ -46,6 +47,7 @@ registerSandboxCommands(program);
 registerWebhookCommands(program);
 registerKeyCommands(program);
 registerQuotaCommands(program);
+registerCompletionCommands(program);
 
 /** A usage error says what was wrong and the one help command to run, not the whole help. */
 function hintHelp(command: Command, path: string[]): void {
