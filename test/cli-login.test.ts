@@ -7,15 +7,10 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { runBerth } from './helpers/processes';
 import { BOOTSTRAP, startServer, type TestServer } from './helpers/server';
 
 const root = new URL('..', import.meta.url).pathname;
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
 
 describe('berth login and logout', () => {
   let s: TestServer;
@@ -27,19 +22,7 @@ describe('berth login and logout', () => {
   const seenByOther: (string | undefined)[] = [];
 
   /** `berth args…` with only this test's config home: no BERTH_URL or BERTH_TOKEN unless given. */
-  function berth(args: string[], env: Record<string, string> = {}): Promise<Run> {
-    const { BERTH_URL: _url, BERTH_TOKEN: _token, ...inherited } = process.env;
-    const child = spawn(process.execPath, ['bin/berth.js', ...args], {
-      cwd: root,
-      env: { ...inherited, XDG_CONFIG_HOME: config, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout!.on('data', (d) => (stdout += d));
-    child.stderr!.on('data', (d) => (stderr += d));
-    return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
-  }
+  const berth = (args: string[], env: Record<string, string> = {}) => runBerth(args, { XDG_CONFIG_HOME: config, ...env });
 
   const stored = () => join(config, 'berth', 'config.json');
 

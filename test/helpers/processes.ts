@@ -146,6 +146,30 @@ export async function echoedWhole(port: number, payload: Buffer, agent?: Proc): 
   }
 }
 
+export interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * `node bin/berth.js args…` run to its end as a user runs it: none of the test's BERTH_URL,
+ * BERTH_TOKEN and BERTH_NODE_TOKEN, `env` added; its exit code and output.
+ */
+export function runBerth(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const { BERTH_URL: _url, BERTH_TOKEN: _token, BERTH_NODE_TOKEN: _node, ...inherited } = process.env;
+  const child = spawn(process.execPath, ['bin/berth.js', ...args], {
+    cwd: root,
+    env: { ...inherited, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
 /** `berth exec` as a real process: its exit code and output. */
 export function berthExec(url: string, token: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
