@@ -11,6 +11,8 @@ import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } fro
 import { reaches } from './helpers/states';
 
 const GIB = 1024 ** 3;
+/** What a node on this machine offers by default: its CPUs, and its memory less a tenth (at most 1 GiB). */
+const MACHINE = { cpus: availableParallelism(), memory: totalmem() - Math.min(GIB, Math.floor(totalmem() / 10)) };
 
 const CATALOG = {
   pools: [{ name: 'remote', hotNodes: 0, maxQueued: 10 }],
@@ -60,16 +62,14 @@ describeBackends('node capacity', (backend) => {
       BERTH_NODE_TOKEN: secret,
     });
     await agent.waitFor(/online as sizer/);
-    // Without an engine: the host's.
-    expect(await listed()).toMatchObject({ state: 'online', capacity: { cpus: availableParallelism(), memory: totalmem() } });
+    // Without an engine: the host's, its memory less the node's reserve.
+    expect(await listed()).toMatchObject({ state: 'online', capacity: MACHINE });
     const gql = await admin.post('/graphql', {
       query: '{ nodes { id builtin capacity { cpus memory } allocated { cpus memory unlimited } } }',
     });
     expect(
       gql.body.data.nodes.filter((n: { builtin: boolean }) => !n.builtin).map(({ builtin: _, ...n }: { builtin: boolean }) => n),
-    ).toEqual([
-      { id: node.id, capacity: { cpus: availableParallelism(), memory: totalmem() }, allocated: { cpus: 0, memory: 0, unlimited: 0 } },
-    ]);
+    ).toEqual([{ id: node.id, capacity: MACHINE, allocated: { cpus: 0, memory: 0, unlimited: 0 } }]);
   });
 
   it("allocated adds up the live environments' limits and gives them back when they end", async () => {
@@ -137,5 +137,44 @@ describeBackends('node capacity', (backend) => {
       ws.close();
     }
     expect((await listed()).capacity).toEqual(before);
+  });
+
+  it('--capacity declares what the node offers, above the machine if the operator says so, and bad values are refused', async () => {
+    const serve = (name: string, value: string) =>
+      admin.post('/v1/nodes', { pool: 'remote', name }).then((created) => ({
+        id: created.body.node.id as string,
+        proc: spawnNode(['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, name), '--engine', 'none', '--capacity', value], {
+          BERTH_NODE_TOKEN: created.body.secret,
+        }),
+      }));
+    const nodes = async () => (await admin.get('/v1/nodes')).body.nodes as { id: string; capacity: unknown }[];
+    const big = await serve('declared', 'cpus=64,memory=1TiB');
+    const half = await serve('halfdeclared', 'memory=1.5GiB');
+    try {
+      await big.proc.waitFor(/capacity 64 CPUs, 1TiB memory \(declared\)/);
+      await big.proc.waitFor(/online as declared/);
+      await half.proc.waitFor(/online as halfdeclared/);
+      const listedNow = await nodes();
+      expect(listedNow.find((n) => n.id === big.id)!.capacity).toEqual({ cpus: 64, memory: 1024 * GIB });
+      expect(listedNow.find((n) => n.id === half.id)!.capacity).toEqual({ cpus: MACHINE.cpus, memory: 1.5 * GIB });
+    } finally {
+      await big.proc.kill('SIGKILL');
+      await half.proc.kill('SIGKILL');
+    }
+    const bad: [string, RegExp][] = [
+      ['cpus=0', /cpus: must be an integer from 1 to 4096/],
+      ['cpus=1.5', /cpus: must be an integer/],
+      ['memory=12XB', /memory: "12XB" is not a size/],
+      ['memory=2048TiB', /memory: must be from 1B to 1024TiB/],
+      ['cpus=2,cpus=4', /expected cpus=N and\/or memory=SIZE, each once/],
+      ['disk=1TiB', /expected cpus=N and\/or memory=SIZE/],
+    ];
+    for (const [value, message] of bad) {
+      const refused = spawnNode(['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, 'bad'), '--capacity', value], {
+        BERTH_NODE_TOKEN: 'bnd_unused',
+      });
+      expect(await refused.exited).toBe(2);
+      expect(refused.output()).toMatch(message);
+    }
   });
 });

@@ -27,6 +27,8 @@ import { serveRelay } from '../dataplane/relay-node';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
 import { normalizeImage } from '../kernel/image-ref';
+import { formatSize } from '../kernel/sizes';
+import { type Capacity, nodeCapacity } from '../node/capacity';
 import { CommandHost } from '../node/command-host';
 import type { Engine } from '../node/engine';
 import { NodeRuntime } from '../node/runtime';
@@ -51,6 +53,8 @@ export interface NodeAgentOptions {
    * The built-in node keeps the server's, so its containers are its own across starts on any port.
    */
   owner?: string;
+  /** What `--capacity` declared (each part given overrides the machine's); see nodeCapacity. */
+  capacity?: Partial<Capacity>;
 }
 
 /** How often the containers of held environments are looked at (an end whose report was lost). */
@@ -82,8 +86,8 @@ export class NodeAgent {
   /** The warm containers this process holds, by slot: which making of it (`since`), made or being made. */
   private readonly warm = new Map<string, { since: string; hash: string; ready: boolean }>();
   private checks: NodeJS.Timeout | undefined;
-  /** The machine's CPUs and memory, said in every hello: the engine's when there is one, else the host's. */
-  private capacity: { cpus: number; memory: number } | undefined;
+  /** What it offers, said in every hello: the declared capacity, else the machine's (its engine's, else the host's) less a reserve. */
+  private capacity: Capacity | undefined;
 
   constructor(private readonly opts: NodeAgentOptions) {
     this.server = opts.server.replace(/\/+$/, '');
@@ -115,7 +119,9 @@ export class NodeAgent {
   /** Runs until stop() or until the server refuses the credential (then rejects with RefusedError). */
   async run(): Promise<void> {
     await mkdir(this.opts.dir, { recursive: true });
-    this.capacity = (await this.opts.engine?.capacity()) ?? { cpus: availableParallelism(), memory: totalmem() };
+    const machine = (await this.opts.engine?.capacity()) ?? { cpus: availableParallelism(), memory: totalmem() };
+    this.capacity = nodeCapacity(machine, this.opts.capacity);
+    this.log(`capacity ${this.capacity.cpus} CPUs, ${formatSize(this.capacity.memory)} memory${this.opts.capacity ? ' (declared)' : ''}`);
     await this.adopt();
     this.checks = setInterval(
       () => void this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`)),

@@ -5,14 +5,42 @@
 import { constants } from 'node:os';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { parseSize } from '../kernel/sizes';
+import type { Capacity } from '../node/capacity';
 import type { Engine } from '../node/engine';
-import { MAX_SLOTS } from '../protocol/dataplane';
+import { MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_SLOTS } from '../protocol/dataplane';
 import { CommandError } from './errors';
 
 function port(value: string): number {
   const n = Number(value);
   if (!/^\d+$/.test(value) || n > 65535) throw new InvalidArgumentError('must be a port from 0 (any free one) to 65535');
   return n;
+}
+
+/** `cpus=8,memory=16GiB`, or either part alone: what the node offers, over the machine's if the operator says so. */
+function capacity(value: string): Partial<Capacity> {
+  const declared: Partial<Capacity> = {};
+  for (const part of value.split(',')) {
+    const [key, text = ''] = part.split('=', 2).map((s) => s.trim());
+    if (key === 'cpus' && declared.cpus === undefined) {
+      const n = Number(text);
+      if (!/^\d+$/.test(text) || n < 1 || n > MAX_NODE_CPUS)
+        throw new InvalidArgumentError(`cpus: must be an integer from 1 to ${MAX_NODE_CPUS}`);
+      declared.cpus = n;
+    } else if (key === 'memory' && declared.memory === undefined) {
+      let bytes: number;
+      try {
+        bytes = parseSize(text, 'memory');
+      } catch (error) {
+        throw new InvalidArgumentError((error as Error).message);
+      }
+      if (bytes < 1 || bytes > MAX_NODE_MEMORY) throw new InvalidArgumentError('memory: must be from 1B to 1024TiB');
+      declared.memory = bytes;
+    } else {
+      throw new InvalidArgumentError(`${JSON.stringify(part)}: expected cpus=N and/or memory=SIZE, each once, such as cpus=8,memory=16GiB`);
+    }
+  }
+  return declared;
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
@@ -31,6 +59,11 @@ export function registerNodeCommands(program: Command): void {
     .option('--token <secret>', 'the node credential (bnd_…) from POST /v1/nodes; better BERTH_NODE_TOKEN, which ps does not show')
     .option('--dir <dir>', 'where environment roots live (DIR/<environment id>/) (required)')
     .option('--slots <n>', 'how many environments at once', slots, 1)
+    .option(
+      '--capacity <cpus=N,memory=SIZE>',
+      "what it offers its environments, e.g. cpus=8,memory=16GiB (either part alone too); default: the machine's, memory less a reserve",
+      capacity,
+    )
     .option('--engine <url>', 'the container engine (unix:///…, tcp://…, or none); default DOCKER_HOST, then the Docker or Podman socket')
     .option('--metrics-port <port>', 'serve Prometheus metrics at /metrics on this port (0: any free one); off without it', port)
     .option('--metrics-host <address>', 'the address --metrics-port listens on; another than loopback needs METRICS_TOKEN', '127.0.0.1')
@@ -53,7 +86,15 @@ export function registerNodeCommands(program: Command): void {
       const { NodeAgent } = await import('../agent/node-agent');
       const engine = await engineFor(opts.engine ?? process.env.DOCKER_HOST);
       const owner = opts.builtin ? process.env.BERTH_NODE_OWNER : undefined;
-      const agent = new NodeAgent({ server: opts.server!, token, dir: resolve(opts.dir!), slots: opts.slots, engine, owner });
+      const agent = new NodeAgent({
+        server: opts.server!,
+        token,
+        dir: resolve(opts.dir!),
+        slots: opts.slots,
+        engine,
+        owner,
+        capacity: opts.capacity,
+      });
       console.log(`berth node: ${engine ? `containers through ${engine.url}` : 'no container engine: environments hold files only'}`);
       if (opts.metricsPort !== undefined) {
         const url = await serveNodeMetrics(agent, engine, opts, metricsToken);
@@ -95,6 +136,7 @@ interface NodeOptions {
   token?: string;
   dir?: string;
   slots: number;
+  capacity?: Partial<Capacity>;
   engine?: string;
   metricsPort?: number;
   metricsHost: string;

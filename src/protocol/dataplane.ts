@@ -5,6 +5,9 @@ export const NODE_CHANNEL_PATH = '/v1/nodes/channel';
 
 /** The most slots one node agent may hold. */
 export const MAX_SLOTS = 64;
+/** Bounds of a node's capacity: what no machine this decade exceeds. */
+export const MAX_NODE_CPUS = 4096;
+export const MAX_NODE_MEMORY = 2 ** 50;
 /** The most images a node is told to pull ahead for its pool (those of the templates changed last). */
 export const MAX_POOL_IMAGES = 20;
 

@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { DomainError, ValidationError } from '../kernel/errors';
 import { MAX_TERM } from '../node/command';
-import { EXEC_CHUNK, EXEC_WINDOW, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+import { EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
 import { RelayJob } from './relay';
 import { SyncRulesSchema } from './sync-rules';
 
@@ -22,9 +22,6 @@ export const MAX_HELD = 1000;
 export const MAX_WARM_HELD = 10_000;
 /** The longest error text a node sends (a reply's, a failed warm container's). */
 export const MAX_ERROR = 10_000;
-/** Bounds of a node's capacity: what no machine this decade exceeds. */
-export const MAX_NODE_CPUS = 4096;
-export const MAX_NODE_MEMORY = 2 ** 50;
 /** A base64 `exec-output` or `exec-input` chunk of at most EXEC_CHUNK bytes. */
 const MAX_CHUNK_TEXT = Math.ceil(EXEC_CHUNK / 3) * 4;
 
