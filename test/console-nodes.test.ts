@@ -247,13 +247,16 @@ describe('web console: nodes and templates', () => {
     // Registered, never heard from: lost, no slots yet.
     await row.waitFor();
     const cells = () => row.getByRole('cell').allTextContents();
-    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'not reported yet', '–', 'never', '–']);
+    // An admin's last cell: the node's cordon button.
+    expect(await cells()).toEqual(['remote', 'lost', '0 of 0', 'not reported yet', '–', 'never', '–', 'Cordon']);
 
     await startAgent();
     await row.getByText('online', { exact: true }).waitFor();
     // Without an engine its capacity is the host's (this machine's).
     const machine = `${availableParallelism()} CPUs, 0 B of ${bytes(totalmem())}`;
-    await expect.poll(cells).toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, '–', expect.not.stringMatching(/^never$/), '–']);
+    await expect
+      .poll(cells)
+      .toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, '–', expect.not.stringMatching(/^never$/), '–', 'Cordon']);
     await screenshot(page, 'nodes-online');
 
     // An environment of its pool takes a slot; its name links to its page.
@@ -271,7 +274,7 @@ describe('web console: nodes and templates', () => {
     await agent!.kill('SIGKILL');
     s.clock.advance(NODE_LOST_MS + 1000);
     await row.getByText('lost', { exact: true }).waitFor();
-    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', `0 of ${machine}`, '–', expect.any(String), '–']);
+    await expect.poll(cells).toEqual(['remote', 'lost', '0 of 2', `0 of ${machine}`, '–', expect.any(String), '–', 'Cordon']);
     expect((await admin.get(`/v1/environments/${env.id}`)).body).toMatchObject({ state: 'failed', error: expect.stringContaining('lost') });
     await screenshot(page, 'nodes-lost');
 
@@ -279,6 +282,58 @@ describe('web console: nodes and templates', () => {
     await row.getByText('online', { exact: true }).waitFor();
     expect(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
     expect(c.problems).toEqual([]);
+  });
+
+  it('lets an admin cordon and uncordon a node from the page; a member sees the cordon live, with no buttons', async () => {
+    const row = nodeRow('builder-1');
+    await row.getByText('online', { exact: true }).waitFor();
+    // The built-in node serves every organization: no button for it.
+    expect(await nodeRow('builtin (built-in)').getByRole('button').count()).toBe(0);
+    /** builder-1's cordon as GET /v1/nodes lists it (absent while it takes work). */
+    const listed = async (): Promise<{ at: string; by: string } | undefined> =>
+      (await admin.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === 'builder-1').cordoned;
+
+    const token = (await admin.post('/v1/tokens', { email: 'ops@example.com', name: 'cordons' })).body.secret;
+    const member = await openConsole(browser, s.url);
+    try {
+      await signIn(member.page, token);
+      const mark = member.sent.length;
+      await navigate(member.page, 'Nodes');
+      await subscribed(member, 'NodesChanged', mark);
+      const memberRow = member.page
+        .getByRole('row')
+        .filter({ has: member.page.getByRole('rowheader', { name: 'builder-1', exact: true }) });
+      await memberRow.getByText('online', { exact: true }).waitFor();
+      const memberTable = member.page.getByRole('region', { name: 'Nodes' });
+      expect(await memberTable.getByRole('columnheader', { name: 'Cordon' }).count()).toBe(0);
+
+      await row.getByRole('button', { name: 'Cordon builder-1' }).click();
+      const badge = row.getByText(/^cordoned by /);
+      await badge.waitFor();
+      const cordon = await listed();
+      expect(cordon).toEqual({ at: expect.any(String), by: expect.any(String) });
+      expect(await badge.textContent()).toContain(`cordoned by ${cordon!.by} since `);
+      await row.getByRole('button', { name: 'Uncordon builder-1' }).waitFor();
+      // Its state stays what it was: a cordoned node is still online.
+      expect((await row.getByRole('cell').allTextContents())[1]).toMatch(/^online/);
+      await screenshot(page, 'nodes-cordoned');
+      // The member's page hears it through nodesChanged, and offers no button.
+      await memberRow.getByText(`cordoned by ${cordon!.by} since `).waitFor();
+      expect(await memberTable.getByRole('button').count()).toBe(0);
+      await screenshot(member.page, 'nodes-cordoned-member');
+
+      await row.getByRole('button', { name: 'Uncordon builder-1' }).click();
+      await badge.waitFor({ state: 'detached' });
+      await row.getByRole('button', { name: 'Cordon builder-1' }).waitFor();
+      expect(await listed()).toBeUndefined();
+      await memberRow.getByText(/^cordoned by /).waitFor({ state: 'detached' });
+      expect(await page.getByRole('alert').count()).toBe(0);
+      expect(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
+      expect(c.problems).toEqual([]);
+      expect(member.problems).toEqual([]);
+    } finally {
+      await member.context.close();
+    }
   });
 
   it('shows a member the same nodes and templates (the API lets members read both)', async () => {

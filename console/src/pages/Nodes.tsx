@@ -1,14 +1,17 @@
+import type { CombinedError } from '@urql/core';
+import { useState } from 'react';
 import { Link } from 'wouter';
-import { useQueryAnswer } from '../answers';
-import { LiveNotice, Page, QueryState, StateBadge, Table } from '../components/ui';
+import { useMutationAnswer, useQueryAnswer } from '../answers';
+import { Failure, LiveNotice, Page, QueryState, StateBadge, Table } from '../components/ui';
 import { bytes, when } from '../format';
 import { graphql } from '../generated/gql';
 import { useEvents, useOnEnvironmentChange } from '../live';
+import { useSession } from '../session';
 
 const NodeList = graphql(`
   query NodeList {
     nodes {
-      id name pool builtin engine state slots lastSeen liveEnvironments { id name }
+      id name pool builtin engine state slots lastSeen liveEnvironments { id name } cordoned { at by }
       capacity { cpus memory } allocated { cpus memory unlimited }
       warm { slot template state error }
     }
@@ -18,6 +21,18 @@ const NodeList = graphql(`
 const NodesChanged = graphql(`
   subscription NodesChanged {
     nodesChanged { id state }
+  }
+`);
+
+const CordonNode = graphql(`
+  mutation CordonNode($id: ID!) {
+    cordonNode(id: $id) { id cordoned { at by } }
+  }
+`);
+
+const UncordonNode = graphql(`
+  mutation UncordonNode($id: ID!) {
+    uncordonNode(id: $id) { id cordoned { at by } }
   }
 `);
 
@@ -35,8 +50,18 @@ function allocation({ capacity, allocated }: Sized): string {
 
 /** The built-in node and the organization's nodes, live: their state as it changes, their slots as environments come and go. */
 export function NodesPage() {
+  const { viewer } = useSession();
   const [list, refetch] = useQueryAnswer({ query: NodeList, requestPolicy: 'cache-and-network' });
   const reload = () => refetch({ requestPolicy: 'network-only' });
+  const [cordoning, cordon] = useMutationAnswer(CordonNode);
+  const [uncordoning, uncordon] = useMutationAnswer(UncordonNode);
+  // The last cordon or uncordon's error only: one that succeeds after a failed one clears it.
+  const [cordonError, setCordonError] = useState<CombinedError>();
+  const setCordon = async (id: string, cordoned: boolean) => {
+    const result = cordoned ? await cordon({ id }) : await uncordon({ id });
+    setCordonError(result.error);
+    if (!result.error) reload();
+  };
   const nodeError = useEvents(NodesChanged, {}, reload, { resync: reload });
   // A slot is taken or given back when an environment on one of these nodes changes (one on the
   // built-in node shows its hot node's name, `<pool>-<n>`).
@@ -49,9 +74,11 @@ export function NodesPage() {
         The build machines running <code>berth node</code>: the built-in node, which the server runs for every organization's leases of the
         pools with hot nodes, and the organization's own, each serving one pool. An environment takes one of its node's slots while it is
         live, and its template's CPU and memory limits count as allocated (of the built-in node, only this organization's environments are
-        shown). Free slots may keep warm containers of templates with <code>warm</code>, which leases claim.
+        shown). Free slots may keep warm containers of templates with <code>warm</code>, which leases claim. A cordoned node takes no new
+        leases and keeps no warm containers; its live environments go on (admins cordon and uncordon the organization's nodes).
       </p>
       <LiveNotice error={nodeError ?? envError} />
+      {cordonError ? <Failure error={cordonError} /> : null}
       <QueryState
         what="nodes"
         result={list}
@@ -66,7 +93,17 @@ export function NodesPage() {
         {(data) => (
           <Table
             label="Nodes"
-            head={['Name', 'Pool', 'State', 'Slots in use', 'Allocated', 'Warm containers', 'Last seen', 'Environments']}
+            head={[
+              'Name',
+              'Pool',
+              'State',
+              'Slots in use',
+              'Allocated',
+              'Warm containers',
+              'Last seen',
+              'Environments',
+              ...(viewer.admin ? ['Cordon'] : []),
+            ]}
           >
             {data.nodes.map((node) => (
               <tr key={node.id}>
@@ -82,6 +119,11 @@ export function NodesPage() {
                 <td>{node.builtin ? 'hot pools' : node.pool}</td>
                 <td>
                   <StateBadge state={node.state} />
+                  {node.cordoned ? (
+                    <div className="cordoned small">
+                      cordoned by {node.cordoned.by} since {when(node.cordoned.at)}
+                    </div>
+                  ) : null}
                 </td>
                 <td>
                   {node.liveEnvironments.length} of {node.slots}
@@ -114,6 +156,22 @@ export function NodesPage() {
                     '–'
                   )}
                 </td>
+                {viewer.admin ? (
+                  <td>
+                    {/* The built-in node serves every organization: no one organization's admin cordons it. */}
+                    {node.builtin ? null : (
+                      <button
+                        type="button"
+                        disabled={cordoning.fetching || uncordoning.fetching}
+                        onClick={() => setCordon(node.id, !node.cordoned)}
+                        aria-label={`${node.cordoned ? 'Uncordon' : 'Cordon'} ${node.name}`}
+                        title={node.cordoned ? 'It takes new leases again' : 'No new leases go to it; its live environments go on'}
+                      >
+                        {node.cordoned ? 'Uncordon' : 'Cordon'}
+                      </button>
+                    )}
+                  </td>
+                ) : null}
               </tr>
             ))}
           </Table>
