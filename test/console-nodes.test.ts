@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bytes } from '../console/src/format';
+import { memoryReserve } from '../src/node/capacity';
 import { graphql } from './gql';
 import {
   CONSOLE_TEMPLATES,
@@ -28,6 +29,8 @@ const WarmCounts = graphql(`
 
 /** A node is lost when not heard from for this long (the server's clock, which the test moves). */
 const NODE_LOST_MS = 3000;
+/** What a node on this machine offers by default: its memory less the node's reserve. */
+const OFFERED_MEMORY = totalmem() - memoryReserve(totalmem());
 
 /** The console's catalog, plus pools only `berth node` serves and a template that sets every field. */
 async function catalog(dir: string): Promise<string> {
@@ -252,8 +255,8 @@ describe('web console: nodes and templates', () => {
 
     await startAgent();
     await row.getByText('online', { exact: true }).waitFor();
-    // Without an engine its capacity is the host's (this machine's).
-    const machine = `${availableParallelism()} CPUs, 0 B of ${bytes(totalmem())}`;
+    // Without an engine its capacity is the host's (this machine's), less the reserve.
+    const machine = `${availableParallelism()} CPUs, 0 B of ${bytes(OFFERED_MEMORY)}`;
     await expect
       .poll(cells)
       .toEqual(['remote', 'online', '0 of 2', `0 of ${machine}`, '–', expect.not.stringMatching(/^never$/), '–', 'Cordon']);
@@ -266,7 +269,7 @@ describe('web console: nodes and templates', () => {
     await row.getByRole('link', { name: env.name, exact: true }).waitFor();
     expect((await cells())[2]).toBe('1 of 2');
     // The template's limits: 2 CPUs, 4 GiB.
-    expect((await cells())[3]).toBe(`2 of ${availableParallelism()} CPUs, 4.0 GiB of ${bytes(totalmem())}`);
+    expect((await cells())[3]).toBe(`2 of ${availableParallelism()} CPUs, 4.0 GiB of ${bytes(OFFERED_MEMORY)}`);
     expect(await row.getByRole('link', { name: env.name }).getAttribute('href')).toBe(`/environments/${env.name}`);
     await screenshot(page, 'nodes');
 

@@ -23,7 +23,7 @@ const CATALOG = {
       startMs: 0,
       idle: '30m',
       hard: '1h',
-      resources: { cpus: 1.5, memory: '2GiB' },
+      resources: { cpus: 0.75, memory: '2GiB' },
       shares: [],
       services: [],
     },
@@ -81,17 +81,17 @@ describeBackends('node capacity', (backend) => {
       return id;
     };
     const first = await lease('sized');
-    expect((await listed()).allocated).toEqual({ cpus: 1.5, memory: 2 * GIB, unlimited: 0 });
+    expect((await listed()).allocated).toEqual({ cpus: 0.75, memory: 2 * GIB, unlimited: 0 });
     const second = await lease('sized');
     const bare = await lease('bare');
-    expect((await listed()).allocated).toEqual({ cpus: 3, memory: 4 * GIB, unlimited: 1 });
+    expect((await listed()).allocated).toEqual({ cpus: 1.5, memory: 4 * GIB, unlimited: 1 });
 
     const end = async (id: string) => {
       await admin.del(`/v1/environments/${id}`);
       await reaches(s.url, BOOTSTRAP, id, ['stopped', 'failed']);
     };
     await end(first);
-    expect((await listed()).allocated).toEqual({ cpus: 1.5, memory: 2 * GIB, unlimited: 1 });
+    expect((await listed()).allocated).toEqual({ cpus: 0.75, memory: 2 * GIB, unlimited: 1 });
     await end(second);
     await end(bare);
     expect((await listed()).allocated).toEqual({ cpus: 0, memory: 0, unlimited: 0 });

@@ -81,6 +81,7 @@ export function superviseBuiltinNode(deps: Deps, url: string, info: Lines): Buil
       join(config.dataDir, 'workspaces'),
     ];
     if (config.dockerHost) args.push('--engine', config.dockerHost);
+    if (config.builtinCapacity) args.push('--capacity', config.builtinCapacity);
     const proc = spawn(process.execPath, args, {
       env: { ...process.env, BERTH_NODE_TOKEN: token, BERTH_NODE_OWNER: builtin.owner },
       stdio: ['pipe', 'pipe', 'pipe'],

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { DAY_MS, parseDuration } from '../kernel/durations';
 import { parseSize } from '../kernel/sizes';
 import { packagePath } from '../platform/paths';
+import { parseCapacity } from '../protocol/capacity';
 
 /** Everything Berth reads from its environment, parsed once. See README.md, "Configuration". */
 export interface Config {
@@ -42,6 +43,8 @@ export interface Config {
   usageSampleMs: number;
   /** The built-in node's container engine (DOCKER_HOST: unix:///… or tcp://…; `none`: files only). */
   dockerHost?: string;
+  /** What the built-in node offers (BUILTIN_CAPACITY, `cpus=N,memory=SIZE`, its `berth node --capacity`); default: the machine's less a reserve. */
+  builtinCapacity?: string;
   /** A request body that stops arriving for this long is answered 408 (BODY_IDLE_MS, default 30 s; uploads allow longer). */
   bodyIdleMs: number;
   /** How long audit events are kept (AUDIT_RETENTION, default 365d; docs/operations.md#audit-log). */
@@ -121,6 +124,16 @@ function publicUrl(value: string | undefined): string | undefined {
 }
 
 /** HMAC key of signed links: shorter than 32 bytes would be weaker than the HS256 it feeds. */
+function builtinCapacity(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  try {
+    parseCapacity(value);
+  } catch (error) {
+    throw new Error(`BUILTIN_CAPACITY: ${(error as Error).message}, got "${value}"`);
+  }
+  return value;
+}
+
 function linkSecret(value: string | undefined): string | undefined {
   if (value !== undefined && Buffer.byteLength(value) < 32) throw new Error('LINK_SECRET must be at least 32 bytes');
   return value;
@@ -178,6 +191,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     azureContainer: opt('AZURE_STORAGE_CONTAINER') ?? 'berth',
     masterKey: opt('MASTER_KEY'),
     dockerHost: opt('DOCKER_HOST'),
+    builtinCapacity: builtinCapacity(opt('BUILTIN_CAPACITY')),
     linkSecret: linkSecret(opt('LINK_SECRET')),
     bootstrapToken: bootstrapToken(opt('BOOTSTRAP_TOKEN')),
     templatesFile: resolve(opt('TEMPLATES_FILE') ?? packagePath('templates.json')),

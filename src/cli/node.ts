@@ -5,10 +5,9 @@
 import { constants } from 'node:os';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { parseSize } from '../kernel/sizes';
-import type { Capacity } from '../node/capacity';
 import type { Engine } from '../node/engine';
-import { MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_SLOTS } from '../protocol/dataplane';
+import { type Capacity, parseCapacity } from '../protocol/capacity';
+import { MAX_SLOTS } from '../protocol/dataplane';
 import { CommandError } from './errors';
 
 function port(value: string): number {
@@ -17,30 +16,13 @@ function port(value: string): number {
   return n;
 }
 
-/** `cpus=8,memory=16GiB`, or either part alone: what the node offers, over the machine's if the operator says so. */
+/** --capacity: what the node offers, over the machine's if the operator says so. */
 function capacity(value: string): Partial<Capacity> {
-  const declared: Partial<Capacity> = {};
-  for (const part of value.split(',')) {
-    const [key, text = ''] = part.split('=', 2).map((s) => s.trim());
-    if (key === 'cpus' && declared.cpus === undefined) {
-      const n = Number(text);
-      if (!/^\d+$/.test(text) || n < 1 || n > MAX_NODE_CPUS)
-        throw new InvalidArgumentError(`cpus: must be an integer from 1 to ${MAX_NODE_CPUS}`);
-      declared.cpus = n;
-    } else if (key === 'memory' && declared.memory === undefined) {
-      let bytes: number;
-      try {
-        bytes = parseSize(text, 'memory');
-      } catch (error) {
-        throw new InvalidArgumentError((error as Error).message);
-      }
-      if (bytes < 1 || bytes > MAX_NODE_MEMORY) throw new InvalidArgumentError('memory: must be from 1B to 1024TiB');
-      declared.memory = bytes;
-    } else {
-      throw new InvalidArgumentError(`${JSON.stringify(part)}: expected cpus=N and/or memory=SIZE, each once, such as cpus=8,memory=16GiB`);
-    }
+  try {
+    return parseCapacity(value);
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
   }
-  return declared;
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;

@@ -3,11 +3,7 @@
 // over-commit is the operator's call), else the machine's (its engine's, else the host's) less a
 // memory reserve for the engine, the agent and the system.
 import { GIB } from '../kernel/sizes';
-
-export interface Capacity {
-  cpus: number;
-  memory: number;
-}
+import type { Capacity } from '../protocol/capacity';
 
 /** The memory a node keeps for itself: a tenth of the machine's, at most 1 GiB. */
 export function memoryReserve(memory: number): number {

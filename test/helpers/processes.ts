@@ -68,10 +68,23 @@ export interface BerthProc extends Proc {
   url: string;
 }
 
+/**
+ * What the built-in node of a test's server offers: more than any suite leases at once, as the
+ * suites are about other things than this 2-core machine's capacity (placement's own suites set
+ * theirs).
+ */
+export const TEST_BUILTIN_CAPACITY = 'cpus=4096,memory=1024TiB';
+
 /** Starts `npm start`'s program (src/app/main.ts) on a free port; resolves once it listens. */
 export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
   if (env.DATA_DIR && !env.DATABASE_URL) await seedDatabase(env.DATA_DIR);
-  const p = spawnNode(['--import', 'tsx', 'src/app/main.ts'], { PORT: '0', HOST: '127.0.0.1', NODE_ENV: 'test', ...env });
+  const p = spawnNode(['--import', 'tsx', 'src/app/main.ts'], {
+    PORT: '0',
+    HOST: '127.0.0.1',
+    NODE_ENV: 'test',
+    BUILTIN_CAPACITY: TEST_BUILTIN_CAPACITY,
+    ...env,
+  });
   const m = await p.waitFor(/Berth listening on (http:\/\/\S+)/);
   return { ...p, url: m[1]! };
 }

@@ -5,7 +5,9 @@ import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
-import { NO_WARM, NODE_TAKES_WORK, type NodeProvider, startBound } from '../nodes';
+import type { Capacity } from '../../protocol/capacity';
+import { sendToNode } from '../../protocol/node-bus';
+import { fits, headroom, NO_WARM, NODE_TAKES_WORK, NOTHING, type NodeProvider, needOf, type Room, roomsOf, startBound } from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
@@ -21,6 +23,7 @@ import { explainWaiting } from './waiting';
  */
 async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
   const claimed: Environment[] = [];
+  const evicted: Slot[] = [];
   let hooked = false;
   for (const pool of deps.catalog.pools) {
     for (;;) {
@@ -32,8 +35,8 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
         // or a free hot node while the organization holds less than its share of the pool's hot
         // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
         const share = deps.config.poolOrgShare;
-        const envs = await tx.$queryRaw<{ id: string; orgId: string; template: string; specHash: string | null; hotRoom: boolean }[]>`
-          SELECT e.id, e."orgId", e.template, e."specHash", hot.room AS "hotRoom"
+        const envs = await tx.$queryRaw<Pending[]>`
+          SELECT e.id, e."orgId", e.template, e."specHash", e.resources, hot.room AS "hotRoom"
             FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
            CROSS JOIN LATERAL (
                  SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
@@ -49,30 +52,47 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
         const slots = await tx.$queryRaw<Slot[]>`
           SELECT n.id, n."remoteId", CASE WHEN r.builtin THEN n.id ELSE r.name END AS name, r."orgId", r.builtin,
-                 n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState"
+                 n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmCpus", n."warmMemory"
             FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
            WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
              AND ${NODE_TAKES_WORK}
            ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
+        // What each of their nodes has free, under the nodes' locks (placement.ts).
+        const rooms = await roomsOf(
+          tx,
+          slots.map((n) => n.remoteId),
+        );
         for (const pending of envs) {
-          const fits = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.builtin);
+          const need = needOf(pending.resources);
+          const mayTake = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.builtin);
           // A ready warm container of its template and spec (the catalog's, or its organization's own)...
           const warm = slots.find(
             (n) =>
-              fits(n) &&
+              mayTake(n) &&
               n.warmState === 'ready' &&
               pending.specHash !== null &&
               n.warmSpec === pending.specHash &&
               n.warmTemplate === pending.template &&
-              (n.warmOrg === '' || n.warmOrg === pending.orgId),
+              (n.warmOrg === '' || n.warmOrg === pending.orgId) &&
+              fits(rooms.get(n.remoteId)!, need, warmOf(n)),
           );
-          // ...else its organization's own node before a hot one, a slot keeping nothing before one
-          // whose warm container it evicts (a lease never waits for warm containers of others).
-          const slot =
-            warm ??
-            leastWarm(slots.filter((n) => n.orgId === pending.orgId)) ??
-            (pending.hotRoom ? leastWarm(slots.filter((n) => n.builtin)) : undefined);
-          if (!slot) continue;
+          // ...else its organization's own nodes before the hot ones, where it fits (placeOn).
+          const placed = warm
+            ? { slot: warm, evict: [] }
+            : (placeOn(
+                slots.filter((n) => n.orgId === pending.orgId),
+                need,
+                rooms,
+              ) ??
+              (pending.hotRoom
+                ? placeOn(
+                    slots.filter((n) => n.builtin),
+                    need,
+                    rooms,
+                  )
+                : undefined));
+          if (!placed) continue;
+          const { slot } = placed;
           // Its node is read again under a share lock: a drain, a cordon or a lost mark that
           // committed meanwhile is seen, and one that comes later waits for this claim.
           const takes = await tx.$queryRaw<{ id: string }[]>`
@@ -93,11 +113,15 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
           }));
           if (!moved) continue;
           await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
+          // Warm containers of its node's other free slots that had to make room: their node removes them.
+          for (const other of placed.evict) await tx.node.update({ where: { id: other.id }, data: NO_WARM });
+          evicted.push(...placed.evict);
           hooked = moved.hooked || hooked;
           return moved.env;
         }
         return null;
       });
+      for (const slot of evicted.splice(0)) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
       if (!env) break;
       claimed.push(env);
       await announceEnvironment(deps, env.orgId);
@@ -120,12 +144,69 @@ interface Slot {
   warmOrg: string | null;
   warmSpec: string | null;
   warmState: string | null;
+  warmCpus: number | null;
+  warmMemory: bigint | null;
 }
+
+interface Pending {
+  id: string;
+  orgId: string;
+  template: string;
+  specHash: string | null;
+  resources: Parameters<typeof needOf>[0];
+  /** It may take a hot node: its organization holds less than its share of them. */
+  hotRoom: boolean;
+}
+
+/** What a slot's warm container is allocated (counted on its node while starting or ready). */
+function warmOf(slot: Slot): Capacity {
+  if (slot.warmState !== 'starting' && slot.warmState !== 'ready') return NOTHING;
+  return { cpus: slot.warmCpus ?? 0, memory: Number(slot.warmMemory ?? 0) };
+}
+
+const warmRank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
 
 /** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
 function leastWarm(slots: Slot[]): Slot | undefined {
-  const rank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
-  return slots.reduce<Slot | undefined>((best, n) => (!best || rank(n) < rank(best) ? n : best), undefined);
+  return slots.reduce<Slot | undefined>((best, n) => (!best || warmRank(n) < warmRank(best) ? n : best), undefined);
+}
+
+/**
+ * Where among `slots` a lease needing `need` goes (docs/agents.md, "Capacity and placement"): on a
+ * node whose free capacity fits it, on its slot keeping the least (whose warm container it
+ * replaces). A node full only of warm containers makes room by removing some of them (a lease never
+ * waits for warm containers), but a node that fits without removing any comes first; then the node
+ * left with the most free capacity (the scarcer of CPU and memory, as a share); ties at random.
+ */
+function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>): { slot: Slot; evict: Slot[] } | undefined {
+  const byNode = new Map<string, Slot[]>();
+  for (const n of slots) byNode.set(n.remoteId, [...(byNode.get(n.remoteId) ?? []), n]);
+  let best: { slot: Slot; evict: Slot[]; headroom: number }[] = [];
+  for (const [remoteId, free] of byNode) {
+    const room = rooms.get(remoteId)!;
+    const slot = leastWarm(free)!;
+    let freed = warmOf(slot);
+    const evict: Slot[] = [];
+    // Starting ones before ready ones, as leastWarm ranks them.
+    for (const other of free.filter((n) => n !== slot && warmOf(n) !== NOTHING).sort((a, b) => warmRank(a) - warmRank(b))) {
+      if (fits(room, need, freed)) break;
+      evict.push(other);
+      const w = warmOf(other);
+      freed = { cpus: freed.cpus + w.cpus, memory: freed.memory + w.memory };
+    }
+    if (!fits(room, need, freed)) continue;
+    const option = { slot, evict, headroom: headroom(room, need, freed) };
+    const better = best.length === 0 ? 1 : compare(option, best[0]!);
+    if (better > 0) best = [option];
+    else if (better === 0) best.push(option);
+  }
+  return best.length ? best[Math.floor(Math.random() * best.length)] : undefined;
+}
+
+/** > 0: `a` is the better place (fewer warm containers removed, then more left free); 0: as good. */
+function compare(a: { evict: Slot[]; headroom: number }, b: { evict: Slot[]; headroom: number }): number {
+  if (a.evict.length !== b.evict.length) return b.evict.length - a.evict.length;
+  return Math.abs(a.headroom - b.headroom) < 1e-9 ? 0 : a.headroom - b.headroom;
 }
 
 /** A node's work on one environment (prepare, release) takes minutes at most; older claims are from a dead instance. */

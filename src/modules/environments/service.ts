@@ -21,6 +21,7 @@ import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging
 import { lockFor, type Tx } from '../../platform/db';
 import { topics } from '../../platform/events';
 import { checkAudited, recordAudit } from '../audit';
+import { needOf } from '../nodes';
 import { orgLimits } from '../organizations';
 import { admitUnderQuota, quotasFor } from '../quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from '../sandboxes';
@@ -90,7 +91,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     const full = queued >= pool.maxQueued;
     // Why it waits, from the start (the environment job keeps it up to date): written with the
     // lease, one version, instead of a second one a moment later.
-    const waiting = full ? null : await waitingOfNew(deps, tx, pool, actor.orgId, queued);
+    const waiting = full ? null : await waitingOfNew(deps, tx, pool, actor.orgId, queued, needOf(template.resources));
     const now = deps.clock.now();
     const created = await tx.environment.create({
       data: {

@@ -13,9 +13,11 @@
 // positions and busy slots, never by name.
 import type { Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
+import { LIVE_STATES } from '../../kernel/environment-states';
 import { plural } from '../../kernel/words';
 import type { Prisma, Tx } from '../../platform/db';
-import { NODE_TAKES_WORK } from '../nodes';
+import type { Capacity } from '../../protocol/capacity';
+import { describeNeed, fits, NODE_TAKES_WORK, needOf, type Room } from '../nodes';
 import { hotNodesFor } from '../organizations';
 import type { PoolSpec } from '../templates';
 import { announceEnvironment, recordEvent } from './events';
@@ -145,10 +147,51 @@ function noNodeText(pool: string, nodes: RegisteredNode[]): string {
   return `no online node serves pool ${pool}: ${said.join(', ')}`;
 }
 
+/** A node with a free slot of the pool: whose it is, and its room (its live environments; a lease makes room by removing warm containers). */
+interface FreeNode {
+  builtin: boolean;
+  orgId: string;
+  room: Room;
+}
+
+async function freeNodesOf(db: Db, pool: string): Promise<FreeNode[]> {
+  const rows = await db.$queryRaw<{ id: string; builtin: boolean; orgId: string; cpus: number | null; memory: bigint | null }[]>`
+    SELECT DISTINCT r.id, r.builtin, r."orgId", r.cpus, r.memory
+      FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
+     WHERE n.pool = ${pool} AND n."environmentId" IS NULL AND ${NODE_TAKES_WORK}`;
+  if (rows.length === 0) return [];
+  // Its live environments only: the warm containers of its free slots make room for a lease.
+  const live = await db.environment.findMany({
+    where: { nodeId: { in: rows.map((r) => r.id) }, state: { in: [...LIVE_STATES] } },
+    select: { nodeId: true, resources: true },
+  });
+  return rows.map((r) => {
+    const used = live
+      .filter((e) => e.nodeId === r.id)
+      .reduce<Capacity>(
+        (sum, e) => {
+          const need = needOf(e.resources as Parameters<typeof needOf>[0]);
+          return { cpus: sum.cpus + need.cpus, memory: sum.memory + need.memory };
+        },
+        { cpus: 0, memory: 0 },
+      );
+    return {
+      builtin: r.builtin,
+      orgId: r.orgId,
+      room: {
+        capacity: r.cpus !== null && r.memory !== null ? { cpus: r.cpus, memory: Number(r.memory) } : null,
+        used: { cpus: used.cpus, memory: used.memory },
+      },
+    };
+  });
+}
+
 /** What the words of a pool's leases are made of, for the organizations with leases waiting there. */
 interface PoolView {
   pool: PoolSpec;
   picture: PoolPicture;
+  /** The nodes with a free slot, and their room. */
+  free: FreeNode[];
   share(org: string): number;
   /**
    * Whether its leases may take a hot node as one frees: under its share, or with a share of them
@@ -180,6 +223,7 @@ async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], ou
   return {
     pool,
     picture,
+    free: picture.hot.free + [...picture.own.values()].reduce((n, b) => n + b.free, 0) > 0 ? await freeNodesOf(db, pool.name) : [],
     share,
     mayHot(org) {
       const cap = hotNodesFor(share(org), pool.hotNodes);
@@ -194,12 +238,17 @@ async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], ou
  * organization's older ones, and, while it may take a hot node, every older one that may take one
  * too), or undefined when a free slot fits it: the claim is placing it.
  */
-function wordsFor(view: PoolView, org: string, ahead: number): string | undefined {
+function wordsFor(view: PoolView, org: string, ahead: number, need: Capacity): string | undefined {
   const { pool, picture } = view;
   const mayHot = view.mayHot(org);
   const own = picture.own.get(org) ?? noSlots();
   const slots = mayHot ? sum(picture.hot, own) : own;
-  if (slots.free > 0) return undefined;
+  if (slots.free > 0) {
+    // A free slot it may take, on a node with room for it (the claim's rule: placement.ts).
+    const mine = view.free.filter((n) => n.orgId === org || (mayHot && n.builtin));
+    if (mine.length === 0 || mine.some((n) => fits(n.room, need))) return undefined;
+    return `pool ${pool.name}: no node has ${describeNeed(need)} free, ${aheadText(ahead)}`;
+  }
   const held = `your organization holds its share of the built-in nodes (${picture.hotHeld.get(org) ?? 0} of ${pool.hotNodes} at pool share ${view.share(org)})`;
   if (slots.total === 0) {
     if (picture.hot.total > 0) return `pool ${pool.name}: ${held}, ${aheadText(ahead)}`;
@@ -218,7 +267,7 @@ async function explainPool(deps: Deps, pool: PoolSpec, outSync: string[]): Promi
     where: { pool: pool.name, state: 'pending' },
     orderBy: { queueSeq: 'asc' },
     take: EXPLAINED,
-    select: { id: true, orgId: true, waiting: true },
+    select: { id: true, orgId: true, waiting: true, resources: true },
   });
   if (pending.length === 0) return [];
   const view = await viewPool(deps, deps.prisma, pool, [...new Set(pending.map((e) => e.orgId))], outSync);
@@ -228,7 +277,8 @@ async function explainPool(deps: Deps, pool: PoolSpec, outSync: string[]): Promi
   for (const env of pending) {
     const org = env.orgId;
     const mayHot = view.mayHot(org);
-    const text = wordsFor(view, org, mayHot ? hotAhead : (ownAhead.get(org) ?? 0));
+    const need = needOf(env.resources as Parameters<typeof needOf>[0]);
+    const text = wordsFor(view, org, mayHot ? hotAhead : (ownAhead.get(org) ?? 0), need);
     ownAhead.set(org, (ownAhead.get(org) ?? 0) + 1);
     if (mayHot) hotAhead++;
     if (text !== undefined) out.push({ env, text });
@@ -241,13 +291,20 @@ async function explainPool(deps: Deps, pool: PoolSpec, outSync: string[]): Promi
  * words it starts with, so that it is written once, not created and then explained. Every pending
  * lease of the pool is ahead of it; null when a free slot fits it (the claim places it at once).
  */
-export async function waitingOfNew(deps: Deps, tx: Tx, pool: PoolSpec, orgId: string, queued: number): Promise<string | null> {
+export async function waitingOfNew(
+  deps: Deps,
+  tx: Tx,
+  pool: PoolSpec,
+  orgId: string,
+  queued: number,
+  need: Capacity,
+): Promise<string | null> {
   if (queued >= EXPLAINED) return farBehind(pool.name);
   const pending = await tx.environment.groupBy({ by: ['orgId'], where: { pool: pool.name, state: 'pending' }, _count: { _all: true } });
   const view = await viewPool(deps, tx, pool, [...new Set([orgId, ...pending.map((p) => p.orgId)])], []);
   const mayHot = view.mayHot(orgId);
   const ahead = pending.reduce((n, p) => n + (p.orgId === orgId || (mayHot && view.mayHot(p.orgId)) ? p._count._all : 0), 0);
-  return wordsFor(view, orgId, ahead) ?? null;
+  return wordsFor(view, orgId, ahead, need) ?? null;
 }
 
 /** Pending leases of a pool the catalog no longer has (it changed at a restart): nothing claims them. */

@@ -17,9 +17,11 @@ import type { Actor, Deps } from '../../app/context';
 import type { BackgroundJob } from '../../kernel/background';
 import { CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
+import type { Capacity } from '../../protocol/capacity';
 import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
+import { fits, NOTHING, needOf, roomsOf, take } from './placement';
 import { warmEnvironmentSpec } from './specs';
 import { NODE_TAKES_WORK } from './takes-work';
 
@@ -33,6 +35,8 @@ export const NO_WARM = {
   warmError: null,
   warmRetry: null,
   warmFailures: 0,
+  warmCpus: null,
+  warmMemory: null,
 };
 
 /** A making of a warm container not answered within this long is done again (its instance or node died). */
@@ -62,6 +66,14 @@ interface Slot {
   warmState: WarmState | null;
   warmSince: Date | null;
   warmRetry: Date | null;
+  warmCpus: number | null;
+  warmMemory: bigint | null;
+}
+
+/** What a slot's warm container counts against its node's capacity: its limits while starting or ready. */
+function allocatedTo(slot: Slot): Capacity {
+  if (slot.warmState !== 'starting' && slot.warmState !== 'ready') return NOTHING;
+  return { cpus: slot.warmCpus ?? 0, memory: Number(slot.warmMemory ?? 0) };
 }
 
 /** One container for a node to make: the slot, which making of it, and the template. */
@@ -111,10 +123,15 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
       RETURNING n.id, n."remoteId"`;
     const slots = await tx.$queryRaw<Slot[]>`
       SELECT n.id, n.pool, n."remoteId", r."orgId" AS "nodeOrg", r.builtin, r.engine IS NOT NULL AS "hasEngine",
-             n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmSince", n."warmRetry"
+             n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmSince", n."warmRetry", n."warmCpus", n."warmMemory"
         FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
        WHERE n."environmentId" IS NULL AND ${NODE_TAKES_WORK}
        ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
+    // A warm container counts against its node's capacity as a lease does (placement.ts).
+    const rooms = await roomsOf(
+      tx,
+      slots.map((s) => s.remoteId),
+    );
     // What each organization holds of each pool's hot nodes: its leases, then its warm containers.
     const held = new Map<string, number>();
     const heldKey = (pool: string, orgId: string) => `${pool}\0${orgId}`;
@@ -142,32 +159,33 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
         data: NO_WARM,
       });
       drop.push({ ...slot });
+      take(rooms.get(slot.remoteId)!, NOTHING, allocatedTo(slot));
       slot.warmState = null;
     };
-    const start = async (slot: Slot, want: Wanted) => {
+    /** Makes the slot's container (again), when its node has room for it; false when it has not. */
+    const start = async (slot: Slot, want: Wanted): Promise<boolean> => {
+      const room = rooms.get(slot.remoteId)!;
+      const need = needOf(want.spec.resources);
+      const freed = allocatedTo(slot);
+      if (!fits(room, need, freed)) return false;
+      take(room, need, freed);
       // Another making of the slot than any answer still under way.
       const since = new Date(Math.max(now.getTime(), (slot.warmSince?.getTime() ?? 0) + 1));
-      await tx.node.update({
-        where: { id: slot.id },
-        data: {
-          warmTemplate: want.spec.name,
-          warmOrg: want.orgId,
-          warmSpec: want.hash,
-          warmState: 'starting',
-          warmSince: since,
-          warmRetry: null,
-        },
-      });
-      Object.assign(slot, {
+      const warm = {
         warmTemplate: want.spec.name,
         warmOrg: want.orgId,
         warmSpec: want.hash,
-        warmState: 'starting',
+        warmState: 'starting' as const,
         warmSince: since,
-      });
+        warmCpus: need.cpus || null,
+        warmMemory: need.memory ? BigInt(need.memory) : null,
+      };
+      await tx.node.update({ where: { id: slot.id }, data: { ...warm, warmRetry: null } });
+      Object.assign(slot, warm);
       make.push({ slot: slot.id, remoteId: slot.remoteId, since, want });
+      return true;
     };
-    const fits = (slot: Slot, want: Wanted) =>
+    const mayKeep = (slot: Slot, want: Wanted) =>
       slot.pool === want.spec.pool && (slot.builtin ? slot.hasEngine : slot.nodeOrg === want.orgId);
 
     // Those kept: still wanted, with the same spec, on a slot that may keep them, within the count
@@ -179,7 +197,7 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
       const want = byKey.get(keyOf(slot.warmOrg ?? '', slot.warmTemplate ?? ''));
       const n = want ? (count.get(keyOf(want.orgId, want.spec.name)) ?? 0) : 0;
       const room = !want || !slot.builtin || (await hotRoom(slot.pool, want.orgId));
-      if (!want || want.hash !== slot.warmSpec || !fits(slot, want) || n >= want.spec.warm || !room) {
+      if (!want || want.hash !== slot.warmSpec || !mayKeep(slot, want) || n >= want.spec.warm || !room) {
         await clear(slot);
         continue;
       }
@@ -198,13 +216,13 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
         if ((count.get(key) ?? 0) >= want.spec.warm) continue;
         let slot: Slot | undefined;
         for (const s of slots) {
-          if (s.warmState || !fits(s, want)) continue;
+          if (s.warmState || !mayKeep(s, want)) continue;
           if (s.builtin && !(await hotRoom(s.pool, want.orgId))) continue;
+          if (!(await start(s, want))) continue;
           slot = s;
           break;
         }
         if (!slot) continue;
-        await start(slot, want);
         count.set(key, (count.get(key) ?? 0) + 1);
         if (slot.builtin && want.orgId !== '')
           held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "Node" ADD COLUMN     "warmCpus" DOUBLE PRECISION,
+ADD COLUMN     "warmMemory" BIGINT;
