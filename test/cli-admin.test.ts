@@ -175,7 +175,27 @@ describe('berth sandbox, node, webhook, key, quota and completion', () => {
       const unseen = ({ nodes }: { nodes: Record<string, unknown>[] }) => nodes.map(({ lastSeen: _, ...n }) => n);
       const listed = answer(await admin('node', 'ls', '--json'));
       expect(unseen(listed)).toEqual(unseen((await api.get('/v1/nodes')).body));
-      expect(listed.nodes.find((n: { name: string }) => n.name === 'builder-1')).toMatchObject({ pool: 'remote', state: 'online' });
+      const builder = listed.nodes.find((n: { name: string }) => n.name === 'builder-1');
+      expect(builder).toMatchObject({ pool: 'remote', state: 'online' });
+      const table = (await admin('node', 'ls')).stdout.split('\n');
+      expect(table[0]!.split(/\s{2,}/)).toEqual(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'ALLOCATED', 'LAST SEEN', 'ENVIRONMENTS']);
+      expect(table.find((l) => l.includes('builder-1'))).toMatch(/ online {2,}0\/1 {2,}0\/\d+ CPU, 0 B\/[\d.]+ GiB /);
+
+      // Cordon and uncordon by name: admins of its organization only.
+      const forbidden = await memberApi.post(`/v1/nodes/${builder.id}/cordon`, {});
+      expect(await member('node', 'cordon', 'builder-1')).toEqual(refused(forbidden.body.error));
+      expect(await stranger('node', 'cordon', builder.id)).toEqual(refused(`node ${builder.id} not found`));
+      expect(await admin('node', 'cordon', 'builder-1')).toEqual({
+        code: 0,
+        stdout: `${builder.id} builder-1: takes no new leases\n`,
+        stderr: '',
+      });
+      const cordoned = (await api.get('/v1/nodes')).body.nodes.find((n: { id: string }) => n.id === builder.id);
+      expect(cordoned.cordoned).toMatchObject({ by: expect.any(String), at: expect.any(String) });
+      expect((await admin('node', 'ls')).stdout).toMatch(/builder-1 +remote +online, cordoned /);
+      const uncordoned = answer(await admin('node', 'uncordon', 'builder-1', '--json'));
+      expect(uncordoned.node).toMatchObject({ id: builder.id, state: 'online' });
+      expect(uncordoned.node.cordoned).toBeUndefined();
     } finally {
       await agent.kill();
     }

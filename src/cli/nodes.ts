@@ -1,8 +1,8 @@
-// `berth node ls|create|rm` (docs/cli.md#nodes): the organization's build machines, from a shell.
+// `berth node ls|create|rm|cordon|uncordon` (docs/cli.md#nodes): the organization's build machines, from a shell.
 // They sit under `berth node`, the command that serves a pool (src/cli/node.ts, registered first).
 import type { Command } from 'commander';
 import { BerthClient, idOf, type JsonOptions, withConnection } from './client';
-import { json, since, table } from './format';
+import { bytes, json, since, table } from './format';
 
 export interface RemoteNode {
   id: string;
@@ -13,7 +13,17 @@ export interface RemoteNode {
   slots: number;
   environments: string[];
   warm: { template: string; state: string }[];
+  capacity?: { cpus: number; memory: number };
+  allocated: { cpus: number; memory: number };
+  cordoned?: { at: string; by: string };
   lastSeen?: string | null;
+}
+
+/** `1.5/4 CPU, 3.0 GiB/8.0 GiB`: allocated of capacity, or what is allocated when it never said. */
+function room(n: RemoteNode): string {
+  const cpus = n.capacity ? `${n.allocated.cpus}/${n.capacity.cpus}` : `${n.allocated.cpus}/?`;
+  const memory = n.capacity ? `${bytes(n.allocated.memory)}/${bytes(n.capacity.memory)}` : `${bytes(n.allocated.memory)}/?`;
+  return `${cpus} CPU, ${memory}`;
 }
 
 export function registerNodeListCommands(program: Command): void {
@@ -22,7 +32,9 @@ export function registerNodeListCommands(program: Command): void {
   withConnection(
     node
       .command('ls')
-      .description("list the built-in node and the organization's nodes: state, slots in use, last seen, live environments")
+      .description(
+        "list the built-in node and the organization's nodes: state, slots in use, CPU and memory allocated of capacity, last seen, live environments",
+      )
       .option('--json', 'print {nodes} as JSON'),
   ).action(async (options: JsonOptions) => {
     const answer = await new BerthClient(options).get<{ nodes: RemoteNode[] }>('/v1/nodes');
@@ -32,13 +44,14 @@ export function registerNodeListCommands(program: Command): void {
       n.builtin ? `${n.name} (built-in)` : n.name,
       // The built-in node serves every pool with hot nodes; its slots show the organization's environments.
       n.builtin ? 'hot pools' : n.pool,
-      n.state,
+      n.cordoned ? `${n.state}, cordoned` : n.state,
       `${n.environments.length}/${n.slots}`,
+      room(n),
       since(n.lastSeen),
       n.environments.join(',') || '-',
     ]);
     if (rows.length === 0) console.error('no nodes');
-    else console.log(table(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS'], rows));
+    else console.log(table(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'ALLOCATED', 'LAST SEEN', 'ENVIRONMENTS'], rows));
   });
 
   withConnection(
@@ -71,4 +84,19 @@ export function registerNodeListCommands(program: Command): void {
     if (options.json) return json(answer);
     console.log(`${answer.node.id} ${answer.node.name} ${answer.node.state}: revoked once its live environments have ended`);
   });
+
+  for (const [verb, description, after] of [
+    ['cordon', 'keep new leases off a node (by id or name); its running environments go on (admins)', 'takes no new leases'],
+    ['uncordon', 'let a cordoned node (by id or name) take new leases again (admins)', 'takes new leases again'],
+  ] as const) {
+    withConnection(node.command(`${verb} <node>`).description(description).option('--json', 'print {node} as JSON')).action(
+      async (ref: string, options: JsonOptions) => {
+        const client = new BerthClient(options);
+        const { nodes } = await client.get<{ nodes: RemoteNode[] }>('/v1/nodes');
+        const answer = await client.post<{ node: RemoteNode }>(`/v1/nodes/${encodeURIComponent(idOf(nodes, ref))}/${verb}`, {});
+        if (options.json) return json(answer);
+        console.log(`${answer.node.id} ${answer.node.name}: ${after}`);
+      },
+    );
+  }
 }
