@@ -11,7 +11,9 @@
  * are child processes too (load.ts, subscribers.ts); this process only paces and counts.
  * Knobs and phases: docs/benchmarks.md.
  */
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -734,7 +736,7 @@ async function runBackend(backend: Backend): Promise<BackendResult> {
       let peerUrls: Record<PeerName, string> | undefined;
       if (backend === 'postgres' && peers.length) {
         peerChild = forkChild(script('peers-server.ts'), [], [], { ...process.env, GRAPHILE_ENV: 'production' });
-        peerUrls = await peerChild.call<Record<PeerName, string>>('start', { databaseUrl, schema });
+        peerUrls = await peerChild.call<Record<PeerName, string>>('start', { databaseUrl, schema, peers });
       }
       console.error(`[${backend}] reads…`);
       result.http = await measureReads(backend, berth, id, peerChild, peerUrls);
@@ -944,9 +946,34 @@ async function checkOpenFiles(): Promise<void> {
   }
 }
 
+/**
+ * PostGraphile 5 asks for Node >= 22, so it is not in Berth's install (whose `npm ci` would warn of
+ * that on Node 20): bench/peers has a package.json and lockfile of its own, installed here, into
+ * bench/peers/node_modules, when PostGraphile is one of the peers measured and that folder lacks
+ * the locked version. The install's own output is cut to errors; this line says what it is.
+ */
+function installPeers(): void {
+  const dir = fileURLToPath(new URL('./peers/', import.meta.url));
+  const version = (file: string, key: string) => {
+    try {
+      const json = JSON.parse(readFileSync(join(dir, file), 'utf8'));
+      return (key ? json.packages[key] : json).version as string;
+    } catch {
+      return undefined;
+    }
+  };
+  const locked = version('package-lock.json', 'node_modules/postgraphile');
+  if (locked && version('node_modules/postgraphile/package.json', '') === locked) return;
+  console.error(`installing PostGraphile ${locked} into bench/peers (npm ci, once; it asks for Node >= 22, runs on ${process.version})…`);
+  // --prefix as well as cwd: `npm run` exports the checkout's own prefix to its scripts.
+  const npm = spawnSync('npm', ['ci', '--prefix', dir, '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: 'inherit' });
+  if (npm.status !== 0) throw new Error(`npm ci in bench/peers failed (${npm.error?.message ?? `exit ${npm.status}`})`);
+}
+
 async function main(): Promise<void> {
   if (backends.includes('postgres') && !process.env.BENCH_DATABASE_URL) throw new Error('the postgres backend needs BENCH_DATABASE_URL');
   await checkOpenFiles();
+  if (backends.includes('postgres') && phases.includes('reads') && peers.includes('postgraphile')) installPeers();
   const loadBefore = loadavg()[0]!;
   const started = performance.now();
   const http: HttpRow[] = phases.includes('reads') ? [await measureReference()] : [];

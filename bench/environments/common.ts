@@ -184,6 +184,20 @@ export interface Usage {
   at: number;
 }
 
+// Every statement node-postgres sends, BEGIN and COMMIT included, whoever sends it (Prisma's
+// driver adapter, the raw pool, the baselines): queries per request are the first thing a read's
+// cost follows.
+let queries = 0;
+
+/** Counts the statements of this node-postgres `Client` class: Berth's, or another copy of pg (bench/peers' for PostGraphile). */
+export function countQueries(Client: typeof pg.Client): void {
+  const query = Client.prototype.query as (...args: unknown[]) => unknown;
+  Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
+    queries++;
+    return query.apply(this, args);
+  } as typeof pg.Client.prototype.query;
+}
+
 /**
  * `usage` (optionally after a full garbage collection, with node's --expose-gc), and CPU profiles
  * of chosen windows: the same V8 sampling profiler as `node --cpu-prof`, started and stopped around
@@ -191,15 +205,7 @@ export interface Usage {
  */
 export function measuringHandlers(): Record<string, Handler> {
   let session: Session | undefined;
-  // Counts every statement node-postgres sends, BEGIN and COMMIT included, whoever sends it
-  // (Prisma's driver adapter, the raw pool, the baselines): queries per request are the
-  // first thing a read's cost follows.
-  let queries = 0;
-  const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
-  pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
-    queries++;
-    return query.apply(this, args);
-  } as typeof pg.Client.prototype.query;
+  countQueries(pg.Client);
   return {
     usage(params?: { gc?: boolean }) {
       if (params?.gc && globalThis.gc) {

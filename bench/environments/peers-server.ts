@@ -8,15 +8,18 @@
  * None authenticates: they are the figures the issue quotes, the ceiling of a GraphQL read.
  *
  * PostGraphile 5 declares Node >= 22 and needs `Promise.withResolvers` (Node 22); on Node 20 it is
- * polyfilled here, in the peers' own process, never in Berth's.
+ * polyfilled here, in the peers' own process, never in Berth's. It is not in Berth's install (whose
+ * `npm ci` would warn of that Node): it comes from bench/peers, which bench/environments.ts installs
+ * on first use, and only when it is one of the peers asked for.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { buildSchema, type DocumentNode, execute, type GraphQLScalarType, type GraphQLSchema, parse, validate } from 'graphql';
 import { compileQuery, isCompiledQuery } from 'graphql-jit';
 import { createYoga } from 'graphql-yoga';
 import pg from 'pg';
-import { measuringHandlers, type PeerName, serve } from './common';
+import { countQueries, measuringHandlers, type PeerName, serve } from './common';
 
 // Node 22's Promise.withResolvers, which grafast calls on every request.
 const promiseCtor = Promise as unknown as { withResolvers?: () => unknown };
@@ -124,53 +127,71 @@ const graphqlJitServer = (schema: GraphQLSchema, ctx: Ctx) =>
     return async (variables) => compiled.stringify(await compiled.query(undefined, ctx, variables));
   });
 
+const quietYoga = { graphiql: false, landingPage: false, logging: false } as const;
+
+/** The parts of PostGraphile 5 used here (its own types live in bench/peers, outside Berth's tsconfig). */
+interface PostGraphileModules {
+  postgraphile(preset: object): { createServ(grafserv: unknown): { addTo(server: Server): unknown }; release(): unknown };
+  PostGraphileAmberPreset: object;
+  makePgService(options: object): object;
+  grafserv: unknown;
+}
+
+/** PostGraphile 5 from bench/peers (CommonJS), or a message saying how to get it. */
+function loadPostGraphile(): PostGraphileModules {
+  const load = createRequire(new URL('../peers/package.json', import.meta.url));
+  try {
+    // PostGraphile's pg is bench/peers' copy, whose statements are counted like the others'.
+    countQueries(load('pg').Client);
+    return {
+      ...load('postgraphile'),
+      ...load('postgraphile/presets/amber'),
+      ...load('postgraphile/adaptors/pg'),
+      ...load('postgraphile/grafserv/node'),
+    };
+  } catch (error) {
+    throw new Error(`PostGraphile is not installed in bench/peers (npm ci --prefix bench/peers): ${(error as Error).message}`);
+  }
+}
+
+/** PostGraphile 5, amber preset, grafserv on node:http. */
+function postgraphileServer(p: { databaseUrl: string; schema: string }): Server {
+  const { postgraphile, PostGraphileAmberPreset, makePgService, grafserv } = loadPostGraphile();
+  const pgl = postgraphile({
+    extends: [PostGraphileAmberPreset],
+    // Berth has a table named Node; Relay's Node interface would clash with it (and is not read here).
+    disablePlugins: ['NodePlugin'],
+    pgServices: [makePgService({ connectionString: p.databaseUrl, schemas: [p.schema], poolConfig: { max: 10 } })],
+    grafserv: { graphiql: false, watch: false },
+  });
+  const server = createServer();
+  pgl.createServ(grafserv).addTo(server);
+  stopPostgraphile = () => pgl.release();
+  return server;
+}
+
 const servers: Server[] = [];
 const pools: pg.Pool[] = [];
 let stopPostgraphile: (() => unknown) | undefined;
 
 serve({
   ...measuringHandlers(),
-  async start(p: { databaseUrl: string; schema: string }): Promise<Record<PeerName, string>> {
+  async start(p: { databaseUrl: string; schema: string; peers: PeerName[] }): Promise<Partial<Record<PeerName, string>>> {
     const newPool = () => {
       const pool = new pg.Pool({ connectionString: p.databaseUrl, max: 10, options: `-c search_path=${p.schema}` });
       pools.push(pool);
       return pool;
     };
     const schema = handSchema();
-
-    const yoga = createYoga<Record<string, unknown>, Ctx>({
-      schema,
-      context: { pool: newPool() },
-      graphiql: false,
-      landingPage: false,
-      logging: false,
-    });
-    const yogaServer = createServer(yoga);
-
-    const { postgraphile } = await import('postgraphile');
-    const { PostGraphileAmberPreset } = await import('postgraphile/presets/amber');
-    const { makePgService } = await import('postgraphile/adaptors/pg');
-    const { grafserv } = await import('postgraphile/grafserv/node');
-    const pgl = postgraphile({
-      extends: [PostGraphileAmberPreset],
-      // Berth has a table named Node; Relay's Node interface would clash with it (and is not read here).
-      disablePlugins: ['NodePlugin'],
-      pgServices: [makePgService({ connectionString: p.databaseUrl, schemas: [p.schema], poolConfig: { max: 10 } })],
-      grafserv: { graphiql: false, watch: false },
-    });
-    const serv = pgl.createServ(grafserv);
-    const postgraphileServer = createServer();
-    serv.addTo(postgraphileServer);
-    stopPostgraphile = () => pgl.release();
-
-    const all: Record<PeerName, Server> = {
-      postgraphile: postgraphileServer,
-      yoga: yogaServer,
-      'graphql-js': graphqlJsServer(schema, { pool: newPool() }),
-      'graphql-jit': graphqlJitServer(schema, { pool: newPool() }),
+    const make: Record<PeerName, () => Server> = {
+      postgraphile: () => postgraphileServer(p),
+      yoga: () => createServer(createYoga<Record<string, unknown>, Ctx>({ schema, context: { pool: newPool() }, ...quietYoga })),
+      'graphql-js': () => graphqlJsServer(schema, { pool: newPool() }),
+      'graphql-jit': () => graphqlJitServer(schema, { pool: newPool() }),
     };
-    const urls = {} as Record<PeerName, string>;
-    for (const [name, server] of Object.entries(all) as [PeerName, Server][]) {
+    const urls: Partial<Record<PeerName, string>> = {};
+    for (const name of p.peers) {
+      const server = make[name]();
       servers.push(server);
       urls[name] = `${await listen(server)}/graphql`;
     }
