@@ -428,7 +428,7 @@ describe('berth sandbox, node, webhook, key, quota and completion', () => {
       );
       expect(top!.split(' ')).toEqual(commands);
       expect(sandbox).toBe('create ls rm help');
-      expect(node).toBe('create');
+      expect(node).toBe('create cordon');
       expect(quota).toBe('--max --idle --hard --json --server --token --help');
       expect(events).toBe('environment.created environment.state artifact.created artifact.deleted snapshot.created project.shredded');
       // An option's value is not a subcommand: bash offers file names (complete -o default).

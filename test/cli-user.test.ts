@@ -252,11 +252,25 @@ describe('berth env and berth artifact', () => {
 
     // `berth node ls` beside `berth node`, the command that serves a pool: a node never connected is lost.
     // The built-in node is listed first: it serves the pools with hot nodes for every organization.
-    expect((await berth('node', 'ls')).stdout).toMatch(/^nod_builtin_\w+ +builtin \(built-in\) +hot pools +online +0\/\d+ +\S+ +-$/m);
+    // ALLOCATED: CPU and memory allocated of what the node offers.
+    expect((await berth('node', 'ls')).stdout).toMatch(
+      /^nod_builtin_\w+ +builtin \(built-in\) +hot pools +online +0\/\d+ +0\/\d+ CPU, 0 B\/[\d.]+ [KMGT]iB +\S+ +-$/m,
+    );
     const created = await admin.post('/v1/nodes', { pool: 'default', name: 'listed-builder' });
     const nodes = await berth('node', 'ls');
-    expect(nodes.stdout.split('\n')[0]!.split(/\s{2,}/)).toEqual(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'LAST SEEN', 'ENVIRONMENTS']);
-    expect(nodes.stdout).toMatch(new RegExp(`^${created.body.node.id} +listed-builder +default +lost +0/0 +- +-$`, 'm'));
+    expect(nodes.stdout.split('\n')[0]!.split(/\s{2,}/)).toEqual([
+      'ID',
+      'NAME',
+      'POOL',
+      'STATE',
+      'SLOTS',
+      'ALLOCATED',
+      'LAST SEEN',
+      'ENVIRONMENTS',
+    ]);
+    expect(nodes.stdout).toMatch(
+      new RegExp(`^${created.body.node.id} +listed-builder +default +lost +0/0 +0/\\? CPU, 0 B/\\? +- +-$`, 'm'),
+    );
     const listed = JSON.parse((await berth('node', 'ls', '--json')).stdout);
     expect(listed.nodes.map((n: { builtin: boolean }) => n.builtin)).toEqual([true, false]);
     expect(listed.nodes[1]).toEqual(created.body.node);

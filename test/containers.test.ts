@@ -22,7 +22,7 @@ import {
   TEST_USER_IMAGE,
   writeCatalog,
 } from './helpers/containers';
-import { type Proc, spawnNode } from './helpers/processes';
+import { type Proc, spawnNode, TEST_CAPACITY } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { recorded } from './helpers/states';
 
@@ -105,6 +105,9 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
             join(dir, 'node'),
             '--slots',
             '24',
+            // Room for whatever this suite leases at once, whatever this machine has.
+            '--capacity',
+            TEST_CAPACITY,
             '--engine',
             engine(),
           ],

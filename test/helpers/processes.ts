@@ -69,11 +69,11 @@ export interface BerthProc extends Proc {
 }
 
 /**
- * What the built-in node of a test's server offers: more than any suite leases at once, as the
- * suites are about other things than this 2-core machine's capacity (placement's own suites set
- * theirs).
+ * What the built-in node of a test's server (and a suite's own node) offers: more than any suite
+ * leases at once, as the suites are about other things than this 2-core machine's capacity
+ * (placement's own suites declare theirs).
  */
-export const TEST_BUILTIN_CAPACITY = 'cpus=4096,memory=1024TiB';
+export const TEST_CAPACITY = 'cpus=4096,memory=1024TiB';
 
 /** Starts `npm start`'s program (src/app/main.ts) on a free port; resolves once it listens. */
 export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
@@ -82,7 +82,7 @@ export async function startBerth(env: Record<string, string>): Promise<BerthProc
     PORT: '0',
     HOST: '127.0.0.1',
     NODE_ENV: 'test',
-    BUILTIN_CAPACITY: TEST_BUILTIN_CAPACITY,
+    BUILTIN_CAPACITY: TEST_CAPACITY,
     ...env,
   });
   const m = await p.waitFor(/Berth listening on (http:\/\/\S+)/);

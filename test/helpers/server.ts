@@ -11,7 +11,7 @@ import { type App, startApp } from '../../src/app/server';
 import { createLogger } from '../../src/observability/log';
 import { ManualClock } from './clock';
 import { seedDatabase } from './database';
-import { TEST_BUILTIN_CAPACITY } from './processes';
+import { TEST_CAPACITY } from './processes';
 import { type PollOptions, poll } from './wait';
 
 export const BOOTSTRAP = 'bct_test-bootstrap-token-0123456789';
@@ -58,7 +58,7 @@ export async function startServer(
     BOOTSTRAP_TOKEN: BOOTSTRAP,
     // Files-only unless a suite gives the built-in pool an engine (test/helpers/containers.ts).
     DOCKER_HOST: 'none',
-    BUILTIN_CAPACITY: TEST_BUILTIN_CAPACITY,
+    BUILTIN_CAPACITY: TEST_CAPACITY,
     ...(schema ? { DATABASE_URL: process.env.TEST_DATABASE_URL!, DATABASE_SCHEMA: schema } : {}),
     ...env,
   };
