@@ -153,7 +153,9 @@ describeBackends('berth node stopped by a signal', (backend) => {
     // `berth node ls` (the real command) shows where it runs.
     const cli = { ...process.env, BERTH_URL: s.url, BERTH_TOKEN: BOOTSTRAP };
     const listed = await run(process.execPath, ['bin/berth.js', 'node', 'ls'], { cwd: root, env: cli });
-    expect(listed.stdout).toMatch(new RegExp(`^nod_\\S+ +builder +remote +online +1/1 +\\S+ CPU, \\S+ \\S+/\\S+ \\S+ +\\d+s +${env.id}$`, 'm'));
+    expect(listed.stdout).toMatch(
+      new RegExp(`^nod_\\S+ +builder +remote +online +1/1 +\\S+ CPU, \\S+ \\S+/\\S+ \\S+ +\\d+s +${env.id}$`, 'm'),
+    );
 
     agent.proc.kill('SIGTERM');
     expect(await agent.exited).toBe(0);
