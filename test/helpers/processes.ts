@@ -184,17 +184,8 @@ export function runBerth(args: string[], env: Record<string, string> = {}): Prom
 }
 
 /** `berth exec` as a real process: its exit code and output. */
-export function berthExec(url: string, token: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['bin/berth.js', 'exec', args[0]!, '--', ...args.slice(1)], {
-    cwd: root,
-    env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: token },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+export function berthExec(url: string, token: string, ...args: string[]): Promise<Run> {
+  return runBerth(['exec', args[0]!, '--', ...args.slice(1)], { BERTH_URL: url, BERTH_TOKEN: token });
 }
 
 /**

@@ -7,7 +7,19 @@ import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
 import { sendToNode } from '../../protocol/node-bus';
-import { fits, headroom, NO_WARM, NODE_TAKES_WORK, NOTHING, type NodeProvider, needOf, type Room, roomsOf, startBound } from '../nodes';
+import {
+  fits,
+  headroom,
+  NO_WARM,
+  NODE_TAKES_WORK,
+  NOTHING,
+  type NodeProvider,
+  needOf,
+  type Room,
+  roomsOf,
+  startBound,
+  warmAllocation,
+} from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
@@ -74,7 +86,7 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
               n.warmSpec === pending.specHash &&
               n.warmTemplate === pending.template &&
               (n.warmOrg === '' || n.warmOrg === pending.orgId) &&
-              fits(rooms.get(n.remoteId)!, need, warmOf(n)),
+              fits(rooms.get(n.remoteId)!, need, warmAllocation(n)),
           );
           // ...else its organization's own nodes before the hot ones, where it fits (placeOn).
           const placed = warm
@@ -158,12 +170,6 @@ interface Pending {
   hotRoom: boolean;
 }
 
-/** What a slot's warm container is allocated (counted on its node while starting or ready). */
-function warmOf(slot: Slot): Capacity {
-  if (slot.warmState !== 'starting' && slot.warmState !== 'ready') return NOTHING;
-  return { cpus: slot.warmCpus ?? 0, memory: Number(slot.warmMemory ?? 0) };
-}
-
 const warmRank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
 
 /** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
@@ -185,13 +191,13 @@ function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>): { slo
   for (const [remoteId, free] of byNode) {
     const room = rooms.get(remoteId)!;
     const slot = leastWarm(free)!;
-    let freed = warmOf(slot);
+    let freed = warmAllocation(slot);
     const evict: Slot[] = [];
     // Starting ones before ready ones, as leastWarm ranks them.
-    for (const other of free.filter((n) => n !== slot && warmOf(n) !== NOTHING).sort((a, b) => warmRank(a) - warmRank(b))) {
+    for (const other of free.filter((n) => n !== slot && warmAllocation(n) !== NOTHING).sort((a, b) => warmRank(a) - warmRank(b))) {
       if (fits(room, need, freed)) break;
       evict.push(other);
-      const w = warmOf(other);
+      const w = warmAllocation(other);
       freed = { cpus: freed.cpus + w.cpus, memory: freed.memory + w.memory };
     }
     if (!fits(room, need, freed)) continue;

@@ -7,7 +7,7 @@ export {
   ensureBuiltinNode,
   mintBuiltinToken,
 } from './builtin-node';
-export { describeNeed, fits, headroom, NOTHING, needOf, type Room, roomsOf } from './placement';
+export { describeNeed, fits, headroom, NOTHING, needOf, type Room, roomsOf, warmAllocation } from './placement';
 export { type NodeProvider, startBound } from './provider';
 export { nodeJob, nodeProvider } from './remote-nodes';
 export {

@@ -23,6 +23,12 @@ export function needOf(resources: { cpus?: number | null; memory?: string | null
   return { cpus: resources?.cpus ?? 0, memory: resources?.memory ? parseSize(resources.memory) : 0 };
 }
 
+/** What a slot's warm container is allocated: its limits while it is starting or ready, else NOTHING. */
+export function warmAllocation(slot: { warmState: string | null; warmCpus: number | null; warmMemory: bigint | null }): Capacity {
+  if (slot.warmState !== 'starting' && slot.warmState !== 'ready') return NOTHING;
+  return { cpus: slot.warmCpus ?? 0, memory: Number(slot.warmMemory ?? 0) };
+}
+
 const plus = (a: Capacity, b: Capacity): Capacity => ({ cpus: a.cpus + b.cpus, memory: a.memory + b.memory });
 // Hundredths of a CPU, as templates write them: 0.1 + 0.2 fits in 0.3.
 const cents = (cpus: number) => Math.round(cpus * 100);
@@ -50,11 +56,11 @@ export async function roomsOf(tx: Tx, nodeIds: Iterable<string>): Promise<Map<st
   }
   const warm = await tx.node.findMany({
     where: { remoteId: { in: ids }, environmentId: null, warmState: { in: ['starting', 'ready'] } },
-    select: { remoteId: true, warmCpus: true, warmMemory: true },
+    select: { remoteId: true, warmState: true, warmCpus: true, warmMemory: true },
   });
   for (const w of warm) {
     const room = rooms.get(w.remoteId!);
-    if (room) room.used = plus(room.used, { cpus: w.warmCpus ?? 0, memory: Number(w.warmMemory ?? 0) });
+    if (room) room.used = plus(room.used, warmAllocation(w));
   }
   return rooms;
 }

@@ -17,11 +17,10 @@ import type { Actor, Deps } from '../../app/context';
 import type { BackgroundJob } from '../../kernel/background';
 import { CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
-import type { Capacity } from '../../protocol/capacity';
 import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
-import { fits, NOTHING, needOf, roomsOf, take } from './placement';
+import { fits, NOTHING, needOf, roomsOf, take, warmAllocation } from './placement';
 import { warmEnvironmentSpec } from './specs';
 import { NODE_TAKES_WORK } from './takes-work';
 
@@ -68,12 +67,6 @@ interface Slot {
   warmRetry: Date | null;
   warmCpus: number | null;
   warmMemory: bigint | null;
-}
-
-/** What a slot's warm container counts against its node's capacity: its limits while starting or ready. */
-function allocatedTo(slot: Slot): Capacity {
-  if (slot.warmState !== 'starting' && slot.warmState !== 'ready') return NOTHING;
-  return { cpus: slot.warmCpus ?? 0, memory: Number(slot.warmMemory ?? 0) };
 }
 
 /** One container for a node to make: the slot, which making of it, and the template. */
@@ -159,14 +152,14 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
         data: NO_WARM,
       });
       drop.push({ ...slot });
-      take(rooms.get(slot.remoteId)!, NOTHING, allocatedTo(slot));
+      take(rooms.get(slot.remoteId)!, NOTHING, warmAllocation(slot));
       slot.warmState = null;
     };
     /** Makes the slot's container (again), when its node has room for it; false when it has not. */
     const start = async (slot: Slot, want: Wanted): Promise<boolean> => {
       const room = rooms.get(slot.remoteId)!;
       const need = needOf(want.spec.resources);
-      const freed = allocatedTo(slot);
+      const freed = warmAllocation(slot);
       if (!fits(room, need, freed)) return false;
       take(room, need, freed);
       // Another making of the slot than any answer still under way.
