@@ -39,7 +39,14 @@ describeContainers('warm containers on a remote node', () => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-warm-nodes-'));
-    const templates = await writeCatalog(dir, [], [{ name: 'remote', hotNodes: 0, maxQueued: 10 }]);
+    const templates = await writeCatalog(
+      dir,
+      [{ name: 'stock', pool: 'stockpool', image: TEST_IMAGE, warm: 2 }],
+      [
+        { name: 'remote', hotNodes: 0, maxQueued: 10 },
+        { name: 'stockpool', hotNodes: 0, maxQueued: 10 },
+      ],
+    );
     s = await startServer('pglite', { TEMPLATES_FILE: templates, DOCKER_HOST: 'none', NODE_HEARTBEAT_MS: '250' });
     const created = await admin.post('/v1/nodes', { pool: 'remote', name: 'warmer' });
     secret = created.body.secret;
@@ -95,6 +102,47 @@ describeContainers('warm containers on a remote node', () => {
     await admin.del(`/v1/environments/${id}`);
     await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('stopped'), WAIT);
     expect(await podman('ps', '-aq', '--filter', `name=^berth-${id}$`)).toBe('');
+  });
+
+  it("keeps a catalog template's warm containers on the organization's nodes, until it replaces the template", async () => {
+    const created = await admin.post('/v1/nodes', { pool: 'stockpool', name: 'stocker' });
+    const stocker = spawnNode(
+      ['bin/berth.js', 'node', '--server', s.url, '--dir', join(dir, 'stocker'), '--slots', '2', '--engine', engine()],
+      { BERTH_NODE_TOKEN: created.body.secret },
+    );
+    const held = async () =>
+      (await admin.get('/v1/nodes')).body.nodes.find((n: { name: string }) => n.name === 'stocker')?.warm as {
+        template: string;
+        state: string;
+      }[];
+    const stockNames = async () =>
+      (await podman('ps', '-a', '--filter', 'label=berth.warm', '--filter', 'label=berth.pool=stockpool', '--format', '{{.Names}}'))
+        .split('\n')
+        .filter(Boolean);
+    try {
+      await stocker.waitFor(/online as stocker/);
+      // The catalog's `warm: 2`, kept for this organization on its own node.
+      await vi.waitFor(async () => expect((await held()).filter((w) => w.state === 'ready')).toHaveLength(2), WAIT);
+      expect((await held()).map((w) => w.template)).toEqual(['stock', 'stock']);
+      const made = await admin.post('/v1/environments', { template: 'stock' });
+      const id = made.body.environment.id as string;
+      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('ready'), WAIT);
+      const labels = await podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}');
+      expect(labels).toContain('berth.warm:');
+      expect(await berthExec(s.url, BOOTSTRAP, id, 'hostname')).toMatchObject({ code: 0, stdout: expect.stringMatching(/^stock/) });
+      await admin.del(`/v1/environments/${id}`);
+
+      // Its own version of the template (no warm containers) replaces the catalog's on its nodes.
+      expect((await admin.put('/v1/templates/stock', { pool: 'stockpool', image: TEST_IMAGE, idle: '30m', hard: '2h' })).status).toBe(200);
+      await vi.waitFor(async () => {
+        expect(await held()).toEqual([]);
+        expect(await stockNames()).toEqual([]);
+      }, WAIT);
+    } finally {
+      await stocker.kill('SIGKILL');
+      const left = (await podman('ps', '-aq', '--filter', 'label=berth.pool=stockpool')).split('\n').filter(Boolean);
+      if (left.length) await podman('rm', '-f', ...left);
+    }
   });
 
   it('after a kill -9 of the node, the restarted one makes them again and leaves no orphan', async () => {

@@ -9,7 +9,10 @@
 // - A hot node (a slot of the built-in node, which needs an engine) keeps an organization's template
 //   only while the organization's leases and warm containers on the hot nodes stay within its pool
 //   share (POOL_ORG_SHARE); the catalog's templates are the operator's and count against no organization.
-// - Another node keeps its own organization's templates only.
+// - Another node keeps its own organization's templates, and the catalog's of its pool that its
+//   organization has not replaced with its own: `warm: N` of a catalog template is N on the hot
+//   nodes and N on each organization's nodes of the pool (only that organization claims those),
+//   an organization's own template N in all. A node without an engine keeps none.
 // - A container whose template changed (another spec hash), went away, or asks fewer is removed;
 //   one that failed is tried again after a backoff that doubles up to WARM_BACKOFF_MAX_MS, its
 //   error kept on the slot (GET /v1/nodes, berth_warm_containers) and logged.
@@ -102,6 +105,7 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
   // Nothing asked and nothing kept (most deployments): no transaction every interval.
   if (wanted.length === 0 && (await deps.prisma.node.count({ where: { warmState: { not: null } } })) === 0) return { make: [], drop: [] };
   const byKey = new Map(wanted.map((w) => [keyOf(w.orgId, w.spec.name), w]));
+  const catalogNames = [...new Set(wanted.filter((w) => w.orgId === '').map((w) => w.spec.name))];
   return deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, 'berth:warm');
     const now = deps.clock.now();
@@ -178,8 +182,22 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
       make.push({ slot: slot.id, remoteId: slot.remoteId, since, want });
       return true;
     };
+    // Catalog templates an organization replaced with its own: its nodes keep only its own.
+    const replaced = new Set(
+      catalogNames.length === 0
+        ? []
+        : (
+            await tx.$queryRaw<{ orgId: string; name: string }[]>`
+              SELECT "orgId", name FROM "Template" WHERE "orgId" <> '' AND name = ANY(${catalogNames}::text[])`
+          ).map((t) => keyOf(t.orgId, t.name)),
+    );
     const mayKeep = (slot: Slot, want: Wanted) =>
-      slot.pool === want.spec.pool && (slot.builtin ? slot.hasEngine : slot.nodeOrg === want.orgId);
+      slot.pool === want.spec.pool &&
+      slot.hasEngine &&
+      (slot.builtin || slot.nodeOrg === want.orgId || (want.orgId === '' && !replaced.has(keyOf(slot.nodeOrg, want.spec.name))));
+    /** Whose count of the template a slot's container is: the hot nodes' ('') or an organization's nodes' for a catalog template, the organization's for its own. */
+    const scopeOf = (slot: Slot, want: Wanted) => (want.orgId !== '' || slot.builtin ? want.orgId : slot.nodeOrg);
+    const countKey = (scope: string, want: Wanted) => `${scope}\0${keyOf(want.orgId, want.spec.name)}`;
 
     // Those kept: still wanted, with the same spec, on a slot that may keep them, within the count
     // (ready ones first) and, on hot nodes, within the organization's share.
@@ -188,28 +206,36 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
     const kept = slots.filter((s) => s.warmState).sort((a, b) => rank[a.warmState!] - rank[b.warmState!]);
     for (const slot of kept) {
       const want = byKey.get(keyOf(slot.warmOrg ?? '', slot.warmTemplate ?? ''));
-      const n = want ? (count.get(keyOf(want.orgId, want.spec.name)) ?? 0) : 0;
+      const key = want ? countKey(scopeOf(slot, want), want) : '';
+      const n = count.get(key) ?? 0;
       const room = !want || !slot.builtin || (await hotRoom(slot.pool, want.orgId));
       if (!want || want.hash !== slot.warmSpec || !mayKeep(slot, want) || n >= want.spec.warm || !room) {
         await clear(slot);
         continue;
       }
-      count.set(keyOf(want.orgId, want.spec.name), n + 1);
+      count.set(key, n + 1);
       if (slot.builtin && want.orgId !== '') held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
       const stale = slot.warmState === 'starting' && slot.warmSince!.getTime() < now.getTime() - WARM_START_MS;
       const due = slot.warmState === 'failed' && (slot.warmRetry?.getTime() ?? 0) <= now.getTime();
       if (stale || due) await start(slot, want);
     }
-    // Free slots to templates short of their count, one slot per template in turn (oldest template first).
+    // Each count to fill: an organization's template's; a catalog template's on the hot nodes and
+    // on each organization's nodes of its pool.
+    const targets = wanted.flatMap((want) => {
+      if (want.orgId !== '') return [{ want, scope: want.orgId }];
+      const orgs = new Set(slots.filter((s) => !s.builtin && s.pool === want.spec.pool).map((s) => s.nodeOrg));
+      return ['', ...orgs].map((scope) => ({ want, scope }));
+    });
+    // Free slots to templates short of their count, one slot per count in turn (oldest template first).
     let assigned = true;
     while (assigned) {
       assigned = false;
-      for (const want of wanted) {
-        const key = keyOf(want.orgId, want.spec.name);
+      for (const { want, scope } of targets) {
+        const key = countKey(scope, want);
         if ((count.get(key) ?? 0) >= want.spec.warm) continue;
         let slot: Slot | undefined;
         for (const s of slots) {
-          if (s.warmState || !mayKeep(s, want)) continue;
+          if (s.warmState || !mayKeep(s, want) || scopeOf(s, want) !== scope) continue;
           if (s.builtin && !(await hotRoom(s.pool, want.orgId))) continue;
           if (!(await start(s, want))) continue;
           slot = s;
