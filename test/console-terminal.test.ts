@@ -45,7 +45,8 @@ describeContainers('web console: a terminal in the environment page', () => {
     await page.goto(`/environments/${id}`);
     await page.getByRole('button', { name: 'Open a terminal' }).click();
     const terminal = page.getByRole('region', { name: 'Terminal' });
-    await expect.poll(() => terminal.textContent()).toMatch(/# /);
+    // The first wait includes the session's start (a shell in the container): the longest under load.
+    await expect.poll(() => terminal.textContent(), { timeout: 60_000 }).toMatch(/# /);
     await page.getByRole('status').filter({ hasText: 'Connected' }).waitFor();
     // Typed as a person would: the keyboard's focus is in the terminal.
     await page.keyboard.type('echo hello-$((6*7)) && stty size');
