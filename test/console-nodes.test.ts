@@ -124,7 +124,8 @@ describe('web console: nodes and templates', () => {
     const stand = await nodeChannel(s.url, warmer.secret);
     const heartbeat = setInterval(() => stand.send({ type: 'heartbeat' }), 500);
     try {
-      stand.send({ type: 'hello', slots: 2, environments: [] });
+      // With an engine: a node without one keeps no warm containers.
+      stand.send({ type: 'hello', slots: 2, environments: [], engine: 'unix:///run/warmer.sock' });
       expect(await stand.next()).toMatchObject({ type: 'welcome' });
       const spec = {
         pool: 'warm',
@@ -336,6 +337,33 @@ describe('web console: nodes and templates', () => {
       expect(member.problems).toEqual([]);
     } finally {
       await member.context.close();
+    }
+  });
+
+  it("shows a degraded node's engine trouble as the node says it, and online again, without a reload", async () => {
+    const created = await admin.post('/v1/nodes', { pool: 'remote', name: 'shaky' });
+    const stand = await nodeChannel(s.url, created.body.secret);
+    const heartbeat = setInterval(() => stand.send({ type: 'heartbeat' }), 500);
+    try {
+      stand.send({ type: 'hello', slots: 1, environments: [], engine: 'unix:///run/shaky.sock' });
+      expect(await stand.next()).toMatchObject({ type: 'welcome' });
+      const row = nodeRow('shaky');
+      await row.getByText('online', { exact: true }).waitFor();
+      const trouble = 'the container engine unix:///run/shaky.sock does not answer: connect ENOENT /run/shaky.sock';
+      stand.send({ type: 'engine', error: trouble });
+      await row.getByText('degraded', { exact: true }).waitFor();
+      expect(await row.locator('.state-reason').textContent()).toMatch(
+        /^the container engine unix:\/\/\/run\/shaky\.sock does not answer: connect ENOENT \/run\/shaky\.sock \(since /,
+      );
+      await screenshot(page, 'nodes-degraded');
+      stand.send({ type: 'engine', error: null });
+      await row.getByText('online', { exact: true }).waitFor();
+      expect(await row.locator('.state-reason').count()).toBe(0);
+      expect(await page.evaluate(() => (window as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
+      expect(c.problems).toEqual([]);
+    } finally {
+      clearInterval(heartbeat);
+      stand.ws.close();
     }
   });
 

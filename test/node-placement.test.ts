@@ -7,17 +7,23 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { nodeChannel } from './helpers/node-channel';
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
 import { reaches } from './helpers/states';
 import { poll } from './helpers/wait';
 
 const GIB = 1024 ** 3;
+const IMAGE = 'localhost/berth-test/busybox:1';
 
 const CATALOG = {
-  pools: [{ name: 'fleet', hotNodes: 0, maxQueued: 50 }],
+  pools: [
+    { name: 'fleet', hotNodes: 0, maxQueued: 50 },
+    { name: 'pics', hotNodes: 0, maxQueued: 10 },
+  ],
   templates: [
     { name: 'sized', pool: 'fleet', startMs: 0, idle: '30m', hard: '1h', resources: { cpus: 1, memory: '2GiB' }, shares: [], services: [] },
+    { name: 'pictured', pool: 'pics', image: IMAGE, startMs: 0, idle: '30m', hard: '1h', resources: { cpus: 1, memory: '1GiB' } },
     { name: 'huge', pool: 'fleet', startMs: 0, idle: '30m', hard: '1h', resources: { cpus: 64, memory: '2GiB' }, shares: [], services: [] },
   ],
 };
@@ -138,4 +144,44 @@ describeBackends('placement by capacity', (backend) => {
   });
 
   const capacityCpus = () => Object.fromEntries(Object.entries(capacityOf).map(([name, c]) => [name, c.cpus]));
+
+  it("among nodes with room, one whose engine holds the lease's image comes before one with more room", async () => {
+    const stands: Awaited<ReturnType<typeof nodeChannel>>[] = [];
+    const heartbeat = setInterval(() => {
+      for (const stand of stands) stand.send({ type: 'heartbeat' });
+    }, 250);
+    try {
+      for (const [name, capacity, images] of [
+        ['roomy', { cpus: 8, memory: 16 * GIB }, []],
+        ['stocked', { cpus: 2, memory: 4 * GIB }, [IMAGE]],
+      ] as const) {
+        const created = await admin.post('/v1/nodes', { pool: 'pics', name });
+        const stand = await nodeChannel(s.url, created.body.secret);
+        stands.push(stand);
+        stand.send({ type: 'hello', slots: 2, environments: [], capacity, engine: 'unix:///run/stand.sock' });
+        expect(await stand.next()).toMatchObject({ type: 'welcome', images: [IMAGE] });
+        stand.send({ type: 'images-held', images });
+        // It prepares what it is given at once (files only), so no question to it is left waiting.
+        void (async () => {
+          for (;;) {
+            const message = await stand.next();
+            if (message.type === 'prepare') stand.send({ type: 'reply', reply: message.reply, runtime: 'files' });
+          }
+        })();
+      }
+      // GET /v1/nodes shows what each holds.
+      await poll('the stocked node to say it holds the image', async () => {
+        const nodes = (await admin.get('/v1/nodes')).body.nodes as { name: string; images: string[] }[];
+        return nodes.find((n) => n.name === 'stocked')?.images.includes(IMAGE) ? true : undefined;
+      });
+      // The node holding the image while it has room (2 CPUs: two leases), then the roomy one.
+      const placedOn = async () => (await reaches(s.url, BOOTSTRAP, await lease('pictured'), 'ready')).node;
+      expect(await placedOn()).toBe('stocked');
+      expect(await placedOn()).toBe('stocked');
+      expect(await placedOn()).toBe('roomy');
+    } finally {
+      clearInterval(heartbeat);
+      for (const stand of stands) stand.ws.close();
+    }
+  });
 });

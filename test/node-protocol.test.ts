@@ -41,6 +41,17 @@ const fromNode: NodeToServer[] = [
   { type: 'warm-ready', slot: 'nod_1-1', since: new Date().toISOString() },
   { type: 'warm-failed', slot: 'nod_1-1', since: new Date().toISOString(), error: 'pull access denied' },
   { type: 'warm-held', slots: [{ slot: 'nod_1-1', since: new Date().toISOString() }] },
+  {
+    type: 'hello',
+    slots: 1,
+    environments: [],
+    engine: 'unix:///run/podman/podman.sock',
+    engineError: 'the container engine … does not answer',
+  },
+  { type: 'engine', error: 'the container engine unix:///run/podman/podman.sock does not answer: connect ENOENT' },
+  { type: 'engine', error: null },
+  { type: 'images-held', images: ['docker.io/library/node:22', 'localhost/berth-test/busybox:1'] },
+  { type: 'images-held', images: [] },
 ];
 
 /** Every message the server sends a node (the channel's own answers, sendToNode's and askNode's). */
@@ -157,6 +168,11 @@ describe('node channel schemas', () => {
       [{ type: 'warm-ready', slot: 'nod_1-1', since: 'yesterday' }, 'since'],
       [{ type: 'warm-ready', slot: 'x'.repeat(201), since: new Date().toISOString() }, 'slot'],
       [{ type: 'warm-held', slots: Array.from({ length: 10_001 }, () => ({ slot: 's', since: 't' })) }, 'slots'],
+      [{ ...hello, engineError: 'x'.repeat(10_001) }, 'engineError'],
+      [{ type: 'engine', error: 'x'.repeat(10_001) }, 'error'],
+      [{ type: 'engine' }, 'error'],
+      [{ type: 'images-held', images: Array.from({ length: 21 }, (_, i) => `img${i}`) }, 'images'],
+      [{ type: 'images-held', images: ['x'.repeat(256)] }, 'images.0'],
     ];
     for (const [value, field] of bad) {
       const refused = refusal(parseNodeToServer, value);

@@ -60,6 +60,8 @@ export interface NodeAgentOptions {
 
 /** How often the containers of held environments are looked at (an end whose report was lost). */
 const CHECK_MS = 60_000;
+/** How long the engine has to answer a ping, asked at each heartbeat (docs/agents.md, "Health"). */
+const ENGINE_PING_MS = 5_000;
 
 const MIN_BACKOFF_MS = 250;
 const MAX_BACKOFF_MS = 10_000;
@@ -87,6 +89,14 @@ export class NodeAgent {
   /** The warm containers this process holds, by slot: which making of it (`since`), made or being made. */
   private readonly warm = new Map<string, { since: string; hash: string; ready: boolean }>();
   private checks: NodeJS.Timeout | undefined;
+  private engineChecks: NodeJS.Timeout | undefined;
+  /** Its pool's images (the last welcome's or `images` message's), and those of them its engine holds, as said to the server. */
+  private poolImages = new Set<string>();
+  private readonly imagesHeld = new Set<string>();
+  /** Why the engine does not answer (null: it does), as last said to the server. */
+  private engineError: string | null = null;
+  /** A ping under way: one at a time, so an engine that hangs holds one request, not one per check. */
+  private pinging = false;
   /** What it offers, said in every hello: the declared capacity, else the machine's (its engine's, else the host's) less a reserve. */
   private capacity: Capacity | undefined;
 
@@ -99,6 +109,11 @@ export class NodeAgent {
     this.runtime = new NodeRuntime({ engine: opts.engine, dir: opts.dir, owner, log: this.log });
     this.runtime.onEnded = (id, reason) => this.send({ type: 'ended', environment: id, reason });
     this.runtime.onUsage = (id, sample) => this.send({ type: 'usage', environment: id, sample });
+    this.runtime.onImageHeld = (ref) => {
+      if (!this.poolImages.has(ref) || this.imagesHeld.has(ref)) return;
+      this.imagesHeld.add(ref);
+      this.send({ type: 'images-held', images: [...this.imagesHeld] });
+    };
     this.runtime.onWarmEnded = (slot) => {
       const held = this.warm.get(slot);
       if (!held?.ready) return;
@@ -200,6 +215,7 @@ export class NodeAgent {
     this.wake?.();
     clearInterval(this.heartbeat);
     clearInterval(this.checks);
+    clearInterval(this.engineChecks);
     this.runtime.close();
     this.ws?.close(1000, 'node agent stopping');
   }
@@ -265,6 +281,7 @@ export class NodeAgent {
       environments: [...this.held],
       capacity: this.capacity,
       engine: this.opts.engine?.url ?? null,
+      engineError: this.engineError,
       ...(this.leaving ? { leaving: true } : {}),
     });
   }
@@ -286,6 +303,9 @@ export class NodeAgent {
         );
         clearInterval(this.heartbeat);
         this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), message.heartbeatMs);
+        // The engine is asked as often; the checks go on while the channel is down, so the next hello says how it is.
+        clearInterval(this.engineChecks);
+        this.engineChecks = setInterval(() => void this.checkEngine(), message.heartbeatMs);
         this.runtime.startSampling(message.usageSampleMs);
         // Roots of environments the server no longer counts as live on this node are wiped.
         const live = new Set(message.environments);
@@ -351,6 +371,10 @@ export class NodeAgent {
         return false;
       }
     });
+    this.poolImages = new Set(valid);
+    for (const ref of this.imagesHeld) if (!this.poolImages.has(ref)) this.imagesHeld.delete(ref);
+    // Said again in full: what it holds of the new list (each found or pulled is added as it is).
+    this.send({ type: 'images-held', images: [...this.imagesHeld] });
     this.runtime.prepull(valid);
   }
 
@@ -429,6 +453,24 @@ export class NodeAgent {
     for (const [id, reason] of ended) this.send({ type: 'ended', environment: id, reason });
     // The server forgets the warm containers this node no longer holds (after a restart: none).
     this.send({ type: 'warm-held', slots: [...this.warm].map(([slot, w]) => ({ slot, since: w.since })) });
+  }
+
+  /**
+   * Asks the engine whether it answers; a change is said to the server (the node is `degraded`
+   * while it does not). When it answers again, the containers are looked at: an environment whose
+   * container went meanwhile is reported ended, and the warm containers dropped meanwhile go.
+   */
+  private async checkEngine(): Promise<void> {
+    const engine = this.opts.engine;
+    if (!engine || this.pinging || this.stopped) return;
+    this.pinging = true;
+    const trouble = await engine.trouble(ENGINE_PING_MS).finally(() => (this.pinging = false));
+    if (trouble === this.engineError || this.stopped) return;
+    const was = this.engineError;
+    this.engineError = trouble;
+    this.log(trouble ? `degraded: ${trouble}` : `the container engine ${engine.url} answers again`);
+    this.send({ type: 'engine', error: trouble });
+    if (was && !trouble) await this.checkContainers().catch((e: Error) => this.log(`checking containers: ${e.message}`));
   }
 
   /** Makes a slot's warm container, then says whether it is ready (that making of it, `since`). */

@@ -24,7 +24,7 @@ const say = config.logFormat === 'json' ? console.error : console.log;
 const where = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite in ${config.dataDir}`;
 say(`Berth listening on ${app.url}  (database: ${where})`);
 say(`  Console: ${app.url}/   GraphQL: ${app.url}/graphql   REST: ${app.url}/v1   OpenAPI: ${app.url}/v1/openapi.json`);
-const engine = await builtinEngine(app.deps);
+const { engine } = await builtinEngine(app.deps);
 const nodePid = app.builtin.pid();
 say(
   `  Built-in node (${nodePid ? `pid ${nodePid}` : 'run by another instance'}): ${

@@ -10,6 +10,8 @@ export interface RemoteNode {
   pool: string;
   builtin: boolean;
   state: string;
+  /** Why it is in its state (the engine's trouble when degraded); absent while online. */
+  reason?: string;
   slots: number;
   environments: string[];
   warm: { template: string; state: string }[];
@@ -52,6 +54,8 @@ export function registerNodeListCommands(program: Command): void {
     ]);
     if (rows.length === 0) console.error('no nodes');
     else console.log(table(['ID', 'NAME', 'POOL', 'STATE', 'SLOTS', 'ALLOCATED', 'LAST SEEN', 'ENVIRONMENTS'], rows));
+    // What a table cell cannot hold: why a degraded node is degraded.
+    for (const n of answer.nodes) if (n.state === 'degraded' && n.reason) console.log(`${n.name}: ${n.reason}`);
   });
 
   withConnection(

@@ -73,6 +73,7 @@ export const ERROR_CODES = {
   integrity: { status: 500 },
   unavailable: { status: 503, generic: true },
   queue_full: { status: 503 },
+  engine_unavailable: { status: 503, note: "the environment's node's container engine does not answer, [health](agents.md#health)" },
   not_ready: { status: 503 },
 } as const satisfies Record<string, ErrorCodeInfo>;
 

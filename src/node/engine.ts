@@ -133,6 +133,19 @@ export class Engine {
     return engine;
   }
 
+  /**
+   * Whether the engine answers a ping within `ms`: null when it does, else why not (the node is
+   * degraded meanwhile: docs/agents.md, "Health").
+   */
+  async trouble(ms: number): Promise<string | null> {
+    try {
+      await beforeDeadline(this.docker.ping(), ms, () => new EngineError(`it did not answer a ping within ${ms / 1000} s`));
+      return null;
+    } catch (error) {
+      return `the container engine ${this.url} does not answer: ${engineMessage(error)}`;
+    }
+  }
+
   /** The CPUs and memory (bytes) the engine runs containers on (a Podman machine's, not the host's). */
   async capacity(): Promise<{ cpus: number; memory: number }> {
     return this.timed('info', async () => {

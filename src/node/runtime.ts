@@ -123,6 +123,8 @@ export class NodeRuntime {
   /** Containers this node is removing itself: their end is no failure. */
   private readonly removing = new Set<string>();
   private readonly watched = new Set<string>();
+  /** Environments whose container this node made or found, until it removes it: one missing from the engine went behind its back. */
+  private readonly withContainer = new Set<string>();
   /** Each container's line to berth-envd `serve`, which every command goes through (src/node/envd-channel.ts). */
   private readonly channels = new Map<string, Promise<EnvdChannel>>();
   /** The node's own addresses, watched once it holds an egress container: each it gains is blocked in all of them. */
@@ -139,6 +141,8 @@ export class NodeRuntime {
   private readonly warmWatches = new Map<string, symbol>();
   /** A sample of an environment's usage, for each environment whose folder this node holds. */
   onUsage: (id: string, usage: NodeUsage) => void = () => undefined;
+  /** The engine holds this image, found or pulled ahead (prepull). */
+  onImageHeld: (ref: string) => void = () => undefined;
   private sampler: NodeJS.Timeout | undefined;
   private sampling = false;
   /** The CPU time of each container at its last sample: cores are the difference over time. */
@@ -170,11 +174,12 @@ export class NodeRuntime {
       this.prepulls.add(ref);
       this.prepullTail = this.prepullTail.then(async () => {
         try {
-          if (await engine.hasImage(ref)) return;
+          if (await engine.hasImage(ref)) return this.onImageHeld(ref);
           this.options.log(`pulling ${ref}`);
           const started = Date.now();
           await engine.pullImage(ref);
           this.options.log(`pulled ${ref} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+          this.onImageHeld(ref);
         } catch (error) {
           this.options.log(`cannot pull ${ref}: ${engineMessage(error)}`);
         } finally {
@@ -460,6 +465,7 @@ export class NodeRuntime {
     const engine = this.options.engine;
     if (!engine || this.watched.has(id)) return;
     this.watched.add(id);
+    this.withContainer.add(id);
     const name = containerName(id);
     engine
       .wait(name)
@@ -553,6 +559,7 @@ export class NodeRuntime {
   async stop(id: string): Promise<void> {
     const engine = this.options.engine;
     if (!engine) return;
+    this.withContainer.delete(id);
     const name = containerName(id);
     this.removing.add(name);
     const line = this.channels.get(name);
@@ -686,6 +693,8 @@ export class NodeRuntime {
     const present = new Set<string>();
     const engine = this.options.engine;
     const folders = (await readdir(this.options.dir).catch(() => [] as string[])).filter((n) => n.startsWith('warm-'));
+    // Taken before the listing: a container made after it is not missing from it.
+    const expected = [...this.withContainer];
     const containers = engine ? await engine.list({ 'berth.owner': this.options.owner }) : [];
     // Egress containers of an earlier run of this node: guarded again for what the node gained meanwhile.
     if (containers.some((c) => c.running && c.networked)) this.addresses.start();
@@ -704,7 +713,7 @@ export class NodeRuntime {
     if (!engine) return { ended, present };
     const envs = containers.filter((c) => !WARM_NAME.test(c.name));
     const idOf = (c: (typeof envs)[number]) => c.labels['berth.environment'] ?? CLAIMED_NAME.exec(c.name)?.[1] ?? '';
-    const live = await lookup(envs.map(idOf));
+    const live = await lookup([...new Set([...envs.map(idOf), ...expected])]);
     for (const container of envs) {
       const id = idOf(container);
       if (!live.has(id)) {
@@ -721,6 +730,13 @@ export class NodeRuntime {
       } else if (container.running) {
         this.watch(id, live.get(id));
       }
+    }
+    // Removed behind the node's back (`podman rm -f`, a reset engine, the container engine's storage
+    // wiped while it was down): the environment cannot go on.
+    for (const id of expected) {
+      if (present.has(id) || !live.has(id) || !this.withContainer.has(id)) continue;
+      this.withContainer.delete(id);
+      ended.set(id, 'its container is gone: it was removed outside Berth');
     }
     return { ended, present };
   }

@@ -8,6 +8,7 @@
 // strings are bounded there; its schemas bound what the agent acts on.
 import { z } from 'zod';
 import { DomainError, ValidationError } from '../kernel/errors';
+import { MAX_IMAGE_LENGTH } from '../kernel/image-ref';
 import { MAX_TERM } from '../node/command';
 import { EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
 import { RelayJob } from './relay';
@@ -79,6 +80,8 @@ const Hello = z.object({
     .max(MAX_ENGINE, { error: `must be at most ${MAX_ENGINE} characters` })
     .nullable()
     .optional(),
+  /** Why its engine does not answer (absent or null: it answers). */
+  engineError: errorText.nullable().optional(),
 });
 
 const Reply = z.object({
@@ -108,6 +111,10 @@ export const NodeToServer = z.discriminatedUnion('type', [
   Hello,
   z.object({ type: z.literal('heartbeat') }),
   z.object({ type: z.literal('leaving') }),
+  /** Of its pool's images, those its engine holds (placement prefers it for leases of them). */
+  z.object({ type: z.literal('images-held'), images: z.array(z.string().max(MAX_IMAGE_LENGTH)).max(MAX_POOL_IMAGES) }),
+  /** Its engine stopped answering (`error` says how) or answers again (null). */
+  z.object({ type: z.literal('engine'), error: errorText.nullable() }),
   Reply,
   /** Its container ended on its own (its main process died, or was killed for memory). */
   z.object({

@@ -113,14 +113,50 @@ export async function startPodman(): Promise<{ engine: string } | { missing: str
   buildImages();
   dir = mkdtempSync(join(tmpdir(), 'berth-podman-'));
   const socket = join(dir, 'podman.sock');
-  // In a folder of its own: conmon leaves an empty `oom` file in its working folder when a
-  // command is killed for memory, which would land in the checkout.
-  service = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore', cwd: dir });
+  service = await serve(socket, dir);
+  return service ? { engine: `unix://${socket}` } : { missing: 'the Podman service did not answer on its socket' };
+}
+
+/**
+ * A Podman service on `socket`, in the folder `cwd` (conmon leaves an empty `oom` file in its
+ * working folder when a command is killed for memory, which must not land in the checkout), once
+ * it answers; undefined when it does not.
+ */
+async function serve(socket: string, cwd: string): Promise<ChildProcess | undefined> {
+  const child = spawn('podman', [...PODMAN_FLAGS, 'system', 'service', '--time=0', `unix://${socket}`], { stdio: 'ignore', cwd });
   // The service makes its socket a moment after it starts.
   const up = await poll('the Podman service to answer', async () => ((await answers(socket)) ? true : undefined), {
     timeout: 10_000,
   }).catch(() => false);
-  return up ? { engine: `unix://${socket}` } : { missing: 'the Podman service did not answer on its socket' };
+  if (up) return child;
+  child.kill();
+  return undefined;
+}
+
+/**
+ * A suite's own Podman service on the tests' storage (the same images and containers), in `dir`,
+ * which the suite stops and starts again: an engine that goes away and comes back. Containers run
+ * on while it is stopped (conmon keeps them).
+ */
+export async function ownPodman(dir: string): Promise<{ engine: string; stop: () => Promise<void>; start: () => Promise<void> }> {
+  const socket = join(dir, 'podman.sock');
+  let child: ChildProcess | undefined;
+  const start = async () => {
+    if (child) return;
+    child = await serve(socket, dir);
+    if (!child) throw new Error(`the Podman service did not answer on ${socket}`);
+  };
+  const stop = async () => {
+    const running = child;
+    child = undefined;
+    if (!running || running.exitCode !== null) return;
+    await new Promise((resolve) => {
+      running.once('exit', resolve);
+      running.kill();
+    });
+  };
+  await start();
+  return { engine: `unix://${socket}`, stop, start };
 }
 
 /** A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its own; `stop` ends what was started. */

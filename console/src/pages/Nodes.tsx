@@ -11,7 +11,7 @@ import { useSession } from '../session';
 const NodeList = graphql(`
   query NodeList {
     nodes {
-      id name pool builtin engine state slots lastSeen liveEnvironments { id name } cordoned { at by }
+      id name pool builtin engine state reason slots lastSeen liveEnvironments { id name } cordoned { at by }
       capacity { cpus memory } allocated { cpus memory unlimited }
       warm { slot template state error }
     }
@@ -119,6 +119,7 @@ export function NodesPage() {
                 <td>{node.builtin ? 'hot pools' : node.pool}</td>
                 <td>
                   <StateBadge state={node.state} />
+                  {node.state === 'degraded' && node.reason ? <div className="state-reason small">{node.reason}</div> : null}
                   {node.cordoned ? (
                     <div className="cordoned small">
                       cordoned by {node.cordoned.by} since {when(node.cordoned.at)}

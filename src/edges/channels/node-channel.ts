@@ -18,9 +18,11 @@ import { authenticate } from '../../modules/credentials';
 import { recordUsage } from '../../modules/environments';
 import {
   actsForEveryOrg,
+  nodeEngine,
   nodeEnvironmentEnded,
   nodeHeartbeat,
   nodeHello,
+  nodeImagesHeld,
   nodeLeaving,
   nodeWarmFailed,
   nodeWarmHeld,
@@ -130,6 +132,12 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
           return;
         case 'leaving':
           await nodeLeaving(deps, actor);
+          return;
+        case 'images-held':
+          await nodeImagesHeld(deps, actor, message.images);
+          return;
+        case 'engine':
+          await nodeEngine(deps, actor, message.error);
           return;
         case 'usage':
           await recordUsage(deps, nodeId, message.environment, message.sample);

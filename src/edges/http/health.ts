@@ -20,7 +20,8 @@ export async function sendReadiness(res: ServerResponse, deps: Deps, stopping: b
     log(`not ready: ${state.reason}${state.detail ? ` (${state.detail})` : ''}`);
     return sendError(res, 'not_ready', `not ready: ${state.reason}`);
   }
-  // Which engine the built-in node runs containers with ('none': its environments hold files only).
-  const engine = await builtinEngine(deps);
-  sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok', engine } });
+  // Which engine the built-in node runs containers with ('none': its environments hold files only),
+  // and whether it answers: a degraded node is information here, not unreadiness (the API serves).
+  const { engine, status } = await builtinEngine(deps);
+  sendJson(res, 200, { status: 'ready', checks: { database: 'ok', migrations: 'ok', engine, engineStatus: status } });
 }

@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec } from '../../generated/prisma/client';
 import { requireMember, requireOwner } from '../../kernel/access';
-import { ConflictError, DomainError, ValidationError } from '../../kernel/errors';
+import { ConflictError, DomainError, UnavailableError, ValidationError } from '../../kernel/errors';
 import type { SessionOptions, TermSize } from '../../node/command';
 import { EXEC_CHUNK, EXEC_GRANT, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
 import { nodeTopics, sendToNode } from '../../protocol/node-bus';
@@ -115,7 +115,20 @@ export async function commandEnvironment(deps: Deps, actor: Actor, envRef: strin
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
   requireRuntime(env, 'command');
+  await requireEngine(deps, env);
   return env;
+}
+
+/** Refuses a command while the environment's node says its engine does not answer (it would only fail there). */
+async function requireEngine(deps: Deps, env: Environment): Promise<void> {
+  if (!env.nodeId) return;
+  const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId }, select: { engineError: true } });
+  if (node?.engineError) {
+    throw new UnavailableError(
+      `environment ${env.name} cannot run commands now: on node ${env.node}, ${node.engineError}; commands run again once it answers`,
+      'engine_unavailable',
+    );
+  }
 }
 
 export async function startCommand(

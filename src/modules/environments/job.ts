@@ -48,7 +48,7 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
         // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
         const share = deps.config.poolOrgShare;
         const envs = await tx.$queryRaw<Pending[]>`
-          SELECT e.id, e."orgId", e.template, e."specHash", e.resources, hot.room AS "hotRoom"
+          SELECT e.id, e."orgId", e.template, e."specHash", e.resources, e.image, hot.room AS "hotRoom"
             FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
            CROSS JOIN LATERAL (
                  SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
@@ -63,7 +63,7 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
         if (envs.length === 0) return null;
         // Every free slot of the pool whose node may take work; row locks keep other instances off them.
         const slots = await tx.$queryRaw<Slot[]>`
-          SELECT n.id, n."remoteId", CASE WHEN r.builtin THEN n.id ELSE r.name END AS name, r."orgId", r.builtin,
+          SELECT n.id, n."remoteId", CASE WHEN r.builtin THEN n.id ELSE r.name END AS name, r."orgId", r.builtin, r.images,
                  n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmCpus", n."warmMemory"
             FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
            WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
@@ -95,12 +95,14 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
                 slots.filter((n) => n.orgId === pending.orgId),
                 need,
                 rooms,
+                pending.image,
               ) ??
               (pending.hotRoom
                 ? placeOn(
                     slots.filter((n) => n.builtin),
                     need,
                     rooms,
+                    pending.image,
                   )
                 : undefined));
           if (!placed) continue;
@@ -152,6 +154,8 @@ interface Slot {
   orgId: string;
   /** A slot of the built-in node: a hot node, for every organization. */
   builtin: boolean;
+  /** Of its pool's images, those its node's engine holds, as the node last said. */
+  images: string[] | null;
   warmTemplate: string | null;
   warmOrg: string | null;
   warmSpec: string | null;
@@ -166,6 +170,7 @@ interface Pending {
   template: string;
   specHash: string | null;
   resources: Parameters<typeof needOf>[0];
+  image: string | null;
   /** It may take a hot node: its organization holds less than its share of them. */
   hotRoom: boolean;
 }
@@ -177,17 +182,26 @@ function leastWarm(slots: Slot[]): Slot | undefined {
   return slots.reduce<Slot | undefined>((best, n) => (!best || warmRank(n) < warmRank(best) ? n : best), undefined);
 }
 
+/** A place for a lease: the slot, the warm containers removed to make room, whether its engine holds the image, what is left free. */
+interface Option {
+  slot: Slot;
+  evict: Slot[];
+  holds: boolean;
+  headroom: number;
+}
+
 /**
  * Where among `slots` a lease needing `need` goes (docs/agents.md, "Capacity and placement"): on a
  * node whose free capacity fits it, on its slot keeping the least (whose warm container it
  * replaces). A node full only of warm containers makes room by removing some of them (a lease never
- * waits for warm containers), but a node that fits without removing any comes first; then the node
- * left with the most free capacity (the scarcer of CPU and memory, as a share); ties at random.
+ * waits for warm containers), but a node that fits without removing any comes first; then one whose
+ * engine holds the lease's `image` (no pull); then the node left with the most free capacity (the
+ * scarcer of CPU and memory, as a share); ties at random.
  */
-function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>): { slot: Slot; evict: Slot[] } | undefined {
+function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>, image: string | null): { slot: Slot; evict: Slot[] } | undefined {
   const byNode = new Map<string, Slot[]>();
   for (const n of slots) byNode.set(n.remoteId, [...(byNode.get(n.remoteId) ?? []), n]);
-  let best: { slot: Slot; evict: Slot[]; headroom: number }[] = [];
+  let best: Option[] = [];
   for (const [remoteId, free] of byNode) {
     const room = rooms.get(remoteId)!;
     const slot = leastWarm(free)!;
@@ -201,7 +215,7 @@ function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>): { slo
       freed = { cpus: freed.cpus + w.cpus, memory: freed.memory + w.memory };
     }
     if (!fits(room, need, freed)) continue;
-    const option = { slot, evict, headroom: headroom(room, need, freed) };
+    const option = { slot, evict, holds: image !== null && (slot.images ?? []).includes(image), headroom: headroom(room, need, freed) };
     const better = best.length === 0 ? 1 : compare(option, best[0]!);
     if (better > 0) best = [option];
     else if (better === 0) best.push(option);
@@ -209,9 +223,10 @@ function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>): { slo
   return best.length ? best[Math.floor(Math.random() * best.length)] : undefined;
 }
 
-/** > 0: `a` is the better place (fewer warm containers removed, then more left free); 0: as good. */
-function compare(a: { evict: Slot[]; headroom: number }, b: { evict: Slot[]; headroom: number }): number {
+/** > 0: `a` is the better place (fewer warm containers removed, then holding the image, then more left free); 0: as good. */
+function compare(a: Option, b: Option): number {
   if (a.evict.length !== b.evict.length) return b.evict.length - a.evict.length;
+  if (a.holds !== b.holds) return a.holds ? 1 : -1;
   return Math.abs(a.headroom - b.headroom) < 1e-9 ? 0 : a.headroom - b.headroom;
 }
 

@@ -128,6 +128,7 @@ interface RegisteredNode {
   lastSeen: Date | null;
   draining: Date | null;
   cordoned: Date | null;
+  engineError: string | null;
 }
 
 /** Why an organization's lease finds no node at all in a pool without hot nodes: its own nodes, by name. */
@@ -138,6 +139,7 @@ function noNodeText(pool: string, nodes: RegisteredNode[]): string {
   const said = nodes.slice(0, 3).map((n) => {
     if (n.draining) return `node ${n.name} is draining`;
     if (n.cordoned) return `node ${n.name} is cordoned (no new leases until an admin uncordons it)`;
+    if (n.state === 'online' && n.engineError) return `node ${n.name} is degraded: ${n.engineError}`;
     if (n.state === 'leaving') return `node ${n.name} is shutting down`;
     if (n.state === 'offline') return `node ${n.name} is offline: its agent was stopped`;
     if (n.state === 'online') return `node ${n.name} is connecting`;
@@ -200,6 +202,8 @@ interface PoolView {
   mayHot(org: string): boolean;
   /** Its own nodes of the pool (by name), when it has no slot at all in a pool without hot nodes. */
   nodesOf(org: string): RegisteredNode[];
+  /** Why the built-in node, online, serves none of the pool's hot nodes: its engine's trouble. */
+  builtinTrouble: string | null;
 }
 
 async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], outSync: string[]): Promise<PoolView> {
@@ -218,8 +222,13 @@ async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], ou
       : await db.remoteNode.findMany({
           where: { pool: pool.name, revoked: null, orgId: { in: unserved } },
           orderBy: [{ created: 'asc' }, { id: 'asc' }],
-          select: { orgId: true, name: true, state: true, lastSeen: true, draining: true, cordoned: true },
+          select: { orgId: true, name: true, state: true, lastSeen: true, draining: true, cordoned: true, engineError: true },
         });
+  // Hot nodes the catalog has and none serving: the built-in node is away, or its engine does not answer.
+  const builtin =
+    picture.hot.total === 0 && pool.hotNodes > 0
+      ? await db.remoteNode.findFirst({ where: { builtin: true, state: 'online' }, select: { engineError: true } })
+      : null;
   return {
     pool,
     picture,
@@ -230,6 +239,7 @@ async function viewPool(deps: Deps, db: Db, pool: PoolSpec, orgIds: string[], ou
       return picture.hot.total > 0 && ((picture.hotHeld.get(org) ?? 0) < cap || cap >= picture.hot.total);
     },
     nodesOf: (org) => registered.filter((n) => n.orgId === org),
+    builtinTrouble: builtin?.engineError ?? null,
   };
 }
 
@@ -254,7 +264,9 @@ function wordsFor(view: PoolView, org: string, ahead: number, need: Capacity): s
     if (picture.hot.total > 0) return `pool ${pool.name}: ${held}, ${aheadText(ahead)}`;
     // Hot nodes the catalog has, while the built-in node is not connected (its process starting again).
     if (pool.hotNodes > 0 && view.nodesOf(org).length === 0)
-      return `pool ${pool.name}: the built-in node is not connected, ${aheadText(ahead)}`;
+      return view.builtinTrouble
+        ? `pool ${pool.name}: the built-in node is degraded: ${view.builtinTrouble}, ${aheadText(ahead)}`
+        : `pool ${pool.name}: the built-in node is not connected, ${aheadText(ahead)}`;
     return noNodeText(pool.name, view.nodesOf(org));
   }
   const atShare = !mayHot && picture.hot.total > 0 ? `, and ${held}` : '';

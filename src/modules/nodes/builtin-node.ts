@@ -72,8 +72,15 @@ export async function ensureBuiltinNode(deps: Deps): Promise<void> {
   });
 }
 
-/** The engine the built-in node said it runs containers with ('none': files only, or not connected). */
-export async function builtinEngine(deps: Deps): Promise<string> {
-  const row = await deps.prisma.remoteNode.findUnique({ where: { id: deps.builtin.id }, select: { engine: true, state: true } });
-  return row?.state === 'online' && row.engine ? row.engine : 'none';
+/**
+ * The built-in node's engine as /readyz shows it: the engine it said in its hello ('none': files
+ * only, or not online), and whether it answers ('ok', else its trouble: the node is degraded).
+ */
+export async function builtinEngine(deps: Deps): Promise<{ engine: string; status: string }> {
+  const row = await deps.prisma.remoteNode.findUnique({
+    where: { id: deps.builtin.id },
+    select: { engine: true, state: true, engineError: true },
+  });
+  if (row?.state !== 'online' || !row.engine) return { engine: 'none', status: 'none' };
+  return { engine: row.engine, status: row.engineError ? `degraded: ${row.engineError}` : 'ok' };
 }

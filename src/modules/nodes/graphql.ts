@@ -78,7 +78,16 @@ export const NodeRef = builder.objectRef<NodeRecord>('Node').implement({
     }),
     state: t.exposeString('state', {
       description:
-        'online (heard from within the liveness bound), lost (not heard from), draining (removed, or its agent is shutting down: no new environments), offline (its agent shut down cleanly; online again when it connects)',
+        'online (heard from within the liveness bound), degraded (online, but its container engine does not answer: no new work, commands answer engine_unavailable), lost (not heard from), draining (removed, or its agent is shutting down: no new environments), offline (its agent shut down cleanly; online again when it connects)',
+    }),
+    reason: t.exposeString('reason', {
+      nullable: true,
+      description: "Why it is in its state, in words (the engine's trouble when degraded); null while online",
+    }),
+    images: t.stringList({
+      description:
+        "Of its pool's templates' images, those its engine holds, as its agent last said: placement prefers it for leases of them",
+      resolve: (n) => n.images,
     }),
     slots: t.exposeInt('slots', { description: 'The slots its agent holds (`--slots`), as it said when it last connected' }),
     environments: t.stringList({
@@ -190,7 +199,9 @@ const NodeEventRef = builder.objectRef<NodeEvent>('NodeEvent').implement({
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
-    state: t.exposeString('state', { description: 'online, lost (also: registered, not heard from yet), draining, offline or removed' }),
+    state: t.exposeString('state', {
+      description: 'online, degraded, lost (also: registered, not heard from yet), draining, offline or removed',
+    }),
   }),
 });
 

@@ -11,9 +11,11 @@ export { describeNeed, fits, headroom, NOTHING, needOf, type Room, roomsOf, warm
 export { type NodeProvider, startBound } from './provider';
 export { nodeJob, nodeProvider } from './remote-nodes';
 export {
+  nodeEngine,
   nodeEnvironmentEnded,
   nodeHeartbeat,
   nodeHello,
+  nodeImagesHeld,
   nodeLeaving,
   nodeOpenArchive,
   nodeRecordRestored,

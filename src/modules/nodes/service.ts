@@ -36,11 +36,12 @@ import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 
 /**
- * online: heard from within the liveness bound; lost: not heard from (or never connected);
- * draining: removed by an admin, or its agent is shutting down: no new environments; offline: its
- * agent shut down cleanly, nothing runs on it, online again when it says hello.
+ * online: heard from within the liveness bound; degraded: online, but its container engine does
+ * not answer (no new work; commands answer engine_unavailable); lost: not heard from (or never
+ * connected); draining: removed by an admin, or its agent is shutting down: no new environments;
+ * offline: its agent shut down cleanly, nothing runs on it, online again when it says hello.
  */
-export type NodeState = 'online' | 'lost' | 'draining' | 'offline';
+export type NodeState = 'online' | 'degraded' | 'lost' | 'draining' | 'offline';
 
 export interface NodeRecord {
   id: string;
@@ -52,8 +53,12 @@ export interface NodeRecord {
   /** The container engine it runs containers with, as its hello said; null: files only, or not heard from. */
   engine: string | null;
   state: NodeState;
+  /** Why it is in that state, in words (null while online): the engine's trouble, since when it was last heard from. */
+  reason: string | null;
   /** The slots its agent holds (`--slots`), as it said when it last connected. */
   slots: number;
+  /** Of its pool's images, those its engine holds, as its agent last said (placement prefers it for them). */
+  images: string[];
   /** The live environments on it, oldest first (each holds one of its slots); of the built-in node, the caller's organization's only. */
   environments: Environment[];
   /** The machine's CPUs and memory (bytes) as its agent said when it last connected; null before. */
@@ -81,7 +86,24 @@ export const LIVE_NODE = ['online', 'leaving'];
 
 function stateOf(node: RemoteNode): NodeState {
   if (node.draining || node.state === 'leaving') return 'draining';
-  return node.state === 'online' || node.state === 'offline' ? node.state : 'lost';
+  if (node.state === 'online') return node.engineError ? 'degraded' : 'online';
+  return node.state === 'offline' ? 'offline' : 'lost';
+}
+
+function reasonOf(node: RemoteNode): string | null {
+  const lastSeen = node.lastSeen ? `; last heard from ${node.lastSeen.toISOString()}` : '';
+  switch (stateOf(node)) {
+    case 'online':
+      return null;
+    case 'degraded':
+      return `${node.engineError} (since ${node.engineErrorSince?.toISOString() ?? 'its hello'})`;
+    case 'draining':
+      return node.draining ? 'removed by an admin: its environments end, then it goes' : 'its agent is shutting down';
+    case 'offline':
+      return 'its agent was stopped cleanly';
+    case 'lost':
+      return node.lastSeen ? `not heard from within the liveness bound${lastSeen}` : 'it has not connected yet';
+  }
 }
 
 export interface Allocation {
@@ -123,7 +145,9 @@ async function records(deps: Deps, nodes: RemoteNode[], orgId: string): Promise<
       builtin: n.builtin,
       engine: n.engine,
       state: stateOf(n),
+      reason: reasonOf(n),
       slots: n.slots,
+      images: n.images ?? [],
       environments,
       capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null,
       allocated: allocationOf(environments),
@@ -135,7 +159,11 @@ async function records(deps: Deps, nodes: RemoteNode[], orgId: string): Promise<
   });
 }
 
-const NodeEvent = z.object({ id: z.string(), name: z.string(), state: z.enum(['online', 'lost', 'draining', 'offline', 'removed']) });
+const NodeEvent = z.object({
+  id: z.string(),
+  name: z.string(),
+  state: z.enum(['online', 'degraded', 'lost', 'draining', 'offline', 'removed']),
+});
 /** A node's state after a change; `removed` once it is revoked (gone from the list). */
 export type NodeEvent = z.infer<typeof NodeEvent>;
 
@@ -349,6 +377,7 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
         lastSeen: now,
         slots: wanted.length,
         engine: input.engine ?? null,
+        ...engineTrouble(found, input.engineError ?? null, now),
         ...(capacity ? { cpus: capacity.cpus, memory: BigInt(capacity.memory) } : {}),
       },
     });
@@ -382,6 +411,36 @@ export async function nodeHello(deps: Deps, actor: Actor, input: HelloInput): Pr
       ? await poolImages(deps.prisma, [...new Set(builtinSlots(deps.catalog).map((s) => s.pool))], null)
       : await poolImages(deps.prisma, [node.pool], node.orgId),
   };
+}
+
+/** The engine columns for what the node says of its engine: the trouble's start kept while it lasts. */
+function engineTrouble(node: RemoteNode, error: string | null, now: Date) {
+  return { engineError: error, engineErrorSince: error ? (node.engineError ? node.engineErrorSince : now) : null };
+}
+
+/**
+ * The node says its engine stopped answering, or answers again (src/agent/node-agent.ts): while
+ * it does not, the node is `degraded` and takes no new work (NODE_TAKES_WORK); its warm containers
+ * go (the warm job) and commands in its environments answer 503 engine_unavailable.
+ */
+export async function nodeEngine(deps: Deps, actor: Actor, error: string | null): Promise<void> {
+  const nodeId = requireNodeAgent(actor);
+  const changed = await deps.prisma.$transaction(async (tx) => {
+    await lockFor(tx, `berth:node:${nodeId}`);
+    const found = await tx.remoteNode.findUnique({ where: { id: nodeId } });
+    if (!found || found.revoked || (found.engineError ?? null) === error) return null;
+    return tx.remoteNode.update({ where: { id: nodeId }, data: engineTrouble(found, error, heardAt(deps, found.builtin)) });
+  });
+  if (!changed) return;
+  await announce(deps, changed, stateOf(changed));
+  deps.background.nudge(WARM_JOB);
+  if (!error) deps.background.nudge(CLAIM_JOB);
+}
+
+/** Of its pool's images, those the node's engine holds (src/agent/node-agent.ts): a hint for placement. */
+export async function nodeImagesHeld(deps: Deps, actor: Actor, images: string[]): Promise<void> {
+  const nodeId = requireNodeAgent(actor);
+  await deps.prisma.remoteNode.updateMany({ where: { id: nodeId, revoked: null }, data: { images: [...new Set(images)] } });
 }
 
 /**

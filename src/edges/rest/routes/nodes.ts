@@ -16,7 +16,7 @@ import { SnapshotFields } from './snapshots';
 
 graphql(`
   fragment NodeFields on Node {
-    id name pool builtin engine state slots environments capacity { cpus memory } allocated { cpus memory unlimited }
+    id name pool builtin engine state reason slots images environments capacity { cpus memory } allocated { cpus memory unlimited }
     cordoned { at by }
     warm { slot template state since error } lastSeen createdBy created
   }

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "RemoteNode" ADD COLUMN     "images" TEXT[] DEFAULT ARRAY[]::TEXT[];
