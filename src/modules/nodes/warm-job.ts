@@ -23,7 +23,7 @@ import { lockFor } from '../../platform/db';
 import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
-import { fits, NOTHING, needOf, roomsOf, take, warmAllocation } from './placement';
+import { fits, headroom, NOTHING, needOf, roomsOf, take, warmAllocation } from './placement';
 import { warmEnvironmentSpec } from './specs';
 import { NODE_TAKES_WORK } from './takes-work';
 
@@ -233,15 +233,20 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
       for (const { want, scope } of targets) {
         const key = countKey(scope, want);
         if ((count.get(key) ?? 0) >= want.spec.warm) continue;
+        // On the node left with the most free capacity, as placement puts leases: a rush's leases
+        // find warm containers spread as they would be placed.
+        const need = needOf(want.spec.resources);
         let slot: Slot | undefined;
+        let best = -Infinity;
         for (const s of slots) {
           if (s.warmState || !mayKeep(s, want) || scopeOf(s, want) !== scope) continue;
+          const room = rooms.get(s.remoteId)!;
+          if (!fits(room, need, warmAllocation(s))) continue;
           if (s.builtin && !(await hotRoom(s.pool, want.orgId))) continue;
-          if (!(await start(s, want))) continue;
-          slot = s;
-          break;
+          const left = headroom(room, need, warmAllocation(s));
+          if (left > best) [slot, best] = [s, left];
         }
-        if (!slot) continue;
+        if (!slot || !(await start(slot, want))) continue;
         count.set(key, (count.get(key) ?? 0) + 1);
         if (slot.builtin && want.orgId !== '')
           held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
