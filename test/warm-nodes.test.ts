@@ -131,6 +131,8 @@ describeContainers('warm containers on a remote node', () => {
       expect(labels).toContain('berth.warm:');
       expect(await berthExec(s.url, BOOTSTRAP, id, 'hostname')).toMatchObject({ code: 0, stdout: expect.stringMatching(/^stock/) });
       await admin.del(`/v1/environments/${id}`);
+      // Released by the node before it goes (a question left to a killed node holds up the server's stop).
+      await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('stopped'), WAIT);
 
       // Its own version of the template (no warm containers) replaces the catalog's on its nodes.
       expect((await admin.put('/v1/templates/stock', { pool: 'stockpool', image: TEST_IMAGE, idle: '30m', hard: '2h' })).status).toBe(200);
