@@ -18,6 +18,8 @@ export interface Background {
   tick(): Promise<void>;
   /** Runs one job soon (after `delayMs`), e.g. after a change that makes work due. */
   nudge(name: string, delayMs?: number): void;
+  /** Aborted when stop() begins: a job's wait on something outside (a node's answer) ends then, its work left for the next start. */
+  readonly stopping: AbortSignal;
   stop(): Promise<void>;
 }
 
@@ -28,6 +30,7 @@ export interface Background {
 export function createBackground(jobs: BackgroundJob[], log: (msg: string, err?: unknown) => void): Background {
   let deps: Deps | undefined;
   let stopped = false;
+  const stopping = new AbortController();
   const timers = new Set<NodeJS.Timeout>();
   const running = new Map<string, Promise<void>>();
   // A run asked for while one is going waits for it, so runs of one job never overlap.
@@ -74,8 +77,10 @@ export function createBackground(jobs: BackgroundJob[], log: (msg: string, err?:
       const job = jobs.find((j) => j.name === name);
       if (job) later(delayMs, () => void runJob(job));
     },
+    stopping: stopping.signal,
     async stop() {
       stopped = true;
+      stopping.abort();
       for (const timer of timers) clearTimeout(timer);
       await Promise.all(running.values());
     },

@@ -26,6 +26,9 @@ export async function sendToNode(deps: { events: Events }, nodeId: string, messa
 
 export class NodeUnreachableError extends Error {}
 
+/** The asking instance is stopping: the question is left unanswered, its work for the next start (not a failure of the node). */
+export class QuestionAbandonedError extends Error {}
+
 /** How long a question goes unanswered before it is sent again. */
 const RESEND_MS = 10_000;
 
@@ -39,7 +42,7 @@ export async function askNode(
   deps: { events: Events },
   nodeId: string,
   message: NodeQuestion,
-  opts: { timeoutMs: number; pollMs?: number; check: () => Promise<string | null> },
+  opts: { timeoutMs: number; pollMs?: number; check: () => Promise<string | null>; signal?: AbortSignal },
 ): Promise<NodeReply> {
   const reply = `node-reply:${randomUUID()}`;
   const answers = deps.events.subscribe(nodeTopics.nodeReply(reply)!)[Symbol.asyncIterator]();
@@ -47,7 +50,14 @@ export async function askNode(
   const answer = answers.next();
   const deadline = Date.now() + opts.timeoutMs;
   let timer: NodeJS.Timeout | undefined;
+  let onAbort = () => {};
+  const abandoned = new Promise<'abandoned'>((resolve) => {
+    onAbort = () => resolve('abandoned');
+  });
+  // Removed in `finally`: the signal lives as long as the instance, the question does not.
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
+    if (opts.signal?.aborted) throw new QuestionAbandonedError('this instance is stopping');
     const problem = await opts.check();
     if (problem) throw new NodeUnreachableError(problem);
     const question = { ...message, reply };
@@ -57,8 +67,9 @@ export async function askNode(
       const tick = new Promise<'tick'>((resolve) => {
         timer = setTimeout(() => resolve('tick'), opts.pollMs ?? 1000);
       });
-      const got = await Promise.race([answer, tick]);
+      const got = await Promise.race([answer, tick, abandoned]);
       clearTimeout(timer);
+      if (got === 'abandoned') throw new QuestionAbandonedError('this instance is stopping');
       if (got !== 'tick') {
         if (got.done) throw new NodeUnreachableError('the events bus closed');
         const error = got.value.error;
@@ -77,6 +88,7 @@ export async function askNode(
     }
   } finally {
     clearTimeout(timer);
+    opts.signal?.removeEventListener('abort', onAbort);
     await answers.return?.();
   }
 }

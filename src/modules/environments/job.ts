@@ -6,7 +6,7 @@ import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
-import { sendToNode } from '../../protocol/node-bus';
+import { QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
 import {
   fits,
   headroom,
@@ -237,13 +237,21 @@ const CLAIM_MS = 10 * 60_000;
  * Takes the environment's node work for this instance, so two instances never prepare or
  * release the same environment at once (a release saves snapshots). Transitions clear it.
  */
-async function claimWork(deps: Deps, id: string, state: string): Promise<boolean> {
+async function claimWork(deps: Deps, id: string, state: string): Promise<Date | null> {
   const now = deps.clock.now();
   const { count } = await deps.prisma.environment.updateMany({
     where: { id, state, OR: [{ workClaim: null }, { workClaim: { lt: new Date(now.getTime() - CLAIM_MS) } }] },
     data: { workClaim: now },
   });
-  return count === 1;
+  return count === 1 ? now : null;
+}
+
+/**
+ * Gives the work back (this instance stops while its node has not answered): the next instance
+ * to look takes it at once, instead of after CLAIM_MS. The environment stays as it was.
+ */
+async function giveBackWork(deps: Deps, id: string, claimed: Date): Promise<void> {
+  await deps.prisma.environment.updateMany({ where: { id, workClaim: claimed }, data: { workClaim: null } });
 }
 
 /** Starting environments whose start time has passed: prepared, then ready; or failed past the bound. */
@@ -265,11 +273,13 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
     return;
   }
-  if (!(await claimWork(deps, id, 'starting'))) return;
+  const claimed = await claimWork(deps, id, 'starting');
+  if (!claimed) return;
   let runtime: string;
   try {
     runtime = await provider.prepare(deps, env);
   } catch (error) {
+    if (error instanceof QuestionAbandonedError) return giveBackWork(deps, id, claimed);
     await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
     return;
   }
@@ -339,10 +349,15 @@ async function finishStopping(deps: Deps, provider: NodeProvider): Promise<strin
 async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment): Promise<boolean> {
   // A sandbox agent that runs gets its chance to bring the out shares home first (bounded).
   if (await awaitingOutSync(deps, env)) return true;
-  if (!(await claimWork(deps, env.id, 'stopping'))) return false;
+  const claimed = await claimWork(deps, env.id, 'stopping');
+  if (!claimed) return false;
   try {
     await provider.release(deps, env);
   } catch (error) {
+    if (error instanceof QuestionAbandonedError) {
+      await giveBackWork(deps, env.id, claimed);
+      return false;
+    }
     await fail(deps, provider, env, `node ${env.node} could not release the environment: ${(error as Error).message}`, 'stopping');
     return false;
   }

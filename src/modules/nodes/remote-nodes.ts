@@ -41,7 +41,7 @@ export const nodeProvider: NodeProvider = {
           ...(env.warmSlot ? { warm: { slot: env.warmSlot, hash: env.specHash ?? '', claim: env.warmClaimed } } : {}),
         },
       },
-      { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting') },
+      { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting'), signal: deps.background.stopping },
     );
     return reply.runtime === 'container' ? 'container' : 'files';
   },
@@ -52,7 +52,7 @@ export const nodeProvider: NodeProvider = {
       deps,
       env.nodeId,
       { type: 'release', environment: { id: env.id, snapshot: env.snapshot !== null, saved: await savedShares(deps, env), shares } },
-      { timeoutMs: RELEASE_MS, check: stillWanted(deps, env, 'stopping') },
+      { timeoutMs: RELEASE_MS, check: stillWanted(deps, env, 'stopping'), signal: deps.background.stopping },
     );
   },
   async discard(deps, env) {
