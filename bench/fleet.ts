@@ -90,9 +90,9 @@ async function claimedWarm(): Promise<number> {
   return names.split('\n').filter((n) => n.startsWith('berth-env_')).length;
 }
 
-/** Removes what the killed nodes left in the engine (their containers carry the bench's pool). */
+/** Removes what the killed nodes left in the engine: every container of the bench's template, claimed, warm or cold. */
 async function removeFleetContainers(): Promise<void> {
-  const left = (await podman('ps', '-aq', '--filter', 'label=berth.pool=fleet')).split('\n').filter(Boolean);
+  const left = (await podman('ps', '-aq', '--filter', 'label=berth.template=sized')).split('\n').filter(Boolean);
   if (left.length) await podman('rm', '-f', '-t', '0', ...left);
 }
 
