@@ -26,6 +26,7 @@ import { duplexPair, sendFolder } from '../src/dataplane/folder-sync';
 import { bridge } from '../src/dataplane/ws-bridge';
 import { benchEngine, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
+import { restCalls } from './rest';
 
 const TOKEN = 'bct_bench-agents-0123456789abcdef0123';
 const MIB = 1024 * 1024;
@@ -153,16 +154,7 @@ async function makeTree(root: string, files: number): Promise<number> {
   return bytes;
 }
 
-async function api<T>(berth: BerthProc, method: string, path: string, body?: unknown, token = TOKEN): Promise<T> {
-  const res = await fetch(berth.url + path, {
-    method,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const json = (await res.json()) as T;
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
-}
+const api = restCalls(TOKEN);
 
 async function untilReady(berth: BerthProc, id: string): Promise<void> {
   for (;;) {

@@ -24,6 +24,7 @@ import { promisify } from 'node:util';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine, PODMAN_FLAGS, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
+import { restCalls } from './rest';
 
 const run = promisify(execFile);
 const TOKEN = 'bct_bench-containers-0123456789abcdef';
@@ -37,15 +38,7 @@ const pct = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 };
 
-async function api<T>(berth: BerthProc, method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${berth.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
-}
+const api = restCalls(TOKEN);
 
 async function until(berth: BerthProc, id: string, state: string): Promise<{ readyMs: number }> {
   for (;;) {

@@ -27,8 +27,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { benchEngine, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
-import { type BerthProc, type Proc, spawnNode, startBerth } from '../test/helpers/processes';
+import { type Proc, spawnNode, startBerth } from '../test/helpers/processes';
 import { knob, percentile } from './environments/common';
+import { restCalls } from './rest';
 
 const TOKEN = 'bct_bench-fleet-0123456789abcdef0123';
 const NODES = knob('BENCH_NODES', 3);
@@ -46,15 +47,7 @@ interface NodeView {
   warm: { state: string }[];
 }
 
-async function api<T>(berth: BerthProc, method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${berth.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
-}
+const api = restCalls(TOKEN);
 
 const pct = (values: number[], p: number) =>
   percentile(
