@@ -240,10 +240,11 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
         let best = -Infinity;
         for (const s of slots) {
           if (s.warmState || !mayKeep(s, want) || scopeOf(s, want) !== scope) continue;
+          // A free slot keeping nothing: nothing of its own is freed for the new container.
           const room = rooms.get(s.remoteId)!;
-          if (!fits(room, need, warmAllocation(s))) continue;
+          if (!fits(room, need)) continue;
           if (s.builtin && !(await hotRoom(s.pool, want.orgId))) continue;
-          const left = headroom(room, need, warmAllocation(s));
+          const left = headroom(room, need);
           if (left > best) [slot, best] = [s, left];
         }
         if (!slot || !(await start(slot, want))) continue;
