@@ -14,18 +14,12 @@
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { knob, percentile } from './environments/common';
+import { knob, pct } from './environments/common';
 
 const RUNS = knob('BENCH_RUNS', 20);
 const GOAL = 6;
 const root = new URL('..', import.meta.url).pathname;
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-
-const pct = (values: number[], p: number) =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    p,
-  );
 
 /** Milliseconds from spawn to exit of `node …args`; it must exit 0 and print `expect` when given. */
 function time(args: string[], expect?: string): number {

@@ -24,6 +24,7 @@ import { promisify } from 'node:util';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine, PODMAN_FLAGS, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
+import { pct } from './environments/common';
 import { restCalls } from './rest';
 
 const run = promisify(execFile);
@@ -32,11 +33,6 @@ const METRICS = 'bench-containers-metrics-0123456789abcdef';
 const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LEASES = num('BENCH_LEASES', 20);
 const EXECS = num('BENCH_EXECS', 50);
-
-const pct = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-};
 
 const api = restCalls(TOKEN);
 

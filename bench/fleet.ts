@@ -28,7 +28,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { benchEngine, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type Proc, spawnNode, startBerth } from '../test/helpers/processes';
-import { knob, percentile } from './environments/common';
+import { knob, pct } from './environments/common';
 import { restCalls } from './rest';
 
 const TOKEN = 'bct_bench-fleet-0123456789abcdef0123';
@@ -48,12 +48,6 @@ interface NodeView {
 }
 
 const api = restCalls(TOKEN);
-
-const pct = (values: number[], p: number) =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    p,
-  );
 
 interface Rush {
   ready: number;

@@ -54,6 +54,13 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
+/** The p-th percentile of values in any order. */
+export const pct = (values: number[], p: number) =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    p,
+  );
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export async function waitFor(what: string, ms: number, check: () => Promise<boolean> | boolean): Promise<void> {

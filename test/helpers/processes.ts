@@ -75,10 +75,10 @@ export interface BerthProc extends Proc {
  */
 export const TEST_CAPACITY = 'cpus=4096,memory=1024TiB';
 
-/** Starts `npm start`'s program (src/app/main.ts) on a free port; resolves once it listens. */
-export async function startBerth(env: Record<string, string>): Promise<BerthProc> {
+/** Starts `npm start`'s program (src/app/main.ts) on a free port, `nodeArgs` given to Node; resolves once it listens. */
+export async function startBerth(env: Record<string, string>, nodeArgs: string[] = []): Promise<BerthProc> {
   if (env.DATA_DIR && !env.DATABASE_URL) await seedDatabase(env.DATA_DIR);
-  const p = spawnNode(['--import', 'tsx', 'src/app/main.ts'], {
+  const p = spawnNode([...nodeArgs, '--import', 'tsx', 'src/app/main.ts'], {
     PORT: '0',
     HOST: '127.0.0.1',
     NODE_ENV: 'test',
@@ -157,6 +157,30 @@ export async function echoedWhole(port: number, payload: Buffer, agent?: Proc): 
     const tail = agent.output().split('\n').slice(-40).join('\n');
     throw new Error(`${(error as Error).message}\nthe agent's last lines:\n${tail}`);
   }
+}
+
+/**
+ * A connection to loopback `port` that echoed `text` and stays open, tried again until it did (as
+ * echoedWhole: a tunnel to a service not listening yet closes at once); `closed` resolves once it
+ * closed.
+ */
+export function heldEcho(port: number, text: string): Promise<{ socket: net.Socket; closed: Promise<void> }> {
+  return vi.waitFor(
+    () =>
+      new Promise<{ socket: net.Socket; closed: Promise<void> }>((resolve, reject) => {
+        const socket = net.connect({ port, host: '127.0.0.1' });
+        const closed = new Promise<void>((ended) => socket.once('close', () => ended()));
+        let back = '';
+        socket.on('data', (chunk: Buffer) => {
+          back += chunk.toString();
+          if (back === text) resolve({ socket, closed });
+        });
+        socket.on('error', () => undefined);
+        void closed.then(() => reject(new Error(`the connection closed after echoing ${JSON.stringify(back)}`)));
+        socket.once('connect', () => socket.write(text));
+      }),
+    { timeout: 30_000, interval: 100 },
+  );
 }
 
 export interface Run {

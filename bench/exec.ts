@@ -1,0 +1,150 @@
+/**
+ * Exec benchmark (issue 35): a command's round trip through Berth against a process start on this
+ * machine, measured in one run.
+ *
+ *   npm run bench:exec
+ *
+ * Berth runs as in bench:containers (PGlite, a temp folder, the built-in node on a Podman service
+ * of its own or BENCH_ENGINE, the offline busybox test image), with one ready environment.
+ * - Round trip: BENCH_EXECS (200) `POST /v1/environments/{id}/exec` of `true`, each read to its
+ *   last line, one at a time, interleaved with as many starts of `true` on this machine from Node
+ *   (spawn to exit): the floor, since the command is one process start inside plus a round trip.
+ *   Goals: p50 ≤ 1.5x of the floor's p50, p99 ≤ 5x.
+ * - Concurrency: BENCH_CLIENTS (8) clients, each running `true` one after another for
+ *   BENCH_SECONDS (10): execs per second. Goal ≥ 150.
+ * - The CLI: BENCH_CLI (15) runs of `berth exec ENV -- true` (the checkout's bin/berth.js) against
+ *   `node -e 0`, alternated: wall time p50. Goal ≤ 2x.
+ * BENCH_PROFILE=DIR writes a CPU profile of the server into DIR
+ * (summarize with `tsx bench/cpuprofile-summary.ts DIR/*.cpuprofile`).
+ * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
+ */
+import { execFile, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { writeCatalog } from '../test/helpers/catalog';
+import { benchEngine, TEST_IMAGE } from '../test/helpers/engine-setup';
+import { type BerthProc, startBerth } from '../test/helpers/processes';
+import { pct } from './environments/common';
+import { restCalls } from './rest';
+
+const run = promisify(execFile);
+const TOKEN = 'bct_bench-exec-0123456789abcdef0123';
+const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
+const EXECS = num('BENCH_EXECS', 200);
+const CLIENTS = num('BENCH_CLIENTS', 8);
+const SECONDS = num('BENCH_SECONDS', 10);
+const CLI_RUNS = num('BENCH_CLI', 15);
+
+const api = restCalls(TOKEN);
+
+/** The server's durationMs of each exec (node, line and command: what the request adds is the rest). */
+const onNode: number[] = [];
+
+/** One exec of `true` through Berth, read to its last line; milliseconds. */
+async function execOnce(berth: BerthProc, id: string): Promise<number> {
+  const start = performance.now();
+  const res = await fetch(`${berth.url}/v1/environments/${id}/exec`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+    body: '{"command":["true"]}',
+  });
+  const text = await res.text();
+  if (!text.includes('"exitCode":0')) throw new Error(`exec failed: ${res.status} ${text}`);
+  const elapsed = performance.now() - start;
+  onNode.push((JSON.parse(text) as { exec: { durationMs: number } }).exec.durationMs);
+  return elapsed;
+}
+
+/** `argv` started from Node and waited for; milliseconds. */
+function started(argv: string[]): Promise<number> {
+  const start = performance.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+    child.once('error', reject);
+    child.once('exit', (code) => (code === 0 ? resolve(performance.now() - start) : reject(new Error(`${argv.join(' ')}: ${code}`))));
+  });
+}
+
+async function main() {
+  const { engine, stop } = await benchEngine();
+  const base = await mkdtemp(join(tmpdir(), 'berth-bench-exec-'));
+  const templates = await writeCatalog(base, [
+    { name: 'box', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 } },
+  ]);
+  const profile = process.env.BENCH_PROFILE;
+  const berth = await startBerth(
+    { DATA_DIR: join(base, 'data'), BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, DOCKER_HOST: engine },
+    profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
+  );
+  try {
+    const created = await api<{ environment: { id: string; name: string } }>(berth, 'POST', '/v1/environments', { template: 'box' });
+    const { id, name } = created.environment;
+    for (;;) {
+      const env = await api<{ state: string; error?: string }>(berth, 'GET', `/v1/environments/${id}`);
+      if (env.state === 'ready') break;
+      if (env.state !== 'pending' && env.state !== 'starting') throw new Error(`environment ${id} is ${env.state}: ${env.error}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    for (let i = 0; i < 10; i++) {
+      await execOnce(berth, id);
+      await started(['true']);
+    }
+    const berthExec: number[] = [];
+    const host: number[] = [];
+    onNode.length = 0;
+    for (let i = 0; i < EXECS; i++) {
+      berthExec.push(await execOnce(berth, id));
+      host.push(await started(['true']));
+    }
+    const nodePart = pct(onNode, 50);
+    let done = 0;
+    const until = performance.now() + SECONDS * 1000;
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (performance.now() < until) {
+          await execOnce(berth, id);
+          done++;
+        }
+      }),
+    );
+    const rate = done / SECONDS;
+    const cli: number[] = [];
+    const bare: number[] = [];
+    const env = { ...process.env, BERTH_URL: berth.url, BERTH_TOKEN: TOKEN };
+    await run(process.execPath, ['bin/berth.js', 'exec', name, '--', 'true'], { env });
+    for (let i = 0; i < CLI_RUNS; i++) {
+      let start = performance.now();
+      await run(process.execPath, ['bin/berth.js', 'exec', name, '--', 'true'], { env });
+      cli.push(performance.now() - start);
+      start = performance.now();
+      await run(process.execPath, ['-e', '0']);
+      bare.push(performance.now() - start);
+    }
+    await api(berth, 'DELETE', `/v1/environments/${id}`);
+    const f = (n: number) => n.toFixed(1);
+    const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+    console.log(`exec benchmark (${engine}, image ${TEST_IMAGE})`);
+    console.log(
+      `  round trip of true (n=${EXECS}): p50 ${f(pct(berthExec, 50))} ms, p99 ${f(pct(berthExec, 99))} ms; ` +
+        `true started on this machine: p50 ${f(pct(host, 50))} ms, p99 ${f(pct(host, 99))} ms; ` +
+        `p50 ${ratio(pct(berthExec, 50), pct(host, 50))} (goal ≤ 1.5x), p99 ${ratio(pct(berthExec, 99), pct(host, 50))} of its p50 (goal ≤ 5x)`,
+    );
+    console.log(`    of which the server's durationMs (to the node, the command, back): p50 ${nodePart} ms`);
+    console.log(`  ${CLIENTS} clients for ${SECONDS} s: ${rate.toFixed(0)} execs/s (goal ≥ 150)`);
+    console.log(
+      `  berth exec ENV -- true (n=${CLI_RUNS}): p50 ${f(pct(cli, 50))} ms; node -e 0: p50 ${f(pct(bare, 50))} ms; ` +
+        `${ratio(pct(cli, 50), pct(bare, 50))} (goal ≤ 2x)`,
+    );
+  } finally {
+    await berth.kill();
+    await rm(base, { recursive: true, force: true });
+    stop();
+  }
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
