@@ -1,1 +1,1 @@
-export { checkAudited, pruneAuditEvents, recordAudit } from './service';
+export { auditRow, checkAudited, pruneAuditEvents, recordAudit } from './service';

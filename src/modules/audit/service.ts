@@ -64,26 +64,29 @@ function cut(text: string): string {
  * (an Actor) or, for a credential being born (a sandbox joining), whom it becomes.
  */
 export async function recordAudit(deps: Pick<Deps, 'clock'>, tx: Tx, who: Actor | AuditWho, entry: AuditEntry): Promise<void> {
+  await tx.auditEvent.create({ data: auditRow(deps, who, entry) });
+}
+
+/** The row recordAudit writes, for a statement that writes it along with its change (recordExecRow). */
+export function auditRow(deps: Pick<Deps, 'clock'>, who: Actor | AuditWho, entry: AuditEntry) {
   const by = 'credentialId' in who ? whoOf(who) : who;
   const detail = entry.detail
     ? Object.fromEntries(Object.entries(entry.detail).map(([k, v]) => [k, typeof v === 'string' ? cut(v) : v]))
     : undefined;
-  await tx.auditEvent.create({
-    data: {
-      id: newId('aud'),
-      orgId: by.orgId,
-      created: deps.clock.now(),
-      action: entry.action,
-      actorKind: by.kind,
-      actorId: by.id,
-      actorName: by.name,
-      targetKind: entry.target.kind,
-      targetId: entry.target.id,
-      address: by.address,
-      outcome: entry.outcome ?? 'success',
-      ...(detail ? { detail } : {}),
-    },
-  });
+  return {
+    id: newId('aud'),
+    orgId: by.orgId,
+    created: deps.clock.now(),
+    action: entry.action,
+    actorKind: by.kind,
+    actorId: by.id,
+    actorName: by.name,
+    targetKind: entry.target.kind,
+    targetId: entry.target.id,
+    address: by.address,
+    outcome: entry.outcome ?? 'success',
+    ...(detail ? { detail } : {}),
+  };
 }
 
 /**

@@ -12,14 +12,14 @@
 import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec } from '../../generated/prisma/client';
-import { requireMember, requireOwner } from '../../kernel/access';
+import { requireOwner } from '../../kernel/access';
 import { ConflictError, DomainError, UnavailableError, ValidationError } from '../../kernel/errors';
 import type { SessionOptions, TermSize } from '../../node/command';
 import { EXEC_CHUNK, EXEC_GRANT, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
 import { nodeTopics, sendToNode } from '../../protocol/node-bus';
 import type { DistributiveOmit, ToNode } from '../../protocol/node-channel';
 import { checkAudited } from '../audit';
-import { findEnvironment, recordExecRow } from './service';
+import { findCommandEnvironment, recordExecRow } from './service';
 
 export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
 
@@ -105,30 +105,23 @@ export async function runCommand(
   return (await startCommand(deps, actor, envRef, command, { signal })).events;
 }
 
-/** The environment a command may run in: the caller's to use, ready, with a runtime. */
+/** The environment a command may run in: the caller's to use, ready, with a runtime whose engine answers. */
 export async function commandEnvironment(deps: Deps, actor: Actor, envRef: string): Promise<Environment> {
-  requireMember(actor);
-  const env = await findEnvironment(deps, actor, envRef);
+  const { env, engineError } = await findCommandEnvironment(deps, actor, envRef);
   await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
     requireOwner(actor, env, `environment ${env.name}`),
   );
   if (env.state !== 'ready')
     throw new ConflictError(`environment ${env.name} is ${env.state}; commands run in ready environments`, 'invalid_transition');
   requireRuntime(env, 'command');
-  await requireEngine(deps, env);
-  return env;
-}
-
-/** Refuses a command while the environment's node says its engine does not answer (it would only fail there). */
-async function requireEngine(deps: Deps, env: Environment): Promise<void> {
-  if (!env.nodeId) return;
-  const node = await deps.prisma.remoteNode.findUnique({ where: { id: env.nodeId }, select: { engineError: true } });
-  if (node?.engineError) {
+  // Refused while the environment's node says its engine does not answer (it would only fail there).
+  if (engineError) {
     throw new UnavailableError(
-      `environment ${env.name} cannot run commands now: on node ${env.node}, ${node.engineError}; commands run again once it answers`,
+      `environment ${env.name} cannot run commands now: on node ${env.node}, ${engineError}; commands run again once it answers`,
       'engine_unavailable',
     );
   }
+  return env;
 }
 
 export async function startCommand(

@@ -20,7 +20,7 @@ import { generateName, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
 import { lockFor, type Tx } from '../../platform/db';
 import { topics } from '../../platform/events';
-import { checkAudited, recordAudit } from '../audit';
+import { auditRow, checkAudited, recordAudit } from '../audit';
 import { needOf } from '../nodes';
 import { orgLimits } from '../organizations';
 import { admitUnderQuota, quotasFor } from '../quotas';
@@ -190,19 +190,49 @@ export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string
 const ENVIRONMENT_BY_ID = 'SELECT * FROM "Environment" WHERE id = $1 AND "orgId" = $2';
 const ENVIRONMENT_BY_NAME = 'SELECT * FROM "Environment" WHERE name = $1 AND "orgId" = $2';
 
+// A command's environment, with whether its node's engine answers (the exec path: one statement).
+const COMMAND_ENVIRONMENT = `SELECT e.*, n."engineError" AS "nodeEngineError" FROM "Environment" e LEFT JOIN "RemoteNode" n ON n.id = e."nodeId"`;
+
 /** The environment with this id (`env_…`) or name in the organization, as Prisma would return it. */
 async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Promise<Environment | undefined> {
   const byId = idOrName.startsWith('env_');
-  const { rows } = await deps.db.pool.query<Environment & { queueSeq: string | bigint }>({
+  const { rows } = await deps.db.pool.query<Omit<Environment, 'queueSeq'> & { queueSeq: string }>({
     name: byId ? 'berth_environment_by_id' : 'berth_environment_by_name',
     text: byId ? ENVIRONMENT_BY_ID : ENVIRONMENT_BY_NAME,
     values: [idOrName, orgId],
   });
-  const row = rows[0];
+  return asEnvironment(rows[0]);
+}
+
+/** A row of "Environment" as Prisma would return it. */
+function asEnvironment<R extends { queueSeq: string | bigint }>(
+  row: R | undefined,
+): (Omit<R, 'queueSeq'> & { queueSeq: bigint }) | undefined {
   if (!row) return undefined;
   // pg answers int8 as a string; Prisma's BigInt is a bigint.
-  row.queueSeq = BigInt(row.queueSeq);
-  return row;
+  return Object.assign(row, { queueSeq: BigInt(row.queueSeq) });
+}
+
+/**
+ * findEnvironment for a command: the environment, and `engineError` when its node says its engine
+ * does not answer, read together.
+ */
+export async function findCommandEnvironment(
+  deps: Deps,
+  actor: Actor,
+  idOrName: string,
+): Promise<{ env: Environment; engineError: string | null }> {
+  requireMember(actor);
+  const byId = idOrName.startsWith('env_');
+  const { rows } = await deps.db.pool.query<Omit<Environment, 'queueSeq'> & { queueSeq: string; nodeEngineError: string | null }>({
+    name: byId ? 'berth_command_environment_by_id' : 'berth_command_environment_by_name',
+    text: `${COMMAND_ENVIRONMENT} WHERE e.${byId ? 'id' : 'name'} = $1 AND e."orgId" = $2`,
+    values: [idOrName, actor.orgId],
+  });
+  const row = asEnvironment(rows[0]);
+  if (!row) throw new NotFoundError(`environment ${idOrName}`);
+  const { nodeEngineError: engineError, ...env } = row;
+  return { env, engineError };
 }
 
 /**
@@ -333,8 +363,8 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
   if (!Number.isInteger(input.exitCode) || input.exitCode < -2147483648 || input.exitCode > 2147483647) {
     throw new ValidationError('exitCode must be a 32-bit integer', 'exitCode');
   }
-  if (!Number.isInteger(input.durationMs) || input.durationMs < 0)
-    throw new ValidationError('durationMs must be an integer >= 0', 'durationMs');
+  if (!Number.isInteger(input.durationMs) || input.durationMs < 0 || input.durationMs > 2147483647)
+    throw new ValidationError('durationMs must be an integer from 0 to 2147483647', 'durationMs');
   const env = await findEnvironment(deps, actor, idOrName);
   await checkAudited(deps, actor, { action: 'exec.run', target: { kind: 'environment', id: env.id } }, () =>
     requireOwner(actor, env, `environment ${env.name}`),
@@ -343,29 +373,52 @@ export async function recordExec(deps: Deps, actor: Actor, idOrName: string, inp
   return recordExecRow(deps, actor, env.id, input);
 }
 
+// A command's record in one statement (the hot path of every exec): its row, the environment's
+// idle time-out pushed back (pushedIdleUntil's rule) and its audit event, all or none.
+const RECORD_EXEC = `
+  WITH env AS (
+    UPDATE "Environment" SET "idleUntil" = GREATEST("idleUntil", $2::timestamptz + "idleMs" * interval '1 millisecond')
+     WHERE id = $1 RETURNING id),
+  exec AS (
+    INSERT INTO "Exec" ("environmentId", time, actor, command, "exitCode", "durationMs")
+    SELECT env.id, $2, $3, $4, $5, $6 FROM env RETURNING *),
+  audit AS (
+    INSERT INTO "AuditEvent" (id, "orgId", created, action, "actorKind", "actorId", "actorName", "targetKind", "targetId", address, outcome, detail)
+    SELECT $7, $8, $2, $9, $10, $11, $12, $13, $14, $15, $16, jsonb_build_object('exec', exec.id) || $17::jsonb FROM exec)
+  SELECT * FROM exec`;
+
 /** Writes an Exec row for the caller (counts as activity) and tells the execs subscribers. */
 export async function recordExecRow(deps: Deps, actor: Actor, envId: string, input: ExecInput): Promise<Exec> {
-  const now = deps.clock.now();
-  const exec = await deps.prisma.$transaction(async (tx) => {
-    const env = await tx.environment.findUniqueOrThrow({ where: { id: envId } });
-    const row = await tx.exec.create({
-      data: {
-        environmentId: env.id,
-        time: now,
-        actor: actor.name,
-        command: input.command,
-        exitCode: input.exitCode,
-        durationMs: input.durationMs,
-      },
-    });
-    await tx.environment.update({ where: { id: env.id }, data: { idleUntil: pushedIdleUntil(env, now) } });
-    await recordAudit(deps, tx, actor, {
-      action: 'exec.run',
-      target: { kind: 'environment', id: env.id },
-      detail: { exec: row.id, command: input.command, exitCode: input.exitCode },
-    });
-    return row;
+  const audit = auditRow(deps, actor, {
+    action: 'exec.run',
+    target: { kind: 'environment', id: envId },
+    detail: { command: input.command, exitCode: input.exitCode },
   });
+  const { rows } = await deps.db.pool.query<Exec>({
+    name: 'berth_record_exec',
+    text: RECORD_EXEC,
+    values: [
+      envId,
+      audit.created,
+      actor.name,
+      input.command,
+      input.exitCode,
+      input.durationMs,
+      audit.id,
+      audit.orgId,
+      audit.action,
+      audit.actorKind,
+      audit.actorId,
+      audit.actorName,
+      audit.targetKind,
+      audit.targetId,
+      audit.address,
+      audit.outcome,
+      JSON.stringify(audit.detail),
+    ],
+  });
+  const exec = rows[0];
+  if (!exec) throw new NotFoundError(`environment ${envId}`);
   await deps.events.publish(topics.execs(envId), { id: exec.id });
   return exec;
 }
