@@ -149,6 +149,7 @@ describeBackends('environments', (backend) => {
       { command: '', exitCode: 0, durationMs: 1 },
       { command: 'x', exitCode: 1.5, durationMs: 1 },
       { command: 'x', exitCode: 0, durationMs: -1 },
+      { command: 'x', exitCode: 0, durationMs: 2 ** 31 },
       { command: 'x', exitCode: '0', durationMs: 1 },
       { command: 'x', durationMs: 1 },
     ]) {
