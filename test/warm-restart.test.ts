@@ -1,13 +1,14 @@
 // Warm containers across a kill -9 of the server: the restarted server keeps the ones the database
 // still wants (a lease claims one), removes those it no longer wants (here: the template asks
-// fewer now), and leaves no container of its own that no slot or environment holds.
-import { mkdtemp, rm } from 'node:fs/promises';
+// fewer now), and leaves no container of its own that no slot or environment holds. A claimed
+// container still under its warm name (its node died before renaming it) takes its environment's.
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { describeContainers, engine, ownedBy, removeOwned, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
-import { type BerthProc, startBerth } from './helpers/processes';
+import { type BerthProc, berthExec, startBerth } from './helpers/processes';
 import { BOOTSTRAP, client } from './helpers/server';
 import { reaches } from './helpers/states';
 
@@ -61,7 +62,36 @@ describeContainers('warm containers across a kill -9 of the server', () => {
     const ready = (await api().get(`/v1/environments/${id}`)).body;
     expect(ready.runtime).toBe('container');
     // The one kept warm is the lease's now; another is made for the next.
-    expect(await podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/);
+    // (It takes the lease's name just after the lease is ready.)
+    await vi.waitFor(
+      async () => expect(await podman('ps', '--filter', `name=^berth-${id}$`, '--format', '{{.Labels}}')).toMatch(/berth\.warm:/),
+      WAIT,
+    );
     await vi.waitFor(async () => expect(await warm()).toHaveLength(1), WAIT);
+  });
+
+  it('finishes the rename of a claimed warm container its node did not live to do', { timeout: 120_000 }, async () => {
+    const made = await api().post('/v1/environments', { template: 'box' });
+    const id = made.body.environment.id as string;
+    await reaches(berth.url, BOOTSTRAP, id, 'ready');
+    const container = `berth-${id}`;
+    const slot = await vi.waitFor(async () => {
+      const label = await podman('inspect', '--format', '{{index .Config.Labels "berth.warm"}}', container);
+      expect(label).not.toBe('');
+      return label;
+    }, WAIT);
+    await berth.kill('SIGKILL');
+    // As the node left it when killed between its answer and the engine's rename: the container
+    // under its warm name, the note of the claim in the node's folder.
+    await podman('rename', container, `berth-warm-${slot}`);
+    const claims = join(env.DATA_DIR!, 'workspaces', 'claims');
+    await mkdir(claims, { recursive: true });
+    await writeFile(join(claims, slot), id);
+    berth = await startBerth(env);
+
+    await vi.waitFor(async () => expect(await ours()).toContain(container), WAIT);
+    const ran = await berthExec(berth.url, BOOTSTRAP, id, 'echo', 'still here');
+    expect(ran).toMatchObject({ code: 0, stdout: 'still here\n' });
+    expect((await api().get(`/v1/environments/${id}`)).body.state).toBe('ready');
   });
 });

@@ -16,7 +16,7 @@
 // per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
 // cannot be made to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
-import { lstat, mkdir, readdir, rename } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
@@ -69,6 +69,10 @@ export interface NodeUsage {
 const SAMPLED_AT_ONCE = 8;
 /** Lines to berth-envd an exec opens at most before it gives up (docs/environments.md, "Commands"). */
 const LINE_TRIES = 3;
+/** How long a tunnel cut short has to end inside its environment before its engine stream is closed regardless. */
+const DIAL_WIND_DOWN_MS = 5_000;
+/** In the node's folder: a note per claimed warm container not yet renamed (NodeRuntime.claimNote). */
+const CLAIMS_DIR = 'claims';
 const ENVIRONMENT_FOLDER = /^env_[A-Za-z0-9]{1,64}$/;
 
 export interface EnvironmentSpec {
@@ -125,8 +129,11 @@ export class NodeRuntime {
   private readonly watched = new Set<string>();
   /** Environments whose container this node made or found, until it removes it: one missing from the engine went behind its back. */
   private readonly withContainer = new Set<string>();
-  /** Each container's line to berth-envd `serve`, which every command goes through (src/node/envd-channel.ts). */
-  private readonly channels = new Map<string, Promise<EnvdChannel>>();
+  /**
+   * Each container's line to berth-envd `serve`, which every command goes through
+   * (src/node/envd-channel.ts), by the container's name.
+   */
+  private readonly lines = new Map<string, Promise<EnvdChannel>>();
   /** The node's own addresses, watched once it holds an egress container: each it gains is blocked in all of them. */
   private readonly addresses = new HostAddresses(
     (prefixes) => this.blockEverywhere(prefixes),
@@ -139,6 +146,16 @@ export class NodeRuntime {
   onWarmEnded: (slot: string) => void = () => undefined;
   /** The warm containers watched, by slot: which watch (a slot made again is watched anew). */
   private readonly warmWatches = new Map<string, symbol>();
+  /** The spec hash of each warm container this process made and still watches, by slot: a claim need not ask the engine. */
+  private readonly warmMade = new Map<string, string>();
+  /**
+   * Claimed warm containers whose rename to their environment's name is under way, by environment:
+   * what reaches the container by that name waits for it (named). A note in CLAIMS_DIR says the same
+   * to a restarted node (finishClaims).
+   */
+  private readonly renames = new Map<string, Promise<void>>();
+  /** Slots whose warm container a claim is taking, until it has the environment's name: reconcile keeps them. */
+  private readonly claiming = new Set<string>();
   /** A sample of an environment's usage, for each environment whose folder this node holds. */
   onUsage: (id: string, usage: NodeUsage) => void = () => undefined;
   /** The engine holds this image, found or pulled ahead (prepull). */
@@ -274,6 +291,11 @@ export class NodeRuntime {
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
       this.watchWarm(engine, spec.slot);
+      this.warmMade.set(spec.slot, spec.hash);
+      // Its line, opened now: it goes with the container to the lease that claims it, whose first
+      // command then does not wait for an engine exec. A line that does not open is opened again
+      // at the first command.
+      await this.lineTo(name).catch(() => undefined);
     } catch (error) {
       const why = await startFailure(engine, name, error);
       await this.dropWarm(spec.slot).catch(() => undefined);
@@ -291,18 +313,23 @@ export class NodeRuntime {
       .then(() => {
         if (!mine()) return;
         this.warmWatches.delete(slot);
+        this.warmMade.delete(slot);
         this.onWarmEnded(slot);
       })
       .catch(() => {
-        if (mine()) this.warmWatches.delete(slot);
+        if (!mine()) return;
+        this.warmWatches.delete(slot);
+        this.warmMade.delete(slot);
       });
   }
 
   /** Removes the slot's warm container and folder, if it has them. */
   async dropWarm(slot: string): Promise<void> {
     this.warmWatches.delete(slot);
+    this.warmMade.delete(slot);
     const name = warmContainerName(slot);
     this.removing.add(name);
+    this.endLine(name);
     try {
       await this.options.engine?.remove(name);
     } finally {
@@ -321,7 +348,6 @@ export class NodeRuntime {
   async claimWarm(slot: string, hash: string, spec: EnvironmentSpec, restore: (root: string) => Promise<void>): Promise<RuntimeKind> {
     const engine = this.options.engine;
     const root = this.root(spec.id);
-    const name = warmContainerName(slot);
     const cold = async (why: string) => {
       this.options.log(`no warm container for ${spec.id} on ${slot} (${why}): starting one cold`);
       await this.dropWarm(slot).catch(() => undefined);
@@ -330,21 +356,73 @@ export class NodeRuntime {
       return this.prepare(spec, restore);
     };
     if (!engine || !spec.image) return cold('no engine or image');
-    const state = await engine.inspect(name).catch(() => null);
-    // Claimed: its end is the environment's from now on.
-    this.warmWatches.delete(slot);
-    if (!state?.running) return cold(state ? 'it ended' : 'it is gone');
-    if (state.labels['berth.spec'] !== hash || state.labels['berth.owner'] !== this.options.owner) return cold('it is of another spec');
+    // Kept by reconcile until the container has the environment's name.
+    this.claiming.add(slot);
+    try {
+      return await this.takeWarm(engine, slot, hash, spec, restore, cold);
+    } finally {
+      const renamed = this.renames.get(spec.id);
+      if (renamed) void renamed.finally(() => this.claiming.delete(slot));
+      else this.claiming.delete(slot);
+    }
+  }
+
+  private async takeWarm(
+    engine: Engine,
+    slot: string,
+    hash: string,
+    spec: EnvironmentSpec,
+    restore: (root: string) => Promise<void>,
+    cold: (why: string) => Promise<RuntimeKind>,
+  ): Promise<RuntimeKind> {
+    const root = this.root(spec.id);
+    const name = warmContainerName(slot);
+    // One this process made and watches is running and of the hash it was made with; another
+    // (found after a restart) is asked about.
+    const made = this.warmWatches.has(slot) ? this.warmMade.get(slot) : undefined;
+    this.warmMade.delete(slot);
+    if (made === undefined) {
+      const state = await engine.inspect(name).catch(() => null);
+      this.warmWatches.delete(slot);
+      if (!state?.running) return cold(state ? 'it ended' : 'it is gone');
+      if (state.labels['berth.spec'] !== hash || state.labels['berth.owner'] !== this.options.owner) return cold('it is of another spec');
+    } else {
+      // Claimed: its end is the environment's from now on.
+      this.warmWatches.delete(slot);
+      if (made !== hash) return cold('it is of another spec');
+    }
     try {
       await rename(this.warmRoot(slot), root);
     } catch (error) {
       return cold(`its folder: ${(error as Error).message}`);
     }
-    try {
-      await engine.rename(name, containerName(spec.id));
-    } catch (error) {
-      return cold(engineMessage(error));
-    }
+    // The container takes the environment's name in the background: the engine is often busy
+    // (the last lease's removal, the next warm container), and the lease need not wait for it.
+    // Until it has, what reaches the container by name waits (named); a restart finishes it.
+    await mkdir(join(this.options.dir, CLAIMS_DIR), { recursive: true });
+    await writeFile(this.claimNote(slot), spec.id);
+    const id = spec.id;
+    this.withContainer.add(id);
+    this.renames.set(
+      id,
+      engine
+        .rename(name, containerName(id))
+        .then(
+          async () => {
+            await rm(this.claimNote(slot), { force: true });
+            this.watch(id, spec.resources.memory);
+          },
+          (error) => {
+            this.options.log(`the container of ${id} could not take its name: ${engineMessage(error)}`);
+            this.onEnded(id, `its container could not take the environment's name: ${engineMessage(error)}`);
+          },
+        )
+        .finally(() => this.renames.delete(id)),
+    );
+    // The line holds the container, not its name: it is the environment's now.
+    const line = this.lines.get(name);
+    this.lines.delete(name);
+    if (line) this.lines.set(containerName(id), line);
     for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
     await restore(root);
     for (const share of spec.shares) {
@@ -352,9 +430,42 @@ export class NodeRuntime {
       const owner = await lstat(dir);
       if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
     }
-    this.watch(spec.id, spec.resources.memory);
-    this.channel(spec.id).catch(() => undefined);
+    this.channel(id).catch(() => undefined);
     return 'container';
+  }
+
+  /** Where a claim of `slot` notes which environment its container goes to, until it is renamed. */
+  private claimNote(slot: string): string {
+    if (!WARM_SLOT.test(slot)) throw new Error(`not a slot: ${JSON.stringify(slot)}`);
+    return join(this.options.dir, CLAIMS_DIR, slot);
+  }
+
+  /** The name of the environment's container, once a claim's rename of it has finished. */
+  private async named(id: string): Promise<string> {
+    await this.renames.get(id);
+    return containerName(id);
+  }
+
+  /**
+   * After a restart: the renames of claimed warm containers that were under way are finished (a
+   * container still under its warm name takes its environment's); notes of containers gone go.
+   */
+  private async finishClaims(engine: Engine): Promise<void> {
+    const dir = join(this.options.dir, CLAIMS_DIR);
+    await mkdir(dir, { recursive: true });
+    for (const slot of await readdir(dir)) {
+      const note = join(dir, slot);
+      const id = WARM_SLOT.test(slot) ? await readFile(note, 'utf8').catch(() => '') : '';
+      if (CLAIMED_NAME.test(containerName(id))) {
+        try {
+          await engine.rename(warmContainerName(slot), containerName(id));
+          this.options.log(`the claimed warm container of slot ${slot} took the name of ${id}`);
+        } catch (error) {
+          if (!isMissing(error)) throw error;
+        }
+      }
+      await rm(note, { force: true });
+    }
   }
 
   /** What the engine makes an environment's container from; a warm one (`as`) has its own name and labels. */
@@ -543,7 +654,7 @@ export class NodeRuntime {
     }
     const files = await count.step();
     const engine = this.options.engine;
-    const container = engine ? await engine.usage(containerName(id)) : null;
+    const container = engine ? await engine.usage(await this.named(id)) : null;
     if (!container) return { cpu: null, memory: null, pids: null, disk: files };
     const now = performance.now();
     const before = this.cpuSeen.get(id);
@@ -559,15 +670,10 @@ export class NodeRuntime {
   async stop(id: string): Promise<void> {
     const engine = this.options.engine;
     if (!engine) return;
+    const name = await this.named(id);
     this.withContainer.delete(id);
-    const name = containerName(id);
     this.removing.add(name);
-    const line = this.channels.get(name);
-    this.channels.delete(name);
-    line?.then(
-      (channel) => channel.end(),
-      () => undefined,
-    );
+    this.endLine(name);
     try {
       await engine.remove(name);
     } finally {
@@ -614,30 +720,48 @@ export class NodeRuntime {
 
   /** The environment's line to berth-envd `serve`, opened at its first use and again after it ended. */
   private channel(id: string): Promise<EnvdChannel> {
+    const held = this.lines.get(containerName(id));
+    return held ?? this.named(id).then((name) => this.lineTo(name));
+  }
+
+  /** The line to berth-envd `serve` in the container now named `name` (an environment's or a warm one's). */
+  private lineTo(name: string): Promise<EnvdChannel> {
     const engine = this.requireEngine();
-    const name = containerName(id);
-    const open = this.channels.get(name);
+    const open = this.lines.get(name);
     if (open) return open;
-    const opening = engine.exec(name, { cmd: [ENVD_PATH, 'serve'] }).then(
+    // Forgotten when it ends, under whatever name its container has by then (a claim renames it).
+    const forget = () => {
+      for (const [held, line] of this.lines) if (line === opening) this.lines.delete(held);
+    };
+    const opening: Promise<EnvdChannel> = engine.exec(name, { cmd: [ENVD_PATH, 'serve'] }).then(
       (line) =>
         new EnvdChannel(line, (why) => {
-          // One the node ended itself (stop) is no longer in the map.
-          if (this.channels.get(name) !== opening) return;
-          this.channels.delete(name);
-          if (!this.removing.has(name)) this.options.log(`the command line to ${name} ended: ${why}`);
+          // One the node ended itself (stop) is no longer held.
+          const held = [...this.lines].find(([, line]) => line === opening)?.[0];
+          if (held === undefined) return;
+          forget();
+          if (!this.removing.has(held)) this.options.log(`the command line to ${held} ended: ${why}`);
         }),
     );
-    opening.catch(() => {
-      if (this.channels.get(name) === opening) this.channels.delete(name);
-    });
-    this.channels.set(name, opening);
+    opening.catch(forget);
+    this.lines.set(name, opening);
     return opening;
+  }
+
+  /** Ends the line to the container named `name`, if one is held. */
+  private endLine(name: string): void {
+    const line = this.lines.get(name);
+    this.lines.delete(name);
+    line?.then(
+      (channel) => channel.end(),
+      () => undefined,
+    );
   }
 
   /** A byte stream to `port` on the environment's own loopback, dialled from inside its network. */
   async dial(id: string, port: number): Promise<Duplex> {
     const engine = this.requireEngine();
-    const run = await engine.exec(containerName(id), { cmd: [ENVD_PATH, 'dial', String(port)] });
+    const run = await engine.exec(await this.named(id), { cmd: [ENVD_PATH, 'dial', String(port)] });
     let problem = '';
     run.stderr.on('data', (d: Buffer) => (problem += d.toString()));
     const stream = new Duplex({
@@ -650,15 +774,26 @@ export class NodeRuntime {
         done();
       },
       read() {
-        run.stdout.resume();
+        run.resume();
       },
       destroy(error, done) {
-        run.stdin.destroy();
+        // Cut short (the relay's other end went away), or ended. Closing the engine's stream at
+        // once can leave the command's input open (Podman keeps it when the stream is reset), and
+        // the service's connection with it: the input is ended instead, as by a half-close, so the
+        // service sees its end, and what it still sends is read and dropped until the command ends,
+        // for DIAL_WIND_DOWN_MS at most.
+        run.stdin.end();
+        run.resume();
+        const cut = setTimeout(() => run.stdin.destroy(), DIAL_WIND_DOWN_MS);
+        cut.unref();
+        run.exited.finally(() => clearTimeout(cut)).catch(() => undefined);
         done(error);
       },
     });
+    // The engine's stream is paused, not run.stdout (whose feeder does not wait for it): a reader
+    // that stops stops the service inside, instead of the node holding what it sends.
     run.stdout.on('data', (chunk: Buffer) => {
-      if (!stream.push(chunk)) run.stdout.pause();
+      if (!stream.destroyed && !stream.push(chunk)) run.pause();
     });
     run.stdout.on('end', () => stream.push(null));
     run.exited.then(
@@ -692,6 +827,9 @@ export class NodeRuntime {
     const ended = new Map<string, string>();
     const present = new Set<string>();
     const engine = this.options.engine;
+    // A claimed warm container goes by its environment's name before it is looked for by it.
+    await Promise.all(this.renames.values());
+    if (engine) await this.finishClaims(engine);
     const folders = (await readdir(this.options.dir).catch(() => [] as string[])).filter((n) => n.startsWith('warm-'));
     // Taken before the listing: a container made after it is not missing from it.
     const expected = [...this.withContainer];
@@ -705,6 +843,7 @@ export class NodeRuntime {
       if (slot) warm.set(slot, { slot, hash: c.labels['berth.spec'] ?? '', running: c.running });
     }
     const keep = await wanted([...warm.values()]);
+    for (const slot of this.claiming) keep.add(slot);
     for (const { slot } of warm.values()) {
       if (keep.has(slot) || !WARM_SLOT.test(slot)) continue;
       await this.dropWarm(slot);
