@@ -4,8 +4,9 @@
  *
  *   npm run bench:exec
  *
- * Berth runs as in bench:containers (PGlite, a temp folder, the built-in node on a Podman service
- * of its own or BENCH_ENGINE, the offline busybox test image), with one ready environment.
+ * Berth runs as in bench:containers (PGlite in a temp folder, or with BENCH_DATABASE_URL a fresh
+ * schema of that PostgreSQL; the built-in node on a Podman service of its own or BENCH_ENGINE; the
+ * offline busybox test image), with one ready environment.
  * - Round trip: BENCH_EXECS (200) `POST /v1/environments/{id}/exec` of `true`, each read to its
  *   last line, one at a time, interleaved with as many starts of `true` on this machine from Node
  *   (spawn to exit): the floor, since the command is one process start inside plus a round trip.
@@ -26,6 +27,7 @@ import { promisify } from 'node:util';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
+import { benchDatabase } from './database';
 import { pct } from './environments/common';
 import { restCalls } from './rest';
 
@@ -74,8 +76,9 @@ async function main() {
     { name: 'box', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 } },
   ]);
   const profile = process.env.BENCH_PROFILE;
+  const database = benchDatabase();
   const berth = await startBerth(
-    { DATA_DIR: join(base, 'data'), BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, DOCKER_HOST: engine },
+    { ...database.env, DATA_DIR: join(base, 'data'), BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, DOCKER_HOST: engine },
     profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
   );
   try {
@@ -125,7 +128,7 @@ async function main() {
     await api(berth, 'DELETE', `/v1/environments/${id}`);
     const f = (n: number) => n.toFixed(1);
     const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
-    console.log(`exec benchmark (${engine}, image ${TEST_IMAGE})`);
+    console.log(`exec benchmark (${database.label}, ${engine}, image ${TEST_IMAGE})`);
     console.log(
       `  round trip of true (n=${EXECS}): p50 ${f(pct(berthExec, 50))} ms, p99 ${f(pct(berthExec, 99))} ms; ` +
         `true started on this machine: p50 ${f(pct(host, 50))} ms, p99 ${f(pct(host, 99))} ms; ` +
@@ -139,6 +142,7 @@ async function main() {
     );
   } finally {
     await berth.kill();
+    await database.drop();
     await rm(base, { recursive: true, force: true });
     stop();
   }

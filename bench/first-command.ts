@@ -4,8 +4,9 @@
  *
  *   npm run bench:first-command
  *
- * Berth runs as in bench:containers (PGlite, a temp folder, the built-in node on a Podman service
- * of its own or BENCH_ENGINE, the offline busybox test image) with a template of `warm: 4`. Once
+ * Berth runs as in bench:containers (PGlite in a temp folder, or with BENCH_DATABASE_URL a fresh
+ * schema of that PostgreSQL; the built-in node on a Podman service of its own or BENCH_ENGINE; the
+ * offline busybox test image) with a template of `warm: 4`. Once
  * four warm containers are ready, BENCH_RUNS (40) runs start one a second (a run slower than a
  * second overlaps the next, as with real traffic); each is `POST /v1/environments`, the CLI's wait
  * (a GraphQL subscription over SSE until `ready`), then `POST /v1/environments/{id}/exec` of
@@ -25,6 +26,7 @@ import { waitForReady } from '../src/cli/env';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine, PODMAN_FLAGS, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { startBerth } from '../test/helpers/processes';
+import { benchDatabase } from './database';
 import { pct, sleep } from './environments/common';
 
 const run = promisify(execFile);
@@ -119,7 +121,9 @@ async function main() {
   const templates = await writeCatalog(base, [
     { name: 'warm', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 }, warm: WARM },
   ]);
+  const database = benchDatabase();
   const berth = await startBerth({
+    ...database.env,
     DATA_DIR: join(base, 'data'),
     BOOTSTRAP_TOKEN: TOKEN,
     METRICS_TOKEN: METRICS,
@@ -147,7 +151,7 @@ async function main() {
     const f = (n: number) => n.toFixed(0);
     const of = (key: keyof Omit<Timed, 'ok' | 'error'>) => good.map((r) => r[key]);
     const total = of('total');
-    console.log(`first-command benchmark (${engine}, image ${TEST_IMAGE}, warm: ${WARM}, one lease a second)`);
+    console.log(`first-command benchmark (${database.label}, ${engine}, image ${TEST_IMAGE}, warm: ${WARM}, one lease a second)`);
     console.log(`  success: ${good.length}/${runs.length}`);
     for (const r of runs.filter((r) => !r.ok)) console.log(`    failed: ${r.error}`);
     if (good.length > 0) {
@@ -164,6 +168,7 @@ async function main() {
     if (good.length < runs.length) process.exitCode = 1;
   } finally {
     await berth.kill();
+    await database.drop();
     await rm(base, { recursive: true, force: true });
     stop();
   }
