@@ -303,13 +303,12 @@ export async function transitionIn<To extends EnvironmentState>(
   const current = await tx.environment.findUnique({ where: { id } });
   if (!current || !(from as readonly string[]).includes(current.state)) return null;
   const now = deps.clock.now();
-  await tx.environment.update({
+  const updated = await tx.environment.update({
     where: { id },
     // Only a pending environment waits: every transition leads out of pending.
     data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
   });
   if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
-  const updated = await tx.environment.findUniqueOrThrow({ where: { id } });
   await recordEvent(tx, updated);
   return { env: updated, hooked: await emitEnvironmentState(tx, updated, now) };
 }
