@@ -220,9 +220,10 @@ export async function startCommand(
         }
       }
     } finally {
+      // A command that did not end (the caller left, the environment ended) is stopped.
+      if (!finished) toNode({ type: 'exec-kill' });
       finished = true;
       clearTimeout(timer);
-      toNode({ type: 'exec-kill' });
       for (const wake of room.splice(0)) wake();
       await unsubscribe();
     }
