@@ -77,7 +77,7 @@ interface Berth extends BerthUrls {
 
 /** Berth in a child process of its own (node's --expose-gc so RSS is read after a collection). */
 async function startBerth(p: BerthStart): Promise<Berth> {
-  const child = forkChild(script('berth-server.ts'), [], ['--expose-gc']);
+  const child = forkChild(script('berth-server.ts'), [], ['--expose-gc'], undefined, { drainStdout: true });
   try {
     return { child, ...(await child.call<BerthUrls>('start', p)) };
   } catch (error) {

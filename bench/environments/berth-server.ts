@@ -86,8 +86,8 @@ serve({
         DATABASE_SCHEMA: p.schema,
         TEMPLATES_FILE: p.templatesFile,
       }),
-      // Only the server's warnings and errors, on stderr: a line per request would drown the measurements.
-      logger: createLogger({ format: 'pretty', level: 'warn', destination: { write: (line) => void process.stderr.write(line) } }),
+      // As a default start logs: a JSON line per request on stdout, here a pipe the benchmark drains.
+      logger: createLogger({ format: 'json', level: 'info' }),
     });
     ownPool =
       p.backend === 'postgres'

@@ -6,6 +6,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
+import { createInterface } from 'node:readline';
 import pg from 'pg';
 
 export function knob(name: string, fallback: number): number {
@@ -99,14 +100,27 @@ export interface Child {
 
 /**
  * Forks one of the benchmark's scripts (TypeScript, through the same tsx loader as this process),
- * with extra node flags. Each child inherits stdout/stderr so its complaints are seen.
+ * with extra node flags. Each child inherits stdout/stderr so its complaints are seen; with
+ * `drainStdout` its stdout is a pipe read line by line, warnings and errors shown (Berth's log).
  */
-export function forkChild(script: URL, args: string[] = [], nodeFlags: string[] = [], env?: NodeJS.ProcessEnv): Child {
+export function forkChild(
+  script: URL,
+  args: string[] = [],
+  nodeFlags: string[] = [],
+  env?: NodeJS.ProcessEnv,
+  opts: { drainStdout?: boolean } = {},
+): Child {
   const child = fork(script.pathname, args, {
     execArgv: [...process.execArgv, ...nodeFlags],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    stdio: ['ignore', opts.drainStdout ? 'pipe' : 'inherit', 'inherit', 'ipc'],
     env: env ?? process.env,
   });
+  // Read as a log collector reads a service's stdout; only warnings and errors are shown.
+  if (opts.drainStdout) {
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (/^\{"level":"(warn|error|fatal)"/.test(line)) process.stderr.write(`${line}\n`);
+    });
+  }
   const pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   const listeners = new Map<string, ((msg: Pushed) => void)[]>();
   let next = 0;
