@@ -241,7 +241,10 @@ export const execRoute: Route = {
     const body = await readJsonBody(req);
     EXEC_BODY.check(body);
     const gone = new AbortController();
-    res.once('close', () => gone.abort());
+    // Closed before its end was written: the caller went away.
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
     const events = await runCommand(ctx!.deps, ctx!.actor, params.id!, body.command, gone.signal);
     const it = events[Symbol.asyncIterator]();
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
