@@ -1,11 +1,13 @@
 // The relay endpoint's checks (docs/agents.md, "The relay"): every refusal is an HTTP answer
-// `{error, code}` before the upgrade.
+// `{error, code}` before the upgrade; a peer that goes silent is cut, and its tunnel with it.
+import { once } from 'node:events';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { openRelay } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
 import type { RelayQuery } from '../src/protocol/relay';
 import { engine, TEST_ECHO_IMAGE } from './helpers/containers';
+import { berthExec } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
 
 describeBackends('relay checks', (backend) => {
@@ -170,5 +172,35 @@ describeBackends('relay checks', (backend) => {
     expect(await theirs.closed).toBe(4401);
     expect(mineClosed).toBe(false);
     mine.ws.close();
+  });
+
+  it('cuts a relay socket whose peer went silent, and the connection inside the environment ends with it', async (ctx) => {
+    if (!engine()) ctx.skip();
+    // The environment's postgres service, played by an echo (setsid: it outlives the command).
+    const service = 'setsid sh -c "nc -ll -p 5432 -e cat </dev/null >/dev/null 2>&1 &"; echo started';
+    expect(await berthExec(s.url, BOOTSTRAP, envId, 'sh', '-c', service)).toMatchObject({ code: 0, stdout: 'started\n' });
+    /** The environment's connections to that service (each seen from both its ends). */
+    const connections = async () => {
+      const { stdout } = await berthExec(s.url, BOOTSTRAP, envId, 'netstat', '-tn');
+      return stdout.split('\n').filter((line) => {
+        const [, , , local, foreign, state] = line.trim().split(/\s+/);
+        return state === 'ESTABLISHED' && (local?.endsWith(':5432') || foreign?.endsWith(':5432'));
+      }).length;
+    };
+    // Once its bytes came back, the peer sends nothing and answers no ping: as one whose machine
+    // went away without closing anything (no close frame, no FIN).
+    const ws = new WebSocket(`${s.url.replace('http', 'ws')}/v1/relay?environment=${envId}&kind=import&service=postgres`, {
+      headers: { authorization: `Bearer ${credential}` },
+      autoPong: false,
+    });
+    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+    await once(ws, 'open');
+    const echoed = new Promise<Buffer>((resolve) => ws.once('message', (data: Buffer) => resolve(data)));
+    ws.send(Buffer.from('hello'), { binary: true });
+    expect((await echoed).toString()).toBe('hello');
+    expect(await connections()).toBe(2);
+    // Cut by the server (no close frame), and the service inside sees its connection end.
+    expect(await closed).toBe(1006);
+    await vi.waitFor(async () => expect(await connections()).toBe(0), { timeout: 30_000, interval: 200 });
   });
 });

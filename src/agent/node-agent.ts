@@ -24,6 +24,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { WebSocket } from 'ws';
 import { ApiError, BerthClient } from '../cli/client';
 import { serveRelay } from '../dataplane/relay-node';
+import { heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
 import { normalizeImage } from '../kernel/image-ref';
@@ -563,7 +564,7 @@ export class NodeAgent {
     }
     const ws = new WebSocket(message.url, {
       headers: { authorization: `Bearer ${this.opts.token}` },
-      perMessageDeflate: false,
+      ...RELAY_SOCKET_OPTIONS,
       // A zero mask: see openRelay in sandbox-agent.ts.
       generateMask: (mask) => void mask.fill(0),
     });
@@ -573,6 +574,7 @@ export class NodeAgent {
     });
     ws.once('error', (error) => this.log(`relay ${message.relay}: ${error.message}`));
     ws.once('open', () => {
+      heartbeat(ws);
       void serveRelay(ws, job, this.root(job.environment), (j) => this.runtime.dial(j.environment, j.port)).catch((error: Error) =>
         this.log(`relay ${message.relay}: ${error.message}`),
       );

@@ -8,7 +8,7 @@ import { type Client, createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { type ApiError, errorFromText, reachError } from '../cli/client';
 import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
-import { bridge, CLOSE } from '../dataplane/ws-bridge';
+import { bridge, CLOSE, heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
 import { AGENT_FOLDER } from '../protocol/agent-folder';
 import { parseAddress, RELAY_PATH, type RelayQuery } from '../protocol/relay';
@@ -102,13 +102,14 @@ export function openRelay(server: string, token: string, query: RelayQuery): Pro
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, {
       headers: { authorization: `Bearer ${token}` },
-      perMessageDeflate: false,
+      ...RELAY_SOCKET_OPTIONS,
       // A zero mask: masking guards proxies against scripts in browsers, and an agent is none; it
       // would cost a pass over every byte on both ends.
       generateMask: (mask) => void mask.fill(0),
     });
     ws.once('open', () => {
       ws.off('error', reject);
+      heartbeat(ws);
       resolve(ws);
     });
     ws.once('unexpected-response', (_req, res) => {

@@ -5,6 +5,13 @@
 // WebSocket can stand for a TCP connection or any other Duplex (bridge), and the server can join
 // two WebSockets without reading what they carry (joinSockets). Both keep backpressure: a side
 // stops reading while the other has more than HIGH_WATER bytes queued.
+//
+// A side that stopped reading would not see its peer go away (neither a close nor a FIN is read
+// by a paused socket), so every relay socket has a heartbeat (heartbeat()): each end pings its
+// peer every HEARTBEAT_MS, which a vanished peer's machine answers with a reset that fails the
+// write, and cuts a peer it reads from that sent nothing for SILENT_BEATS beats (gone without a
+// FIN). A close is answered within CLOSE_MS or the socket is cut (RELAY_SOCKET_OPTIONS), so an
+// end's going away reaches the far end within a few seconds however full the sockets between are.
 import type { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
 import { closeCodeOf } from '../kernel/error-codes';
@@ -12,6 +19,20 @@ import { closeCodeOf } from '../kernel/error-codes';
 /** Bytes queued on a WebSocket above which its source is paused. */
 export const HIGH_WATER = 1024 * 1024;
 export const EOF = 'eof';
+
+/** How often each end of a relay socket pings its peer. */
+export const HEARTBEAT_MS = 1000;
+/** Beats in a row without a frame from a peer being read, after which it is taken for gone. */
+export const SILENT_BEATS = 4;
+/** How long a closing relay socket waits for its peer's close before it is cut. */
+export const CLOSE_MS = 1000;
+
+/**
+ * Options of every relay WebSocket, at the agent, the server and the node: a close not answered
+ * within CLOSE_MS cuts the socket; pings are answered by heartbeat(), at most one pong queued at a
+ * time (the library's own would queue one per ping behind a backed-up socket, then cut it).
+ */
+export const RELAY_SOCKET_OPTIONS = { perMessageDeflate: false, closeTimeout: CLOSE_MS, autoPong: false } as const;
 
 /** Close codes of the relay (4000-4999 are the application's; 4000 + status for an error code's). */
 export const CLOSE = {
@@ -41,6 +62,46 @@ export function closeReason(message: string): string {
   let reason = message;
   while (Buffer.byteLength(reason) > 123) reason = reason.slice(0, -2);
   return reason;
+}
+
+/**
+ * Keeps `ws` (a relay socket opened with RELAY_SOCKET_OPTIONS) honest about its peer until it
+ * closes: a ping every HEARTBEAT_MS (one in flight at most), so a peer gone while this side does
+ * not read is found by the write that fails; each of the peer's pings answered (one pong in flight
+ * at most); and the socket cut when the peer sent nothing, not even its own pings, for SILENT_BEATS
+ * beats while this side was reading. A paused side hears nothing and counts no silence.
+ */
+export function heartbeat(ws: WebSocket): void {
+  let heard = true;
+  let silent = 0;
+  let pinging = false;
+  let ponging = false;
+  const hear = () => {
+    heard = true;
+  };
+  ws.on('message', hear);
+  ws.on('pong', hear);
+  ws.on('ping', (data) => {
+    heard = true;
+    if (ponging || ws.readyState !== ws.OPEN) return;
+    ponging = true;
+    ws.pong(data, undefined, () => {
+      ponging = false;
+    });
+  });
+  const timer = setInterval(() => {
+    if (ws.readyState !== ws.OPEN) return;
+    if (heard || ws.isPaused) silent = 0;
+    else if (++silent >= SILENT_BEATS) return void ws.terminate();
+    heard = false;
+    if (pinging) return;
+    pinging = true;
+    ws.ping(undefined, undefined, () => {
+      pinging = false;
+    });
+  }, HEARTBEAT_MS);
+  timer.unref();
+  ws.once('close', () => clearInterval(timer));
 }
 
 export interface BridgeEnd {

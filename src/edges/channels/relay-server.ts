@@ -20,7 +20,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
-import { CLOSE, joinSockets } from '../../dataplane/ws-bridge';
+import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
@@ -49,7 +49,7 @@ export interface RelayServer {
 }
 
 export function createRelayServer(deps: Deps, log: Log): RelayServer {
-  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 * 1024 * 1024 });
+  const wss = new WebSocketServer({ noServer: true, ...RELAY_SOCKET_OPTIONS, maxPayload: 16 * 1024 * 1024 });
   tagUpgrades(wss);
   const live = new Set<WebSocket>();
   const pending = new Map<string, Pending>();
@@ -94,9 +94,10 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     });
   };
 
-  /** A relay socket lives as long as the credential that opened it (and the server). */
+  /** A relay socket lives as long as the credential that opened it (and the server), and its peer (heartbeat). */
   const track = (ws: WebSocket, actor: Actor) => {
     live.add(ws);
+    heartbeat(ws);
     const release = deps.credentials.hold(actor, (reason) => ws.close(CLOSE.revoked, reason));
     ws.once('close', () => {
       live.delete(ws);
