@@ -5,7 +5,8 @@
 // `berth agent` against Berth, both as real processes on loopback (docs/agents.md): join and the
 // stored credential, imports forwarding a real TCP service, in-share sync by the sync rules and a
 // later edit, the out share's last pass before `stopped`, resuming after a kill and after the server
-// restarts, exit on removal.
+// restarts, a tunnel's far end closed when the agent is killed or the client drops it mid-transfer,
+// exit on removal.
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
@@ -21,6 +22,7 @@ import {
   berthExec,
   echoedWhole,
   forwarding,
+  heldEcho,
   type Proc,
   spawnNode,
   startBerth,
@@ -31,6 +33,23 @@ import { reaches } from './helpers/states';
 
 /** How long the agent may take to sync a file or close a port. */
 const WAIT = { timeout: 30_000, interval: 100 };
+
+/**
+ * Bytes a service on `port` of the environment sent on its connections that have not left the
+ * environment yet: not yet read by the tunnel's end inside (netstat's Send-Q at the service's end
+ * and Recv-Q at the other).
+ */
+async function heldInside(url: string, envId: string, port: number): Promise<number> {
+  const { stdout } = await berthExec(url, BOOTSTRAP, envId, 'netstat', '-tn');
+  let bytes = 0;
+  for (const line of stdout.split('\n')) {
+    const [, received, sent, local, foreign, state] = line.trim().split(/\s+/);
+    if (state !== 'ESTABLISHED') continue;
+    if (local?.endsWith(`:${port}`)) bytes += Number(sent);
+    if (foreign?.endsWith(`:${port}`)) bytes += Number(received);
+  }
+  return bytes;
+}
 
 const backends: ('pglite' | 'postgres')[] = process.env.TEST_DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
 
@@ -55,9 +74,11 @@ for (const backend of backends) {
       agentDir = join(base, 'sandbox');
       // The echo service is the image's own command, on the environment's port 7000; the postgres
       // service names 127.0.0.1:5432, this machine's PostgreSQL were it dialled outside the environment.
+      // The single service (port 7100) is started by a test: it takes one connection at a time.
       const services = [
         { service: 'echo', target: '127.0.0.1:7000' },
         { service: 'postgres', target: '127.0.0.1:5432' },
+        { service: 'single', target: '127.0.0.1:7100' },
       ];
       const templates = join(base, 'templates.json');
       await writeFile(
@@ -191,6 +212,48 @@ for (const backend of backends) {
       const payload = Buffer.from('still there');
       const back = await echoedWhole(listen.echo!, payload, agent);
       expect(back.toString()).toBe('still there');
+    });
+
+    it("a connection's far end closes when the agent is killed or the client drops it mid-transfer", async () => {
+      // One connection at a time: nc serves one and exits, then the loop starts it again; meanwhile a
+      // second connection waits unanswered. So a new connection is answered only once the service
+      // saw the previous one end. setsid: a session of its own outlives the command that started it.
+      const service = 'setsid sh -c "while :; do nc -l -p 7100 -e cat; done </dev/null >/dev/null 2>&1 &"; echo started';
+      expect(await berthExec(agentSide.url, BOOTSTRAP, envId, 'sh', '-c', service)).toMatchObject({ code: 0, stdout: 'started\n' });
+      await forwarding(agent!, envId, 'single', listen.single!);
+      expect((await echoedWhole(listen.single!, Buffer.from('first'), agent)).toString()).toBe('first');
+
+      /**
+       * A connection busy both ways: its client sends without end and reads nothing back, until the
+       * service's echo is held up inside the environment (every hop back stopped reading what it
+       * could not pass on, the relay sockets included).
+       */
+      const chunk = randomBytes(1024 * 1024);
+      const busy = async (text: string) => {
+        const held = await heldEcho(listen.single!, text);
+        held.socket.pause();
+        const pump = () => {
+          while (!held.socket.destroyed && held.socket.write(chunk));
+        };
+        held.socket.on('drain', pump);
+        pump();
+        await vi.waitFor(async () => expect(await heldInside(agentSide.url, envId, 7100)).toBeGreaterThan(0), WAIT);
+        return held;
+      };
+
+      // The agent dies (no close frame, no half-close) in the middle of it.
+      const held = await busy('held');
+      await agent!.kill('SIGKILL');
+      held.socket.resume();
+      await held.closed;
+      agent = startAgent();
+      await forwarding(agent, envId, 'single', listen.single!);
+      expect((await echoedWhole(listen.single!, Buffer.from('after the kill'), agent)).toString()).toBe('after the kill');
+
+      // The client drops its connection (a reset, no half-close) in the middle of it.
+      const dropped = await busy('dropped');
+      dropped.socket.resetAndDestroy();
+      expect((await echoedWhole(listen.single!, Buffer.from('after the drop'), agent)).toString()).toBe('after the drop');
     });
 
     it('reconnects when its server restarts and keeps forwarding, wiring nothing twice', async () => {
