@@ -10,7 +10,9 @@
 //
 // The first batch is the whole selection; with `watch` the sender then rescans after every change
 // has settled (settleMs without events) and sends what differs from what it sent (size, mtime or
-// mode changed, new files) and deletes for files gone. A `final` sender ends the stream after the
+// mode changed, new files) and deletes for files gone. A watcher can miss an event (inotify drops
+// them when its queue overflows), so the sender also rescans when nothing happened for a while
+// (RESCAN_MS, or 20 times the last scan's duration for a tree that takes long to scan). A `final` sender ends the stream after the
 // first batch is acknowledged. The receiver writes each file to a temporary name and renames it,
 // so a reader never sees half a file. Either side works in its folder beneath it (beneath.ts): no
 // link is followed, and nothing but a regular file is opened, whatever the folder's owner changes
@@ -34,6 +36,8 @@ const UMASK = (() => {
   return mask;
 })();
 const READ_CHUNK = 256 * 1024;
+/** A watching sender rescans at least this often (more seldom for a tree whose scan takes long). */
+export const RESCAN_MS = 10_000;
 const OP = 'berth.op';
 const SEQ = 'berth.seq';
 const KIND = 'berth.kind';
@@ -83,6 +87,8 @@ export interface SendOptions {
   final?: boolean;
   /** How long the folder must be quiet before a rescan (default 200 ms). */
   settleMs?: number;
+  /** The longest time without a rescan while watching (default RESCAN_MS; see the top). */
+  rescanMs?: number;
   signal?: AbortSignal;
   /** Called after each acknowledged batch. */
   onSynced?(stats: SyncStats): void;
@@ -281,8 +287,11 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
   /** Special files named to the receiver, until they are gone. */
   let named = new Set<string>();
   let seq = 0;
+  let scanMs = 0;
   const batch = async (): Promise<number> => {
+    const scanned = performance.now();
     const { files: now, special } = await scan(opts.root, opts.rules, extras, opts.withhold);
+    scanMs = performance.now() - scanned;
     const before0 = stats.files + stats.deletes + stats.skipped;
     // Files of the folder are read beneath it, never through a link (a folder the other side may change).
     const beneath = Beneath.open(opts.root);
@@ -370,9 +379,13 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
         channel.destroy(err);
       });
     };
+    let backstop: NodeJS.Timeout | undefined;
     const schedule = () => {
       clearTimeout(timer);
       timer = setTimeout(rescan, settleMs);
+      // What a watcher missed is found by a rescan once the folder has been quiet this long.
+      clearTimeout(backstop);
+      backstop = setTimeout(schedule, Math.max(opts.rescanMs ?? RESCAN_MS, 20 * scanMs));
     };
     watcher = watch([opts.root, ...Object.values(extras)], {
       ignoreInitial: true,
@@ -387,6 +400,7 @@ export async function sendFolder(channel: Duplex, opts: SendOptions): Promise<Sy
     watcher.once('ready', schedule);
     await gone;
     clearTimeout(timer);
+    clearTimeout(backstop);
     await running;
     return stats;
   } finally {
