@@ -380,16 +380,15 @@ export class NodeRuntime {
     // One this process made and watches is running and of the hash it was made with; another
     // (found after a restart) is asked about.
     const made = this.warmWatches.has(slot) ? this.warmMade.get(slot) : undefined;
+    // Claimed: its end is the environment's from now on.
+    this.warmWatches.delete(slot);
     this.warmMade.delete(slot);
     if (made === undefined) {
       const state = await engine.inspect(name).catch(() => null);
-      this.warmWatches.delete(slot);
       if (!state?.running) return cold(state ? 'it ended' : 'it is gone');
       if (state.labels['berth.spec'] !== hash || state.labels['berth.owner'] !== this.options.owner) return cold('it is of another spec');
-    } else {
-      // Claimed: its end is the environment's from now on.
-      this.warmWatches.delete(slot);
-      if (made !== hash) return cold('it is of another spec');
+    } else if (made !== hash) {
+      return cold('it is of another spec');
     }
     try {
       await rename(this.warmRoot(slot), root);
@@ -452,8 +451,7 @@ export class NodeRuntime {
    */
   private async finishClaims(engine: Engine): Promise<void> {
     const dir = join(this.options.dir, CLAIMS_DIR);
-    await mkdir(dir, { recursive: true });
-    for (const slot of await readdir(dir)) {
+    for (const slot of await readdir(dir).catch(() => [] as string[])) {
       const note = join(dir, slot);
       const id = WARM_SLOT.test(slot) ? await readFile(note, 'utf8').catch(() => '') : '';
       if (CLAIMED_NAME.test(containerName(id))) {
@@ -729,21 +727,25 @@ export class NodeRuntime {
     const engine = this.requireEngine();
     const open = this.lines.get(name);
     if (open) return open;
-    // Forgotten when it ends, under whatever name its container has by then (a claim renames it).
-    const forget = () => {
-      for (const [held, line] of this.lines) if (line === opening) this.lines.delete(held);
+    // Forgotten when it ends, under whatever name its container has by then (a claim renames it):
+    // the name it was held under, if it still was.
+    const forget = (): string | undefined => {
+      for (const [held, line] of this.lines) {
+        if (line !== opening) continue;
+        this.lines.delete(held);
+        return held;
+      }
+      return undefined;
     };
     const opening: Promise<EnvdChannel> = engine.exec(name, { cmd: [ENVD_PATH, 'serve'] }).then(
       (line) =>
         new EnvdChannel(line, (why) => {
           // One the node ended itself (stop) is no longer held.
-          const held = [...this.lines].find(([, line]) => line === opening)?.[0];
-          if (held === undefined) return;
-          forget();
-          if (!this.removing.has(held)) this.options.log(`the command line to ${held} ended: ${why}`);
+          const held = forget();
+          if (held !== undefined && !this.removing.has(held)) this.options.log(`the command line to ${held} ended: ${why}`);
         }),
     );
-    opening.catch(forget);
+    opening.catch(() => forget());
     this.lines.set(name, opening);
     return opening;
   }

@@ -185,32 +185,39 @@ export async function findEnvironment(deps: Deps, actor: Actor, idOrName: string
   return env;
 }
 
-// The hottest read of the API: a named statement on the raw pool (prepared once per connection,
-// so PostgreSQL plans it once) instead of a Prisma query. Columns are the model's fields.
-const ENVIRONMENT_BY_ID = 'SELECT * FROM "Environment" WHERE id = $1 AND "orgId" = $2';
-const ENVIRONMENT_BY_NAME = 'SELECT * FROM "Environment" WHERE name = $1 AND "orgId" = $2';
+// The hottest reads of the API: named statements on the raw pool (prepared once per connection,
+// so PostgreSQL plans each once) instead of Prisma queries. Columns are the model's fields; a
+// command's read adds whether its node's engine answers (the exec path: one statement).
+const ENVIRONMENT_READS = {
+  plain: { name: 'berth_environment', select: 'SELECT e.* FROM "Environment" e' },
+  command: {
+    name: 'berth_command_environment',
+    select: 'SELECT e.*, n."engineError" AS "nodeEngineError" FROM "Environment" e LEFT JOIN "RemoteNode" n ON n.id = e."nodeId"',
+  },
+} as const;
 
-// A command's environment, with whether its node's engine answers (the exec path: one statement).
-const COMMAND_ENVIRONMENT = `SELECT e.*, n."engineError" AS "nodeEngineError" FROM "Environment" e LEFT JOIN "RemoteNode" n ON n.id = e."nodeId"`;
+type EnvironmentRow = Omit<Environment, 'queueSeq'> & { queueSeq: string };
 
-/** The environment with this id (`env_…`) or name in the organization, as Prisma would return it. */
-async function readEnvironment(deps: Deps, orgId: string, idOrName: string): Promise<Environment | undefined> {
-  const byId = idOrName.startsWith('env_');
-  const { rows } = await deps.db.pool.query<Omit<Environment, 'queueSeq'> & { queueSeq: string }>({
-    name: byId ? 'berth_environment_by_id' : 'berth_environment_by_name',
-    text: byId ? ENVIRONMENT_BY_ID : ENVIRONMENT_BY_NAME,
+/**
+ * The environment with this id (`env_…`) or name in the organization, as Prisma would return it
+ * (with `nodeEngineError` when read for a command).
+ */
+async function readEnvironment<R extends EnvironmentRow = EnvironmentRow>(
+  deps: Deps,
+  orgId: string,
+  idOrName: string,
+  read: keyof typeof ENVIRONMENT_READS = 'plain',
+): Promise<(Omit<R, 'queueSeq'> & { queueSeq: bigint }) | undefined> {
+  const by = idOrName.startsWith('env_') ? 'id' : 'name';
+  const { name, select } = ENVIRONMENT_READS[read];
+  const { rows } = await deps.db.pool.query<R>({
+    name: `${name}_by_${by}`,
+    text: `${select} WHERE e.${by} = $1 AND e."orgId" = $2`,
     values: [idOrName, orgId],
   });
-  return asEnvironment(rows[0]);
-}
-
-/** A row of "Environment" as Prisma would return it. */
-function asEnvironment<R extends { queueSeq: string | bigint }>(
-  row: R | undefined,
-): (Omit<R, 'queueSeq'> & { queueSeq: bigint }) | undefined {
-  if (!row) return undefined;
+  const row = rows[0];
   // pg answers int8 as a string; Prisma's BigInt is a bigint.
-  return Object.assign(row, { queueSeq: BigInt(row.queueSeq) });
+  return row && Object.assign(row, { queueSeq: BigInt(row.queueSeq) });
 }
 
 /**
@@ -223,13 +230,7 @@ export async function findCommandEnvironment(
   idOrName: string,
 ): Promise<{ env: Environment; engineError: string | null }> {
   requireMember(actor);
-  const byId = idOrName.startsWith('env_');
-  const { rows } = await deps.db.pool.query<Omit<Environment, 'queueSeq'> & { queueSeq: string; nodeEngineError: string | null }>({
-    name: byId ? 'berth_command_environment_by_id' : 'berth_command_environment_by_name',
-    text: `${COMMAND_ENVIRONMENT} WHERE e.${byId ? 'id' : 'name'} = $1 AND e."orgId" = $2`,
-    values: [idOrName, actor.orgId],
-  });
-  const row = asEnvironment(rows[0]);
+  const row = await readEnvironment<EnvironmentRow & { nodeEngineError: string | null }>(deps, actor.orgId, idOrName, 'command');
   if (!row) throw new NotFoundError(`environment ${idOrName}`);
   const { nodeEngineError: engineError, ...env } = row;
   return { env, engineError };
