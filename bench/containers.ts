@@ -24,15 +24,15 @@ import { promisify } from 'node:util';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine, PODMAN_FLAGS, podman, TEST_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
-import { pct } from './environments/common';
+import { untilWarm } from './berth';
+import { knob, pct } from './environments/common';
 import { restCalls } from './rest';
 
 const run = promisify(execFile);
 const TOKEN = 'bct_bench-containers-0123456789abcdef';
 const METRICS = 'bench-containers-metrics-0123456789abcdef';
-const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
-const LEASES = num('BENCH_LEASES', 20);
-const EXECS = num('BENCH_EXECS', 50);
+const LEASES = knob('BENCH_LEASES', 20);
+const EXECS = knob('BENCH_EXECS', 50);
 
 const api = restCalls(TOKEN);
 
@@ -41,18 +41,6 @@ async function until(berth: BerthProc, id: string, state: string): Promise<{ rea
     const env = await api<{ state: string; readyMs: number; error?: string }>(berth, 'GET', `/v1/environments/${id}`);
     if (env.state === state) return env;
     if (['failed', 'stopped'].includes(env.state)) throw new Error(`environment ${id} is ${env.state}: ${env.error}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** Waits until the built-in pool holds `n` ready warm containers of warmbox (berth_warm_containers). */
-async function untilWarm(berth: BerthProc, n: number): Promise<void> {
-  for (;;) {
-    const res = await fetch(`${berth.url}/metrics`, { headers: { authorization: `Bearer ${METRICS}` } });
-    const line = (await res.text())
-      .split('\n')
-      .find((l) => l.startsWith('berth_warm_containers{') && l.includes('template="warmbox"') && l.includes('state="ready"'));
-    if (line && Number(line.split(' ').pop()) >= n) return;
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -108,7 +96,7 @@ async function main() {
     }
     const warm: number[] = [];
     for (let i = 0; i < LEASES; i++) {
-      await untilWarm(berth, 2);
+      await untilWarm(berth.url, METRICS, 'warmbox', 2);
       const created = await api<{ environment: { id: string } }>(berth, 'POST', '/v1/environments', { template: 'warmbox' });
       warm.push((await until(berth, created.environment.id, 'ready')).readyMs);
       await api(berth, 'DELETE', `/v1/environments/${created.environment.id}`);

@@ -20,24 +20,19 @@
  * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { writeCatalog } from '../test/helpers/catalog';
-import { benchEngine, TEST_IMAGE } from '../test/helpers/engine-setup';
-import { type BerthProc, startBerth } from '../test/helpers/processes';
-import { benchDatabase } from './database';
-import { pct } from './environments/common';
+import { TEST_IMAGE } from '../test/helpers/engine-setup';
+import type { BerthProc } from '../test/helpers/processes';
+import { benchBerth } from './berth';
+import { knob, pct } from './environments/common';
 import { restCalls } from './rest';
 
 const run = promisify(execFile);
 const TOKEN = 'bct_bench-exec-0123456789abcdef0123';
-const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
-const EXECS = num('BENCH_EXECS', 200);
-const CLIENTS = num('BENCH_CLIENTS', 8);
-const SECONDS = num('BENCH_SECONDS', 10);
-const CLI_RUNS = num('BENCH_CLI', 15);
+const EXECS = knob('BENCH_EXECS', 200);
+const CLIENTS = knob('BENCH_CLIENTS', 8);
+const SECONDS = knob('BENCH_SECONDS', 10);
+const CLI_RUNS = knob('BENCH_CLI', 15);
 
 const api = restCalls(TOKEN);
 
@@ -70,17 +65,14 @@ function started(argv: string[]): Promise<number> {
 }
 
 async function main() {
-  const { engine, stop } = await benchEngine();
-  const base = await mkdtemp(join(tmpdir(), 'berth-bench-exec-'));
-  const templates = await writeCatalog(base, [
-    { name: 'box', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 } },
-  ]);
   const profile = process.env.BENCH_PROFILE;
-  const database = benchDatabase();
-  const berth = await startBerth(
-    { ...database.env, DATA_DIR: join(base, 'data'), BOOTSTRAP_TOKEN: TOKEN, TEMPLATES_FILE: templates, DOCKER_HOST: engine },
-    profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
-  );
+  const bench = await benchBerth({
+    name: 'exec',
+    templates: [{ name: 'box', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 } }],
+    env: { BOOTSTRAP_TOKEN: TOKEN },
+    nodeArgs: profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
+  });
+  const { berth, engine } = bench;
   try {
     const created = await api<{ environment: { id: string; name: string } }>(berth, 'POST', '/v1/environments', { template: 'box' });
     const { id, name } = created.environment;
@@ -128,7 +120,7 @@ async function main() {
     await api(berth, 'DELETE', `/v1/environments/${id}`);
     const f = (n: number) => n.toFixed(1);
     const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
-    console.log(`exec benchmark (${database.label}, ${engine}, image ${TEST_IMAGE})`);
+    console.log(`exec benchmark (${bench.database}, ${engine}, image ${TEST_IMAGE})`);
     console.log(
       `  round trip of true (n=${EXECS}): p50 ${f(pct(berthExec, 50))} ms, p99 ${f(pct(berthExec, 99))} ms; ` +
         `true started on this machine: p50 ${f(pct(host, 50))} ms, p99 ${f(pct(host, 99))} ms; ` +
@@ -141,10 +133,7 @@ async function main() {
         `${ratio(pct(cli, 50), pct(bare, 50))} (goal ≤ 2x)`,
     );
   } finally {
-    await berth.kill();
-    await database.drop();
-    await rm(base, { recursive: true, force: true });
-    stop();
+    await bench.stop();
   }
 }
 

@@ -17,24 +17,18 @@
  * fails; goals missed are reported, not fatal (the machine is shared).
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { BerthClient } from '../src/cli/client';
 import { waitForReady } from '../src/cli/env';
-import { writeCatalog } from '../test/helpers/catalog';
-import { benchEngine, PODMAN_FLAGS, TEST_IMAGE } from '../test/helpers/engine-setup';
-import { startBerth } from '../test/helpers/processes';
-import { benchDatabase } from './database';
-import { pct, sleep } from './environments/common';
+import { PODMAN_FLAGS, TEST_IMAGE } from '../test/helpers/engine-setup';
+import { benchBerth, untilWarm } from './berth';
+import { knob, pct, sleep } from './environments/common';
 
 const run = promisify(execFile);
 const TOKEN = 'bct_bench-first-command-0123456789ab';
 const METRICS = 'bench-first-command-metrics-0123456789';
-const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
-const RUNS = num('BENCH_RUNS', 40);
-const PEER_RUNS = num('BENCH_PEER_RUNS', 10);
+const RUNS = knob('BENCH_RUNS', 40);
+const PEER_RUNS = knob('BENCH_PEER_RUNS', 10);
 const WARM = 4;
 
 interface Timed {
@@ -103,42 +97,22 @@ async function podmanRun(): Promise<number> {
   return performance.now() - start;
 }
 
-/** Waits until the built-in pool holds `n` ready warm containers of the template (berth_warm_containers). */
-async function untilWarm(url: string, n: number): Promise<void> {
-  for (;;) {
-    const res = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${METRICS}` } });
-    const line = (await res.text())
-      .split('\n')
-      .find((l) => l.startsWith('berth_warm_containers{') && l.includes('template="warm"') && l.includes('state="ready"'));
-    if (line && Number(line.split(' ').pop()) >= n) return;
-    await sleep(50);
-  }
-}
-
 async function main() {
-  const { engine, stop } = await benchEngine();
-  const base = await mkdtemp(join(tmpdir(), 'berth-bench-first-'));
-  const templates = await writeCatalog(base, [
-    { name: 'warm', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 }, warm: WARM },
-  ]);
-  const database = benchDatabase();
-  const berth = await startBerth({
-    ...database.env,
-    DATA_DIR: join(base, 'data'),
-    BOOTSTRAP_TOKEN: TOKEN,
-    METRICS_TOKEN: METRICS,
-    TEMPLATES_FILE: templates,
-    DOCKER_HOST: engine,
+  const bench = await benchBerth({
+    name: 'first',
+    templates: [{ name: 'warm', image: TEST_IMAGE, startMs: 0, resources: { memory: '256MiB', pids: 256, cpus: 1 }, warm: WARM }],
+    env: { BOOTSTRAP_TOKEN: TOKEN, METRICS_TOKEN: METRICS },
   });
+  const { berth, engine } = bench;
   try {
     const client = new BerthClient({ server: berth.url, token: TOKEN });
     const peer: number[] = [];
     await podmanRun();
     for (let i = 0; i < PEER_RUNS / 2; i++) peer.push(await podmanRun());
-    await untilWarm(berth.url, WARM);
+    await untilWarm(berth.url, METRICS, 'warm', WARM);
     // One run first, not counted: the first request of each kind compiles its code.
     await firstCommand(client);
-    await untilWarm(berth.url, WARM);
+    await untilWarm(berth.url, METRICS, 'warm', WARM);
     const started = performance.now();
     const runs = await Promise.all(
       Array.from({ length: RUNS }, async (_, i) => {
@@ -151,7 +125,7 @@ async function main() {
     const f = (n: number) => n.toFixed(0);
     const of = (key: keyof Omit<Timed, 'ok' | 'error'>) => good.map((r) => r[key]);
     const total = of('total');
-    console.log(`first-command benchmark (${database.label}, ${engine}, image ${TEST_IMAGE}, warm: ${WARM}, one lease a second)`);
+    console.log(`first-command benchmark (${bench.database}, ${engine}, image ${TEST_IMAGE}, warm: ${WARM}, one lease a second)`);
     console.log(`  success: ${good.length}/${runs.length}`);
     for (const r of runs.filter((r) => !r.ok)) console.log(`    failed: ${r.error}`);
     if (good.length > 0) {
@@ -167,10 +141,7 @@ async function main() {
     }
     if (good.length < runs.length) process.exitCode = 1;
   } finally {
-    await berth.kill();
-    await database.drop();
-    await rm(base, { recursive: true, force: true });
-    stop();
+    await bench.stop();
   }
 }
 
