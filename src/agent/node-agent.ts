@@ -495,9 +495,10 @@ export class NodeAgent {
   private async prepare(message: ToNode<'prepare'>['environment']): Promise<{ runtime: 'container' | 'files' }> {
     // Only a claim that crossed the `leaving` message: the server ends it.
     if (this.leaving || this.closing) throw new Error('the node is shutting down');
-    const { warm, ...env } = message;
+    const { warm, restore: restores, ...env } = message;
     this.held.add(env.id);
     const restore = async (root: string) => {
+      if (restores === false) return;
       const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
       if (planned.status === 204) return;
       const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };

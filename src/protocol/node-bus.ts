@@ -36,7 +36,8 @@ const RESEND_MS = 10_000;
  * Sends `message` with a fresh `reply` topic and waits for the node's answer, sending it again
  * every RESEND_MS until then. Gives up (throws)
  * when `check` says the work is no longer wanted (the node lost, the environment moved on), which
- * it asks the database about every `pollMs`, or after `timeoutMs`.
+ * it asks the database about every `pollMs` (not before the first send: the caller just read the
+ * work's state, and a question to a lost node is only published to nobody), or after `timeoutMs`.
  */
 export async function askNode(
   deps: { events: Events },
@@ -58,8 +59,6 @@ export async function askNode(
   opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
     if (opts.signal?.aborted) throw new QuestionAbandonedError('this instance is stopping');
-    const problem = await opts.check();
-    if (problem) throw new NodeUnreachableError(problem);
     const question = { ...message, reply };
     await sendToNode(deps, nodeId, question);
     let asked = Date.now();

@@ -203,6 +203,8 @@ export const ServerToNode = z.discriminatedUnion('type', [
       id,
       ...environmentSpec,
       warm: z.object({ slot: id, hash: z.string(), claim: z.boolean() }).optional(),
+      /** It names snapshot keys to restore from (false: no call asks what to restore). */
+      restore: z.boolean().optional(),
     }),
   }),
   /** Remove the container, save the shares not `saved` yet (when it has a snapshot key), remove the root. */

@@ -117,13 +117,15 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
           }
           const now = deps.clock.now();
           // The state machine's pending → starting, in this transaction: the lease and its node
-          // change together. The lock taken above keeps it pending until then.
-          const moved = await transitionIn(deps, tx, pending.id, ['pending'], 'starting', () => ({
+          // change together. The lock taken above keeps it pending until then. A warm claim is
+          // readied at once by this instance (readyNow), so its node work is taken here too.
+          const moved = await transitionIn(deps, tx, pending.id, ['pending'], 'starting', (_at, current) => ({
             node: slot.name,
             nodeId: slot.remoteId,
             starting: now,
             warmSlot: slot.warmState ? slot.id : null,
             warmClaimed: slot === warm,
+            ...(slot === warm && current.startMs === 0 ? { workClaim: now } : {}),
           }));
           if (!moved) continue;
           await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
@@ -265,15 +267,16 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
   await Promise.all(due.map(({ id }) => prepareOne(deps, provider, id, now)));
 }
 
-async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date): Promise<void> {
-  const env = await deps.prisma.environment.findUnique({ where: { id } });
+/** `taken`: the environment as its claim left it, its work already taken (a warm claim). */
+async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date, taken?: Environment): Promise<void> {
+  const env = taken ?? (await deps.prisma.environment.findUnique({ where: { id } }));
   if (env?.state !== 'starting' || !env.starting) return;
   const bound = startBound(env.startMs);
   if (now.getTime() - env.starting.getTime() > bound) {
     await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
     return;
   }
-  const claimed = await claimWork(deps, id, 'starting');
+  const claimed = taken?.workClaim ?? (await claimWork(deps, id, 'starting'));
   if (!claimed) return;
   let runtime: string;
   try {
@@ -376,6 +379,9 @@ async function pruneEvents(deps: Deps): Promise<void> {
   await deps.prisma.usageSample.deleteMany({ where: { sampled: { lt: new Date(now - HISTORY_MS) } } });
 }
 
+/** A claimed warm container is ready in milliseconds: its claim took the node work to ready it at once. */
+const readyNow = (env: Environment) => env.workClaim !== null && env.warmClaimed && env.startMs === 0;
+
 export function environmentJob(provider: NodeProvider): BackgroundJob {
   return {
     name: ENVIRONMENT_JOB,
@@ -385,7 +391,7 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
       const outSync = await finishStopping(deps, provider);
       const claimed = await claimQueued(deps);
       // A claimed warm container is ready in milliseconds: before anything else waits on it.
-      for (const env of claimed) if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
+      for (const env of claimed) if (readyNow(env)) await prepareOne(deps, provider, env.id, deps.clock.now(), env);
       // Before the (possibly long) preparations: what still waits says why at once.
       await explainWaiting(deps, outSync);
       await advanceStarting(deps, provider);
@@ -409,7 +415,7 @@ export function claimJob(provider: NodeProvider): BackgroundJob {
     async run(deps) {
       // Each one as it is claimed: a warm container is ready before the next claim is looked for.
       await claimQueued(deps, async (env) => {
-        if (env.warmClaimed && env.startMs === 0) await prepareOne(deps, provider, env.id, deps.clock.now());
+        if (readyNow(env)) await prepareOne(deps, provider, env.id, deps.clock.now(), env);
         else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
       });
     },

@@ -139,12 +139,13 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     });
     return created;
   });
+  // The claim first: a warm container is claimed while the rest of this request goes on.
+  if (env.state !== 'failed') deps.background.nudge(CLAIM_JOB);
   await announceEnvironment(deps, env.orgId);
   nudgeWebhooks(deps, hooked);
   if (env.state === 'failed') {
     throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
   }
-  deps.background.nudge(CLAIM_JOB);
   deps.background.nudge(ENVIRONMENT_JOB);
   if (!env.sandboxId) return { environment: env, sandboxConfig: null };
   await notifySandboxConfig(deps, env.orgId, env.sandboxId);
@@ -306,8 +307,9 @@ export async function transitionIn<To extends EnvironmentState>(
   const now = deps.clock.now();
   const updated = await tx.environment.update({
     where: { id },
-    // Only a pending environment waits: every transition leads out of pending.
-    data: { ...data(now, current), state: to, version: { increment: 1 }, workClaim: null, waiting: null },
+    // Only a pending environment waits: every transition leads out of pending. The node work taken
+    // for the state it leaves ends with it, unless `data` takes it for the new one.
+    data: { workClaim: null, ...data(now, current), state: to, version: { increment: 1 }, waiting: null },
   });
   if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
   await recordEvent(tx, updated);

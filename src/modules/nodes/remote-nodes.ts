@@ -39,6 +39,8 @@ export const nodeProvider: NodeProvider = {
           ...(await environmentSpec(deps, env)),
           // The slot's warm container it claims, or evicts (src/modules/nodes/warm-job.ts).
           ...(env.warmSlot ? { warm: { slot: env.warmSlot, hash: env.specHash ?? '', claim: env.warmClaimed } } : {}),
+          // A lease naming no snapshot key restores nothing: its node need not ask (a round trip).
+          restore: env.restore.length > 0,
         },
       },
       { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting'), signal: deps.background.stopping },
