@@ -71,10 +71,22 @@ interface RushOptions {
   steady?: boolean;
 }
 
-/** The engine's containers of the bench's pool that were warm and were claimed by a lease. */
+/**
+ * The engine's containers of the bench's pool that were warm and were claimed by a lease: once
+ * their count held for 5 s, as a claimed container takes its lease's name after the lease is ready.
+ */
 async function claimedWarm(): Promise<number> {
-  const names = await podman('ps', '-a', '--filter', 'label=berth.pool=fleet', '--filter', 'label=berth.warm', '--format', '{{.Names}}');
-  return names.split('\n').filter((n) => n.startsWith('berth-env_')).length;
+  const count = async () => {
+    const names = await podman('ps', '-a', '--filter', 'label=berth.pool=fleet', '--filter', 'label=berth.warm', '--format', '{{.Names}}');
+    return names.split('\n').filter((n) => n.startsWith('berth-env_')).length;
+  };
+  let last = await count();
+  for (let since = Date.now(); Date.now() - since < 5000; ) {
+    await new Promise((r) => setTimeout(r, 500));
+    const now = await count();
+    if (now !== last) [last, since] = [now, Date.now()];
+  }
+  return last;
 }
 
 /** Removes what the killed nodes left in the engine: every container of the bench's template, claimed, warm or cold. */

@@ -187,8 +187,9 @@ export default async function setup(project: TestProject): Promise<() => void> {
   project.provide('engine', engine);
   project.provide('engineMissing', missing);
   return () => {
-    // Whatever a failed suite left behind: containers of the test images.
-    if (which('podman')) {
+    // Whatever a failed suite left behind: containers of the test images. BERTH_TEST_KEEP_CONTAINERS
+    // leaves them to a run of other suites going on at the same time (theirs would go too).
+    if (which('podman') && !process.env.BERTH_TEST_KEEP_CONTAINERS) {
       for (const image of [TEST_IMAGE, TEST_USER_IMAGE, TEST_HOG_IMAGE, TEST_ECHO_IMAGE, TEST_LINKED_IMAGE]) {
         const ids = podmanHere('ps', '-aq', '--filter', `ancestor=${image}`).split('\n').filter(Boolean);
         if (ids.length) podmanHere('rm', '-f', ...ids);
