@@ -4,7 +4,8 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { type IncomingMessage, request } from 'node:http';
+import { createServer, type IncomingMessage, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -17,6 +18,15 @@ import { recorded } from './helpers/states';
 
 const root = new URL('..', import.meta.url).pathname;
 
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
 /** One session as a test drives it: what came out, and how it ended. */
 interface Session {
   ws: WebSocket;
@@ -27,6 +37,8 @@ interface Session {
   /** The exit message (or null when the socket closed without one), and the close code. */
   ended: Promise<{ exit: Record<string, any> | null; code: number; reason: string }>;
   send(text: string): void;
+  /** The session's id, from its first message. */
+  id: Promise<string>;
 }
 
 for (const kind of ['built-in pool', 'berth node'] as const) {
@@ -53,6 +65,10 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         TEMPLATES_FILE: templates,
         DOCKER_HOST: kind === 'built-in pool' ? engine() : 'none',
         NODE_HEARTBEAT_MS: '250',
+        // Long enough to attach again at once, short enough to see a dropped session killed.
+        SESSION_GRACE: '4s',
+        // A restart keeps the address, so the node finds the server again.
+        PORT: String(await freePort()),
       });
       if (kind === 'berth node') {
         const created = await admin.post('/v1/nodes', { name: 'builder', pool: 'remote' });
@@ -80,25 +96,32 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       return untilState(s, BOOTSTRAP, made.body.environment.id, 'ready');
     }
 
-    const sessionUrl = (id: string, query = '') => `${s.url.replace(/^http/, 'ws')}/v1/environments/${id}/exec${query}`;
+    const sessionUrl = (id: string, query = '', session?: string) =>
+      `${s.url.replace(/^http/, 'ws')}/v1/environments/${id}/${session ? `sessions/${session}` : 'exec'}${query}`;
 
     function open(
       id: string,
       query = '',
-      options: { token?: string; protocols?: string[]; headers?: Record<string, string> } = {},
+      options: { token?: string; protocols?: string[]; headers?: Record<string, string>; session?: string } = {},
     ): Session {
       const headers = options.protocols
         ? (options.headers ?? {})
         : { authorization: `Bearer ${options.token ?? BOOTSTRAP}`, ...options.headers };
-      const ws = new WebSocket(sessionUrl(id, query), options.protocols ?? ['berth.exec.v1'], { headers });
+      const ws = new WebSocket(sessionUrl(id, query, options.session), options.protocols ?? ['berth.exec.v1'], { headers });
       let out = '';
       let err = '';
       let exit: Record<string, any> | null = null;
+      let named: (id: string) => void = () => undefined;
+      const sessionId = new Promise<string>((resolve) => {
+        named = resolve;
+      });
+      if (options.session) named(options.session);
       const waiters: { re: RegExp; resolve: () => void }[] = [];
       ws.on('message', (data: Buffer, binary: boolean) => {
         if (!binary) {
           const message = JSON.parse(data.toString());
           if (message.type === 'exit') exit = message;
+          if (message.type === 'session') named(message.session);
           return;
         }
         if (data[0] === 2) err += data.subarray(1).toString();
@@ -131,8 +154,18 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
           }),
         ended,
         send: (text) => ws.send(Buffer.from(text), { binary: true }),
+        id: sessionId,
       };
     }
+
+    /** Attaches to a running session again. */
+    const attach = (id: string, session: string, token = BOOTSTRAP) => open(id, '', { session, token });
+
+    const listed = async (id: string) => (await admin.get(`/v1/environments/${id}/sessions`)).body.sessions as Record<string, any>[];
+
+    /** A command line as the query of a new session. */
+    const commandQuery = (script: string, tty = false) =>
+      `?${new URLSearchParams([['command', 'sh'], ['command', '-c'], ['command', script], ...(tty ? [['tty', '1']] : [])])}`;
 
     /** The refusal of an upgrade: its status and `{error, code}`. */
     async function refused(session: Session): Promise<{ status: number; body: { error: string; code: string } }> {
@@ -247,17 +280,13 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(execs[0]).toMatchObject({ command: '/bin/ash', exitCode: 3 });
     });
 
-    it('ends the whole command at once when the caller goes away, recorded with 137', async () => {
-      const session = open(
-        envId,
-        `?${new URLSearchParams([
-          ['command', 'sh'],
-          ['command', '-c'],
-          ['command', 'sleep 301 & sleep 302 & echo started; wait'],
-        ])}`,
-      );
+    it('kills a dropped session nobody attaches to again once its grace ran out: its whole command, recorded with 137', async () => {
+      const session = open(envId, commandQuery('sleep 301 & sleep 302 & echo started; wait'));
       await session.waitFor(/started/);
+      const id = await session.id;
       session.ws.terminate();
+      // Meanwhile it runs on, listed with no one attached.
+      await expect.poll(async () => (await listed(envId)).find((x) => x.id === id)?.attached).toBe(0);
       const ps = async () => {
         const res = await fetch(`${s.url}/v1/environments/${envId}/exec`, {
           method: 'POST',
@@ -269,7 +298,124 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const found = await recorded(s.url, BOOTSTRAP, envId, 'sleep 301');
       expect(found.exitCode).toBe(137);
       expect(await ps()).not.toMatch(/sleep 30[12]/);
+      expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
     });
+
+    it('ends a session at once when its caller closes it (1000), as a finished conversation', async () => {
+      const session = open(envId, commandQuery('echo started; sleep 304'));
+      await session.waitFor(/started/);
+      session.ws.close(1000);
+      expect((await recorded(s.url, BOOTSTRAP, envId, 'sleep 304')).exitCode).toBe(137);
+    });
+
+    it('a dropped session runs on: listed, attached to again with its scrollback, by several connections at once', async () => {
+      // 100 KB of output first: more than a screen, all of it within the scrollback.
+      const script = 'head -c 100000 /dev/zero | tr "\\0" x; echo; echo ready; read a; echo "got $a"; read b; echo "and $b"; exit 5';
+      const first = open(envId, commandQuery(script));
+      await first.waitFor(/ready/);
+      const id = await first.id;
+      expect(id).toMatch(/^ses_/);
+      const [row] = (await listed(envId)).filter((x) => x.id === id);
+      expect(row).toMatchObject({ id, command: `sh -c '${script.replace(/'/g, `'\\''`)}'`, tty: false, attached: 1 });
+      expect(Object.keys(row!).sort()).toEqual(['attached', 'command', 'created', 'id', 'lastActivity', 'tty']);
+      first.ws.terminate();
+      const again = attach(envId, id);
+      await again.waitFor(/ready\n/);
+      // The whole output so far, replayed first.
+      expect(again.stdout()).toBe(`${'x'.repeat(100000)}\nready\n`);
+      again.send('one\n');
+      await again.waitFor(/got one/);
+      // A second connection at once: the replay, then the same live output as the first.
+      const third = attach(envId, id);
+      await third.waitFor(/got one\n/);
+      await expect.poll(async () => (await listed(envId)).find((x) => x.id === id)?.attached).toBe(2);
+      third.send('two\n');
+      await Promise.all([again.waitFor(/and two/), third.waitFor(/and two/)]);
+      for (const view of [again, third]) {
+        const { exit, code } = await view.ended;
+        expect(code).toBe(1000);
+        expect(exit).toMatchObject({ type: 'exit', exitCode: 5, exec: { lease: envId, exitCode: 5 } });
+      }
+      const execs = (await admin.get(`/v1/environments/${envId}/execs`)).body.execs;
+      expect(execs.filter((e: { command: string }) => e.command.includes('got $a'))).toHaveLength(1);
+      expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
+      // An ended session cannot be attached to.
+      expect(await refused(attach(envId, id))).toMatchObject({ status: 404, body: { code: 'not_found' } });
+    });
+
+    it('a terminal session attached again shows its screen and keeps its terminal', async () => {
+      const shell = open(envId, '?tty=1&rows=24&cols=80');
+      await shell.waitFor(/[$#] /);
+      shell.send('echo marker-$((6*7))\r');
+      await shell.waitFor(/marker-42/);
+      const id = await shell.id;
+      shell.ws.terminate();
+      const again = attach(envId, id);
+      await again.waitFor(/marker-42/);
+      again.send('tty; exit 9\r');
+      const { exit } = await again.ended;
+      expect(again.stdout()).toMatch(/\/dev\/pts\/\d+/);
+      expect(exit).toMatchObject({ exitCode: 9 });
+    });
+
+    it('DELETE ends a session (137); strangers, other organizations and colleagues reach none', async () => {
+      const session = open(envId, commandQuery('echo started; sleep 305'));
+      await session.waitFor(/started/);
+      const id = await session.id;
+      const other = await createOrganization(s.app.deps.prisma, `sessions-other-${kind.length}`, 'mallory@example.com');
+      const bob = (await admin.post('/v1/tokens', { email: `carol-${kind.length}@example.com`, name: 'cli' })).body.secret as string;
+      const anonymous = client(() => s.url);
+      expect((await anonymous.get(`/v1/environments/${envId}/sessions`)).status).toBe(401);
+      expect((await anonymous.del(`/v1/environments/${envId}/sessions/${id}`)).status).toBe(401);
+      for (const [token, status] of [
+        [other.secret, 404],
+        [bob, 403],
+      ] as const) {
+        const them = client(() => s.url, token);
+        expect((await them.get(`/v1/environments/${envId}/sessions`)).status).toBe(status);
+        expect((await them.del(`/v1/environments/${envId}/sessions/${id}`)).status).toBe(status);
+        expect((await refused(attach(envId, id, token))).status).toBe(status);
+      }
+      expect((await admin.del(`/v1/environments/${envId}/sessions/ses_nonesuch`)).status).toBe(404);
+      expect(await refused(attach(envId, 'ses_nonesuch'))).toMatchObject({ status: 404, body: { code: 'not_found' } });
+      expect(await refused(open(envId, '?tty=1', { session: id }))).toMatchObject({ status: 422, body: { code: 'invalid' } });
+      // Still running, and listed in GraphQL too.
+      const gql = await admin.post('/graphql', { query: `{ environment(id: "${envId}") { sessions { id attached tty } } }` });
+      expect(gql.body.data.environment.sessions).toContainEqual({ id, attached: 1, tty: false });
+      const ended = await admin.del(`/v1/environments/${envId}/sessions/${id}`);
+      expect(ended.status).toBe(200);
+      expect(ended.body.exec).toMatchObject({ lease: envId, command: "sh -c 'echo started; sleep 305'", exitCode: 137 });
+      const { exit } = await session.ended;
+      expect(exit).toMatchObject({ exitCode: 137, exec: { id: ended.body.exec.id } });
+      expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
+    });
+
+    it(
+      kind === 'berth node'
+        ? 'a session outlives a restart of the API server: it lives on its node'
+        : "a restart of the server ends the built-in node's sessions, recorded with 137",
+      async () => {
+        const session = open(envId, commandQuery('echo before; read a; echo "after $a"; sleep 306'));
+        await session.waitFor(/before/);
+        const id = await session.id;
+        await s.restart();
+        await session.ended;
+        if (kind === 'built-in pool') {
+          expect((await recorded(s.url, BOOTSTRAP, envId, 'sleep 306')).exitCode).toBe(137);
+          expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
+          return;
+        }
+        await expect
+          .poll(async () => (await admin.get('/v1/nodes')).body.nodes.find((n: any) => n.name === 'builder')?.state)
+          .toBe('online');
+        const again = attach(envId, id);
+        await again.waitFor(/before\n/);
+        again.send('restart\n');
+        await again.waitFor(/after restart/);
+        again.ws.close(1000);
+        expect((await recorded(s.url, BOOTSTRAP, envId, 'sleep 306')).exitCode).toBe(137);
+      },
+    );
 
     it('ends the command when the handshake is refused after the checks', async () => {
       // Every check passes, then the WebSocket handshake itself is malformed: nothing may run on.

@@ -283,6 +283,7 @@ export class NodeAgent {
       capacity: this.capacity,
       engine: this.opts.engine?.url ?? null,
       engineError: this.engineError,
+      sessions: this.commands.sessionIds(),
       ...(this.leaving ? { leaving: true } : {}),
     });
   }
@@ -350,6 +351,9 @@ export class NodeAgent {
       case 'exec-input':
       case 'exec-input-end':
       case 'exec-resize':
+      case 'exec-attach':
+      case 'exec-detach':
+      case 'exec-keep':
         this.commands.handle(message);
         return;
       case 'relay':

@@ -34,6 +34,13 @@ const environmentId = text(100, 'must be an environment id');
 const execId = z.string({ error: 'must be the id of the exec message answered' }).regex(/^[0-9a-f-]{36}$/, {
   error: 'must be the id of the exec message answered',
 });
+/** One connection attached to a session (a UUID the server chose). */
+const attachId = z.string({ error: 'must be the id of an attachment' }).regex(/^[0-9a-f-]{36}$/, {
+  error: 'must be the id of an attachment',
+});
+/** A session's id (ses_…, the server's). */
+const sessionId = text(100, 'must be a session id');
+
 const slot = text(200, "must be one of the node's slots");
 /** A making of a slot's warm container: the time the server sent with the `warm` message. */
 const since = z
@@ -82,6 +89,11 @@ const Hello = z.object({
     .optional(),
   /** Why its engine does not answer (absent or null: it answers). */
   engineError: errorText.nullable().optional(),
+  /** The sessions it still runs (after a reconnect without a restart): the server ends the others of this node. */
+  sessions: z
+    .array(sessionId)
+    .max(MAX_HELD * 16)
+    .optional(),
 });
 
 const Reply = z.object({
@@ -102,10 +114,22 @@ const ExecOutput = z.object({
   exec: execId,
   stream: z.enum(['stdout', 'stderr']),
   data: z.base64().max(MAX_CHUNK_TEXT),
+  /** A session's scrollback, replayed for this attachment only (live output names none). */
+  attach: attachId.optional(),
 });
-const ExecExit = z.object({ type: z.literal('exec-exit'), exec: execId, exitCode });
-/** Bytes of a session's input written to the command's container (an `exec-input` chunk's). */
-const ExecInputCredit = z.object({ type: z.literal('exec-input-credit'), exec: execId, bytes: int(0, EXEC_CHUNK) });
+/** A session's scrollback was all replayed for `attach`: live output follows. */
+const ExecReplayed = z.object({ type: z.literal('exec-replayed'), exec: execId, attach: attachId });
+/** `session`: a session's end, which the instance holding the node's channel records. */
+const ExecExit = z.object({ type: z.literal('exec-exit'), exec: execId, exitCode, session: sessionId.optional() });
+/** Bytes of a session's input written to the command's container (an `exec-input` chunk's, from `attach`). */
+const ExecInputCredit = z.object({
+  type: z.literal('exec-input-credit'),
+  exec: execId,
+  bytes: int(0, EXEC_CHUNK),
+  attach: attachId.optional(),
+});
+/** How many connections are attached to a session now (on every change). */
+const ExecAttached = z.object({ type: z.literal('exec-attached'), exec: execId, session: sessionId, attached: int(0, 10_000) });
 
 export const NodeToServer = z.discriminatedUnion('type', [
   Hello,
@@ -129,8 +153,10 @@ export const NodeToServer = z.discriminatedUnion('type', [
   }),
   z.object({ type: z.literal('usage'), environment: environmentId, sample: UsageReport }),
   ExecOutput,
+  ExecReplayed,
   ExecExit,
   ExecInputCredit,
+  ExecAttached,
   z.object({ type: z.literal('warm-ready'), slot, since }),
   z.object({ type: z.literal('warm-failed'), slot, since, error: errorText.optional() }),
   /** The warm containers it holds (after each connect and every minute). */
@@ -145,8 +171,14 @@ export type FromNode<T extends NodeToServer['type']> = Extract<NodeToServer, { t
 /** A node's answer to a question (askNode), as the asking instance receives it. */
 export type NodeReply = FromNode<'reply'>;
 
-/** What a command's events topic carries: a node's output, exit and input credit (the built-in node's name no `exec`). */
-export type ExecTopicEvent = DistributiveOmit<FromNode<'exec-output' | 'exec-exit' | 'exec-input-credit'>, 'exec'>;
+/**
+ * What a command's events topic carries: a node's output, exit and input credit, a session's replay
+ * mark (the built-in node's name no `exec`); a session's exit carries the Exec row its recording wrote.
+ */
+export type ExecTopicEvent = DistributiveOmit<
+  FromNode<'exec-output' | 'exec-input-credit' | 'exec-replayed'> | (FromNode<'exec-exit'> & { recorded?: number }),
+  'exec'
+>;
 
 // ---------------------------------------------------------------------------------------------
 // Server → node
@@ -174,6 +206,8 @@ const environmentSpec = {
 const termSize = z.object({ rows: int(1, MAX_TERM), cols: int(1, MAX_TERM) });
 
 const reply = z.string().startsWith('node-reply:');
+/** The longest a session may outlive its connections (SESSION_GRACE's bound). */
+export const MAX_GRACE_MS = 24 * 60 * 60 * 1000;
 
 export const ServerToNode = z.discriminatedUnion('type', [
   z.object({
@@ -225,15 +259,33 @@ export const ServerToNode = z.discriminatedUnion('type', [
     environment: z.object({ id }),
     argv: z.array(z.string()).min(1).max(1024),
     workdir: z.string(),
-    /** An interactive command: it takes input, and with `tty` has a terminal. */
-    session: z.object({ tty: termSize.optional() }).optional(),
+    /**
+     * An interactive command: it takes input, and with `tty` has a terminal. With `id` it is a
+     * session that outlives its connection: `attach` names the first one; with none attached it
+     * runs on for `graceMs`; an attachment not kept (`exec-keep`) for 3 × `keepMs` is gone.
+     */
+    session: z
+      .object({
+        tty: termSize.optional(),
+        id: sessionId.optional(),
+        attach: attachId.optional(),
+        graceMs: z.int().min(0).max(MAX_GRACE_MS).optional(),
+        keepMs: z.int().min(1).max(MAX_GRACE_MS).optional(),
+      })
+      .optional(),
   }),
   z.object({ type: z.literal('exec-kill'), exec: execId }),
-  /** The caller took `bytes` more of the output: that much more may come. */
-  z.object({ type: z.literal('exec-credit'), exec: execId, bytes: int(1, EXEC_WINDOW) }),
-  z.object({ type: z.literal('exec-input'), exec: execId, data: z.base64().max(MAX_CHUNK_TEXT) }),
+  /** The caller (a session's `attach`) took `bytes` more of the output: that much more may come. */
+  z.object({ type: z.literal('exec-credit'), exec: execId, bytes: int(1, EXEC_WINDOW), attach: attachId.optional() }),
+  z.object({ type: z.literal('exec-input'), exec: execId, data: z.base64().max(MAX_CHUNK_TEXT), attach: attachId.optional() }),
   z.object({ type: z.literal('exec-input-end'), exec: execId }),
   z.object({ type: z.literal('exec-resize'), exec: execId, ...termSize.shape }),
+  /** Another connection attaches to a session: its scrollback is replayed to it, then live output. */
+  z.object({ type: z.literal('exec-attach'), exec: execId, attach: attachId }),
+  /** A connection left a session (the command runs on, for the grace once none is attached). */
+  z.object({ type: z.literal('exec-detach'), exec: execId, attach: attachId }),
+  /** A connection attached to a session is still there. */
+  z.object({ type: z.literal('exec-keep'), exec: execId, attach: attachId }),
   /** Dial `url` back and serve the relay job on that socket (docs/agents.md, "The relay"). */
   z.object({ type: z.literal('relay'), relay: id, url: text(4096), job: RelayJob }),
   /** Make the slot's warm container (`since` names this making of it). */

@@ -12,8 +12,11 @@
 //   server → caller  binary: 0x01 + stdout bytes, 0x02 + stderr bytes (a terminal's output is stdout)
 //                    text: {"type":"exit","exitCode","exec"} (then close 1000)
 //                          {"type":"error","error","code"}    (then close 1011)
-// The caller closing (or going away) kills the command's whole session, which is recorded then
-// with 137; a revoked credential closes it with 4401.
+// The first message names the session (`{"type":"session","session":"ses_…"}`). The caller
+// closing with 1000 kills the command's whole session (recorded with 137); a drop (any other close,
+// an unanswered ping) leaves it running on its node for SESSION_GRACE, to be attached to again:
+//   GET /v1/environments/{id or name}/sessions/{session}   (Upgrade: websocket, the same rules)
+// which first replays its scrollback. A revoked credential closes it with 4401.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type RawData, type WebSocket, WebSocketServer } from 'ws';
@@ -22,7 +25,7 @@ import { CLOSE } from '../../dataplane/ws-bridge';
 import { principalOf } from '../../kernel/access';
 import { BadRequestError, DomainError, ForbiddenError, ValidationError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
-import { activityRecorder, commandEnvironment, execRecord, startCommand } from '../../modules/environments';
+import { activityRecorder, attachSession, commandEnvironment, execRecord, sessionActivity, startCommand } from '../../modules/environments';
 import { findTemplate } from '../../modules/templates';
 import { MAX_TERM, type SessionOptions, termSize } from '../../node/command';
 import { tagUpgrades } from '../../observability/requests';
@@ -31,8 +34,15 @@ import type { CorsPolicy } from '../http/cors';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
 
-/** The exec path of an environment, upgraded. */
-export const SESSION_PATH = /^\/v1\/environments\/([^/]+)\/exec$/;
+/** The exec path of an environment, upgraded; or a session's, to attach to it again. */
+export const SESSION_PATH = /^\/v1\/environments\/([^/]+)\/(?:exec|sessions\/([^/]+))$/;
+
+/** The route label of a session path (the log's and the metrics'), else undefined. */
+export function sessionRoute(path: string): string | undefined {
+  const match = SESSION_PATH.exec(path);
+  if (!match) return undefined;
+  return match[2] === undefined ? '/v1/environments/{id}/exec' : '/v1/environments/{id}/sessions/{session}';
+}
 /** The subprotocol of this API; a browser also offers `berth.bearer.<token>`. */
 export const SESSION_PROTOCOL = 'berth.exec.v1';
 const BEARER_PROTOCOL = 'berth.bearer.';
@@ -40,6 +50,8 @@ const BEARER_PROTOCOL = 'berth.bearer.';
 export const MAX_INPUT_FRAME = 64 * 1024;
 /** Sessions one member (all their tokens) or API key may hold open on one instance at once. */
 export const MAX_SESSIONS = 16;
+/** A session's `lastActivity` is written at most this often while input comes. */
+const SESSION_ACTIVITY_STEP_MS = 10_000;
 /** Silent sockets are pinged this often, and closed when the last ping went unanswered. */
 const PING_MS = 20_000;
 const STDOUT = 1;
@@ -90,7 +102,7 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
   const live = new Set<WebSocket>();
   const perPrincipal = new Map<string, number>();
 
-  const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer, envRef: string) => {
+  const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer, envRef: string, sessionId: string | undefined) => {
     const url = new URL(req.url ?? '/', 'http://session');
     const problem = queryEncodingProblem(url.search);
     if (problem) throw new BadRequestError(problem);
@@ -98,9 +110,15 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     if (req.headers.origin && !cors.allows(req))
       throw new ForbiddenError(`origin ${req.headers.origin} may not open a session here; CORS_ORIGINS lists the origins that may`);
     const actor = await authenticate(deps, credential(req), clientAddress(req, deps.config.trustProxy));
-    const { command, session } = parseQuery(url);
+    // Attaching again takes no command: the session's own runs on.
+    const { command, session } = sessionId === undefined ? parseQuery(url) : { command: undefined, session: {} };
+    if (sessionId !== undefined && [...url.searchParams.keys()].length > 0)
+      throw new ValidationError('attaching to a session takes no query: its command and terminal are those it started with', 'command');
     const env = await commandEnvironment(deps, actor, envRef);
-    const argv = command ?? [(await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined))?.shell ?? '/bin/sh'];
+    const argv =
+      sessionId === undefined
+        ? (command ?? [(await findTemplate(deps.prisma, env.orgId, env.template).catch(() => undefined))?.shell ?? '/bin/sh'])
+        : [];
     const principal = principalOf(actor);
     const open = perPrincipal.get(principal) ?? 0;
     if (open >= MAX_SESSIONS)
@@ -109,7 +127,10 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     const gone = new AbortController();
     let started: Awaited<ReturnType<typeof startCommand>>;
     try {
-      started = await startCommand(deps, actor, env, argv, { signal: gone.signal, session });
+      started =
+        sessionId === undefined
+          ? await startCommand(deps, actor, env, argv, { signal: gone.signal, session })
+          : await attachSession(deps, env, sessionId, gone.signal);
     } catch (error) {
       release(principal);
       throw error;
@@ -119,6 +140,8 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     const abandon = () => {
       if (upgraded) return;
       release(principal);
+      // A new command never attached: nothing to come back to (a refused attach only leaves).
+      if (sessionId === undefined) started.kill();
       gone.abort();
       // Read to its end: the killed command is recorded like any other.
       void (async () => {
@@ -160,15 +183,25 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     ws.on('pong', () => {
       answered = true;
     });
-    ws.once('close', () => {
+    ws.once('close', (code: number) => {
       clearInterval(ping);
       live.delete(ws);
       hold();
       release(principal);
+      // A caller closing with 1000 ends the command; a drop (any other close, a ping unanswered)
+      // leaves a session running for its grace, to be attached to again.
+      if (code === CLOSE.normal) started.kill();
       gone.abort();
     });
-    // Typing counts as activity, like a keepalive.
-    const active = activityRecorder(deps, environmentId, idleMs, (error) => log('session activity not recorded', error));
+    // Typing counts as activity, like a keepalive: the environment's, and the session's.
+    const environmentActive = activityRecorder(deps, environmentId, idleMs, (error) => log('session activity not recorded', error));
+    const sessionActive = started.session
+      ? sessionActivity(deps, started.session, SESSION_ACTIVITY_STEP_MS, (error) => log('session activity not recorded', error))
+      : () => undefined;
+    const active = () => {
+      environmentActive();
+      sessionActive();
+    };
     // Input waits for room on its way to the container: meanwhile this socket is not read (what it
     // had already parsed waits in line), and reading resumes once the line is empty.
     let inputs = Promise.resolve();
@@ -208,6 +241,8 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       });
     void (async () => {
       try {
+        // First, the session's id: what attaches to it again after a drop.
+        if (started.session) await send(JSON.stringify({ type: 'session', session: started.session }));
         for await (const event of started.events) {
           if (event.kind === 'output') {
             await send(Buffer.concat([Buffer.of(event.stream === 'stderr' ? STDERR : STDOUT), event.data]));
@@ -238,12 +273,15 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     handleUpgrade(req, socket, head) {
       const path = (req.url ?? '/').split('?')[0] ?? '/';
       let envRef: string;
+      let sessionId: string | undefined;
       try {
-        envRef = decodeURIComponent(SESSION_PATH.exec(path)?.[1] ?? '');
+        const match = SESSION_PATH.exec(path);
+        envRef = decodeURIComponent(match?.[1] ?? '');
+        sessionId = match?.[2] === undefined ? undefined : decodeURIComponent(match[2]);
       } catch {
-        return endWithError(socket, 'bad_request', 'the environment in the path is not well-formed');
+        return endWithError(socket, 'bad_request', 'the environment or session in the path is not well-formed');
       }
-      accept(req, socket, head, envRef).catch(refuse(socket));
+      accept(req, socket, head, envRef, sessionId).catch(refuse(socket));
     },
     async close() {
       for (const ws of live) ws.close(CLOSE.goingAway, 'the server is stopping');

@@ -15,7 +15,7 @@ import type { Actor, Deps, Log } from '../../app/context';
 import { closeCodeOf } from '../../kernel/error-codes';
 import { DomainError, ForbiddenError, ValidationError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
-import { recordUsage } from '../../modules/environments';
+import { endSessionsNotRunning, recordSessionAttached, recordSessionEnd, recordUsage } from '../../modules/environments';
 import {
   actsForEveryOrg,
   nodeEngine,
@@ -115,6 +115,7 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
       switch (message.type) {
         case 'hello':
           send({ type: 'welcome', ...(await nodeHello(deps, actor, message)) });
+          await endSessionsNotRunning(deps, nodeId, message.sessions ?? []);
           return;
         case 'heartbeat': {
           const state = await nodeHeartbeat(deps, nodeId);
@@ -142,12 +143,24 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
         case 'usage':
           await recordUsage(deps, nodeId, message.environment, message.sample);
           return;
+        case 'exec-exit':
+          // A session's end is recorded here, once, whoever is attached (or no one).
+          if (message.session) {
+            const recorded = await recordSessionEnd(deps, nodeId, message.exec, message.exitCode);
+            await deps.events.send(nodeTopics.exec(nodeId, message.exec), { ...message, ...(recorded ? { recorded } : {}) });
+            return;
+          }
+          await deps.events.send(nodeTopics.exec(nodeId, message.exec), message);
+          return;
         case 'exec-output':
         case 'exec-input-credit':
-        case 'exec-exit':
+        case 'exec-replayed':
           // A node speaks only for the commands it was sent: the topic carries its own id. Straight
           // to the caller when its request is served here, else through the database.
           await deps.events.send(nodeTopics.exec(nodeId, message.exec), message);
+          return;
+        case 'exec-attached':
+          await recordSessionAttached(deps, nodeId, message.exec, message.attached);
           return;
         case 'warm-ready':
           await nodeWarmReady(deps, actor, message);

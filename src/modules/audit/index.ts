@@ -1,1 +1,1 @@
-export { auditRow, checkAudited, pruneAuditEvents, recordAudit } from './service';
+export { type AuditWho, auditRow, checkAudited, pruneAuditEvents, recordAudit, whoOf } from './service';

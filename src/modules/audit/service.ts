@@ -43,7 +43,7 @@ export interface AuditWho {
 const MAX_DETAIL_TEXT = 1000;
 const MAX_FILTER_TEXT = 200;
 
-function whoOf(actor: Actor): AuditWho {
+export function whoOf(actor: Actor): AuditWho {
   const id =
     actor.kind === 'person'
       ? (actor.personId ?? actor.credentialId)

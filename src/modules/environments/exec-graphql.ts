@@ -2,7 +2,7 @@ import { builder } from '../../kernel/graphql/builder';
 import { type ExecEvent, runCommand } from './exec';
 import { listExecs, recordExec, watchExecs } from './service';
 
-const Exec = builder.prismaObject('Exec', {
+export const Exec = builder.prismaObject('Exec', {
   description: 'A command run in an environment',
   fields: (t) => ({
     id: t.exposeInt('id'),

@@ -13,12 +13,13 @@ import { randomUUID } from 'node:crypto';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment, Exec } from '../../generated/prisma/client';
 import { requireOwner } from '../../kernel/access';
-import { ConflictError, DomainError, UnavailableError, ValidationError } from '../../kernel/errors';
+import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from '../../kernel/errors';
+import { newId } from '../../kernel/names';
 import type { SessionOptions, TermSize } from '../../node/command';
 import { EXEC_CHUNK, EXEC_GRANT, SESSION_INPUT_WINDOW } from '../../protocol/dataplane';
 import { nodeTopics, sendToNode } from '../../protocol/node-bus';
-import type { DistributiveOmit, ToNode } from '../../protocol/node-channel';
-import { checkAudited } from '../audit';
+import type { DistributiveOmit, ExecTopicEvent, ToNode } from '../../protocol/node-channel';
+import { checkAudited, whoOf } from '../audit';
 import { findCommandEnvironment, recordExecRow } from './service';
 
 export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
@@ -75,19 +76,23 @@ export function execRecord(e: Exec) {
 
 /** A started command: its events, and (sessions) its input and terminal. */
 export interface StartedCommand {
-  /** Its output, then its recorded Exec. Ending the iteration early stops the command. */
+  /** Its output, then its recorded Exec. Ending the iteration early stops the command (a session: leaves it). */
   events: AsyncIterable<ExecEvent>;
   /** Bytes for its input; resolves once fewer than SESSION_INPUT_WINDOW bytes wait on the way. */
   input(data: Buffer): Promise<void>;
   endInput(): void;
   resize(size: TermSize): void;
+  /** An interactive command's session id (ses_…): it can be attached to again after a drop. */
+  session?: string;
+  /** Kills the command's whole session (the caller ended it, as against dropping away). */
+  kill(): void;
 }
 
 /** What startCommand checks and how the command runs. */
 export interface StartOptions {
-  /** The caller went away: the command is stopped (and recorded with the signal's exit code). */
+  /** The caller went away: the command is stopped (recorded with the signal's exit code); a session is left to its grace. */
   signal?: AbortSignal;
-  /** An interactive command: it takes input, and with `tty` has a terminal. */
+  /** An interactive command: it takes input, and with `tty` has a terminal; it is a session (docs/agents.md, "Sessions"). */
   session?: SessionOptions;
 }
 
@@ -139,33 +144,135 @@ export async function startCommand(
   if (!node) throw new ConflictError(`environment ${env.name} is on no node`, 'no_runtime');
   const events = deps.events.subscribe(nodeTopics.exec(node, run))[Symbol.asyncIterator]();
   // Listening starts with the first next(), before the command starts.
-  let pending = events.next();
+  const first = events.next();
   const started = Date.now();
+  const held = session ? await openSession(deps, actor, env, node, run, argv, session) : undefined;
   await sendToNode(deps, node, {
     type: 'exec',
     exec: run,
     environment: { id: env.id },
     argv,
     workdir: env.workdir,
-    ...(session ? { session: { ...session } } : {}),
+    ...(session ? { session: { ...session, ...held!.wire } } : {}),
   });
+  return follow(deps, env, node, run, events, first, {
+    signal,
+    interactive: session !== undefined,
+    tty: session?.tty !== undefined,
+    ...(held
+      ? { session: held.id, attach: held.wire.attach }
+      : {
+          record: (exitCode: number) =>
+            recordExecRow(deps, actor, env.id, { command: commandLine(argv), exitCode, durationMs: Date.now() - started }),
+        }),
+  });
+}
+
+/** A new session's row (what callers list) and what its node is told of it. */
+async function openSession(
+  deps: Deps,
+  actor: Actor,
+  env: Environment,
+  node: string,
+  run: string,
+  argv: string[],
+  options: SessionOptions,
+): Promise<{ id: string; wire: { id: string; attach: string; graceMs: number; keepMs: number } }> {
+  const id = newId('ses');
+  const now = deps.clock.now();
+  await deps.prisma.session.create({
+    data: {
+      id,
+      environmentId: env.id,
+      orgId: env.orgId,
+      nodeId: node,
+      run,
+      command: commandLine(argv),
+      tty: options.tty !== undefined,
+      startedBy: { ...whoOf(actor) },
+      created: now,
+      lastActivity: now,
+      attached: 1,
+    },
+  });
+  return { id, wire: { id, attach: randomUUID(), graceMs: deps.config.sessionGraceMs, keepMs: deps.config.nodeHeartbeatMs } };
+}
+
+/**
+ * Another connection to a running session (its environment's rules checked by the caller): its
+ * scrollback first, then live output, input and resizes as on the connection that started it.
+ */
+export async function attachSession(deps: Deps, env: Environment, sessionId: string, signal?: AbortSignal): Promise<StartedCommand> {
+  const row = await deps.prisma.session.findFirst({ where: { id: sessionId, environmentId: env.id } });
+  if (!row) throw new NotFoundError(`session ${sessionId} of environment ${env.name} (it ended, or never was)`);
+  const events = deps.events.subscribe(nodeTopics.exec(row.nodeId, row.run))[Symbol.asyncIterator]();
+  const first = events.next();
+  const attach = randomUUID();
+  await sendToNode(deps, row.nodeId, { type: 'exec-attach', exec: row.run, attach });
+  return follow(deps, env, row.nodeId, row.run, events, first, {
+    signal,
+    interactive: true,
+    tty: row.tty,
+    session: row.id,
+    attach,
+    replaying: true,
+  });
+}
+
+interface Follow {
+  signal?: AbortSignal;
+  /** It takes input (a session). */
+  interactive: boolean;
+  tty: boolean;
+  /** A session: ending the iteration leaves it (`exec-detach`) instead of stopping it, and its node records its end. */
+  session?: string;
+  attach?: string;
+  /** Live output waits until the node replayed the scrollback for this attachment. */
+  replaying?: boolean;
+  /** A plain command's end, recorded by the instance serving its caller. */
+  record?: (exitCode: number) => Promise<Exec>;
+}
+
+/** The caller's side of a command on `node`: its events from the topic, and what the caller sends it. */
+function follow(
+  deps: Deps,
+  env: Environment,
+  node: string,
+  run: string,
+  events: AsyncIterator<ExecTopicEvent>,
+  first: Promise<IteratorResult<ExecTopicEvent>>,
+  opts: Follow,
+): StartedCommand {
+  const { signal, attach } = opts;
+  let pending = first;
   let finished = false;
+  let replaying = opts.replaying === true;
+  const tagged = attach ? { attach } : {};
   // In the order sent (Events.send keeps it per topic).
   const toNode = (
-    message: DistributiveOmit<ToNode<'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize'>, 'exec'>,
+    message: DistributiveOmit<
+      ToNode<'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize' | 'exec-detach' | 'exec-keep'>,
+      'exec'
+    >,
   ) => {
-    sendToNode(deps, node, { ...message, exec: run }).catch(() => undefined);
+    sendToNode(deps, node, { ...message, exec: run } as ToNode<'exec-kill'>).catch(() => undefined);
   };
-  const stop = () => {
-    if (!finished) toNode({ type: 'exec-kill' });
+  // The caller going away stops a command; a session is only left (its node applies the grace).
+  const leave = () => {
+    if (finished) return;
+    if (attach) toNode({ type: 'exec-detach', attach });
+    else toNode({ type: 'exec-kill' });
   };
+  // An attachment tells its node it is still there, or the node lets it go (an instance that died).
+  const keep = attach ? setInterval(() => toNode({ type: 'exec-keep', attach }), deps.config.nodeHeartbeatMs) : undefined;
+  keep?.unref();
   // Output the caller has taken (asked for the next event after it) and not yet granted back.
   let taken = 0;
   const grant = () => {
     if (taken < EXEC_GRANT || finished) return;
     const bytes = taken;
     taken = 0;
-    toNode({ type: 'exec-credit', bytes });
+    toNode({ type: 'exec-credit', bytes, ...tagged });
   };
   // Input sent on and not yet written to the command's container, and who waits for room.
   let inFlight = 0;
@@ -174,12 +281,23 @@ export async function startCommand(
     inFlight = Math.max(0, inFlight - bytes);
     if (inFlight < SESSION_INPUT_WINDOW) for (const wake of room.splice(0)) wake();
   };
-  signal?.addEventListener('abort', stop, { once: true });
+  // A session's caller gone: this connection is done with it (the command runs on). A plain
+  // command's caller gone: it is killed, and its end still recorded here.
+  let left: () => void = () => undefined;
+  const leaving = new Promise<'left'>((resolve) => {
+    left = () => resolve('left');
+  });
+  const onAbort = () => {
+    leave();
+    if (attach) left();
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
   let unsubscribed = false;
   const unsubscribe = async () => {
     if (unsubscribed) return;
     unsubscribed = true;
-    signal?.removeEventListener('abort', stop);
+    clearInterval(keep);
+    signal?.removeEventListener('abort', onAbort);
     await events.return?.();
   };
   const output = (async function* (): AsyncGenerator<ExecEvent, void> {
@@ -189,8 +307,9 @@ export async function startCommand(
         const tick = new Promise<'tick'>((resolve) => {
           timer = setTimeout(() => resolve('tick'), 1000);
         });
-        const got = await Promise.race([pending, tick]);
+        const got = await Promise.race([pending, tick, leaving]);
         clearTimeout(timer);
+        if (got === 'left') return;
         if (got === 'tick') {
           const now = await deps.prisma.environment.findUnique({ where: { id: env.id }, select: { state: true, error: true } });
           if (now?.state !== 'ready' && now?.state !== 'stopping') {
@@ -202,26 +321,28 @@ export async function startCommand(
         pending = events.next();
         const event = got.value;
         if (event.type === 'exec-output') {
+          // Another attachment's replay, or live output this one's replay already holds.
+          if (event.attach ? event.attach !== attach : replaying) continue;
           const data = Buffer.from(event.data, 'base64');
           yield { kind: 'output', stream: event.stream, data };
+          // A replay is bounded (the scrollback): only live output is paced.
+          if (event.attach) continue;
           taken += data.length;
           grant();
+        } else if (event.type === 'exec-replayed') {
+          if (event.attach === attach) replaying = false;
         } else if (event.type === 'exec-input-credit') {
-          credited(event.bytes);
+          if ((event.attach ?? undefined) === attach) credited(event.bytes);
         } else if (event.type === 'exec-exit') {
           finished = true;
-          const exec = await recordExecRow(deps, actor, env.id, {
-            command: commandLine(argv),
-            exitCode: event.exitCode,
-            durationMs: Date.now() - started,
-          });
+          const exec = opts.record ? await opts.record(event.exitCode) : await recordedExec(deps, event);
           yield { kind: 'exit', exec };
           return;
         }
       }
     } finally {
-      // A command that did not end (the caller left, the environment ended) is stopped.
-      if (!finished) toNode({ type: 'exec-kill' });
+      // A command that did not end (the caller left, the environment ended) is stopped, or left.
+      leave();
       finished = true;
       clearTimeout(timer);
       for (const wake of room.splice(0)) wake();
@@ -229,12 +350,13 @@ export async function startCommand(
     }
   })();
   return {
+    ...(opts.session ? { session: opts.session } : {}),
     // Ending the iteration early (an unsubscribe) stops the command at once, not at its next output.
     events: {
       [Symbol.asyncIterator]: () => ({
         next: () => output.next(),
         return: async (value?: unknown) => {
-          stop();
+          leave();
           const ended = await output.return(value as undefined);
           // An iteration never begun ran no finally: its subscription ends here.
           await unsubscribe();
@@ -243,21 +365,32 @@ export async function startCommand(
       }),
     },
     async input(data) {
-      if (!session || finished) return;
+      if (!opts.interactive || finished) return;
       for (let at = 0; at < data.length; at += EXEC_CHUNK) {
         const piece = data.subarray(at, at + EXEC_CHUNK);
         inFlight += piece.length;
-        toNode({ type: 'exec-input', data: piece.toString('base64') });
+        toNode({ type: 'exec-input', data: piece.toString('base64'), ...tagged });
       }
       if (inFlight >= SESSION_INPUT_WINDOW && !finished) await new Promise<void>((resolve) => room.push(resolve));
     },
     endInput() {
-      if (!session || finished) return;
+      if (!opts.interactive || finished) return;
       toNode({ type: 'exec-input-end' });
     },
+    kill() {
+      if (!finished) toNode({ type: 'exec-kill' });
+    },
     resize(size) {
-      if (!session?.tty || finished) return;
+      if (!opts.tty || finished) return;
       toNode({ type: 'exec-resize', rows: size.rows, cols: size.cols });
     },
   };
+}
+
+/** A session's Exec row, written by the instance holding its node's channel (recordSessionEnd). */
+async function recordedExec(deps: Deps, event: { exitCode: number; recorded?: number }): Promise<Exec> {
+  const exec = event.recorded === undefined ? null : await deps.prisma.exec.findUnique({ where: { id: event.recorded } });
+  if (exec) return exec;
+  // Ended by someone else meanwhile (its node restarted, its environment ended): nothing of it to show.
+  throw new DomainError(`the session's command ended (exit code ${event.exitCode}) but was not recorded here`, 'unavailable');
 }

@@ -20,7 +20,7 @@ import { generateName, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
 import { lockFor, type Tx } from '../../platform/db';
 import { topics } from '../../platform/events';
-import { auditRow, checkAudited, recordAudit } from '../audit';
+import { type AuditWho, auditRow, checkAudited, recordAudit } from '../audit';
 import { needOf } from '../nodes';
 import { orgLimits } from '../organizations';
 import { admitUnderQuota, quotasFor } from '../quotas';
@@ -390,7 +390,7 @@ const RECORD_EXEC = `
   SELECT * FROM exec`;
 
 /** Writes an Exec row for the caller (counts as activity) and tells the execs subscribers. */
-export async function recordExecRow(deps: Deps, actor: Actor, envId: string, input: ExecInput): Promise<Exec> {
+export async function recordExecRow(deps: Deps, actor: Actor | AuditWho, envId: string, input: ExecInput): Promise<Exec> {
   const audit = auditRow(deps, actor, {
     action: 'exec.run',
     target: { kind: 'environment', id: envId },
