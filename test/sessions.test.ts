@@ -15,6 +15,7 @@ import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/
 import { type Proc, spawnNode } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { recorded } from './helpers/states';
+import { startTcpGate } from './helpers/tcp-gate';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -39,6 +40,8 @@ interface Session {
   send(text: string): void;
   /** The session's id, from its first message. */
   id: Promise<string>;
+  /** Its text messages so far. */
+  messages: Record<string, any>[];
 }
 
 for (const kind of ['built-in pool', 'berth node'] as const) {
@@ -117,9 +120,11 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       });
       if (options.session) named(options.session);
       const waiters: { re: RegExp; resolve: () => void }[] = [];
+      const messages: Record<string, any>[] = [];
       ws.on('message', (data: Buffer, binary: boolean) => {
         if (!binary) {
           const message = JSON.parse(data.toString());
+          messages.push(message);
           if (message.type === 'exit') exit = message;
           if (message.type === 'session') named(message.session);
           return;
@@ -155,6 +160,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         ended,
         send: (text) => ws.send(Buffer.from(text), { binary: true }),
         id: sessionId,
+        messages,
       };
     }
 
@@ -249,6 +255,56 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(await closed).toBe(7);
     });
 
+    it.runIf(existsSync('/usr/bin/script'))(
+      'berth shell attaches again by itself after a drop, showing nothing twice; berth session ls and attach',
+      async () => {
+        const gate = await startTcpGate(s.url);
+        try {
+          const line = `stty cols 90 rows 33 2>/dev/null; exec ${JSON.stringify(process.execPath)} bin/berth.js shell ${envId}`;
+          const child = spawn('script', ['-qefc', line, '/dev/null'], {
+            cwd: root,
+            env: { ...process.env, BERTH_URL: gate.url, BERTH_TOKEN: BOOTSTRAP },
+            stdio: ['pipe', 'pipe', 'pipe'],
+          });
+          let out = '';
+          const waiters: { re: RegExp; resolve: () => void }[] = [];
+          child.stdout!.on('data', (d: Buffer) => {
+            out += d.toString();
+            for (const w of [...waiters]) if (w.re.test(out) && waiters.splice(waiters.indexOf(w), 1)) w.resolve();
+          });
+          const seen = (re: RegExp) => new Promise<void>((resolve) => (re.test(out) ? resolve() : waiters.push({ re, resolve })));
+          const closed = new Promise<number | null>((resolve) => child.once('close', resolve));
+          await seen(/[$#] /);
+          child.stdin!.write('echo first-$((1+1))\r');
+          await seen(/first-2/);
+          gate.drop();
+          await seen(/attaching to session ses_\w+ again/);
+          const id = /attaching to session (ses_\w+) again/.exec(out)![1]!;
+          child.stdin!.write('echo second-$((2+2))\r');
+          await seen(/second-4/);
+          // The replay after the drop held the first command's output: it was not shown again.
+          expect(out.match(/first-2/g)).toHaveLength(1);
+          const ls = await berth(['session', 'ls', envId], '');
+          expect(ls.code).toBe(0);
+          expect(ls.stdout).toMatch(new RegExp(`${id}\\s+/bin/sh\\s+yes\\s+1`));
+          child.stdin!.write('exit 6\r');
+          expect(await closed).toBe(6);
+        } finally {
+          await gate.close();
+        }
+        // Another's session, attached from the command line with piped input.
+        const session = open(envId, commandQuery('echo hello-attach; read x; echo "got $x"'));
+        await session.waitFor(/hello-attach/);
+        const id = await session.id;
+        session.ws.terminate();
+        expect(await berth(['session', 'attach', envId, id], 'piped\n')).toMatchObject({ code: 0, stdout: 'hello-attach\ngot piped\n' });
+        expect(await berth(['session', 'attach', envId, id], '')).toMatchObject({
+          code: 1,
+          stderr: expect.stringMatching(/not_found|ended|never was/),
+        });
+      },
+    );
+
     it('keeps the output of a quick command that takes no input', async () => {
       // Input that reaches the command as it ends (Podman's attach race): the output still comes.
       for (let i = 0; i < 5; i++) {
@@ -321,8 +377,9 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       first.ws.terminate();
       const again = attach(envId, id);
       await again.waitFor(/ready\n/);
-      // The whole output so far, replayed first.
+      // The whole output so far, replayed first, from its first byte.
       expect(again.stdout()).toBe(`${'x'.repeat(100000)}\nready\n`);
+      expect(again.messages[0]).toEqual({ type: 'session', session: id, offset: 0 });
       again.send('one\n');
       await again.waitFor(/got one/);
       // A second connection at once: the replay, then the same live output as the first.
@@ -341,6 +398,21 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
       // An ended session cannot be attached to.
       expect(await refused(attach(envId, id))).toMatchObject({ status: 404, body: { code: 'not_found' } });
+    });
+
+    it("keeps the last MiB of a session's output for the next connection, and says where it starts", async () => {
+      const total = 1536 * 1024;
+      const session = open(envId, commandQuery(`head -c ${total} /dev/zero | tr "\\0" y; echo; echo done; sleep 307`));
+      await session.waitFor(/done\n/);
+      const id = await session.id;
+      session.ws.terminate();
+      const again = attach(envId, id);
+      await again.waitFor(/done\n/);
+      const whole = total + 'y\ndone\n'.length - 1;
+      expect(again.stdout().length).toBe(1024 * 1024);
+      expect(again.messages[0]).toEqual({ type: 'session', session: id, offset: whole - 1024 * 1024 });
+      again.ws.close(1000);
+      expect((await recorded(s.url, BOOTSTRAP, envId, 'sleep 307')).exitCode).toBe(137);
     });
 
     it('a terminal session attached again shows its screen and keeps its terminal', async () => {

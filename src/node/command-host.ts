@@ -13,7 +13,7 @@ export type CommandMessage = ToNode<
   'exec' | 'exec-kill' | 'exec-credit' | 'exec-input' | 'exec-input-end' | 'exec-resize' | 'exec-attach' | 'exec-detach' | 'exec-keep'
 >;
 /** What a node says of its commands. */
-export type CommandEvent = FromNode<'exec-output' | 'exec-exit' | 'exec-input-credit' | 'exec-replayed' | 'exec-attached'>;
+export type CommandEvent = FromNode<'exec-output' | 'exec-exit' | 'exec-input-credit' | 'exec-replay' | 'exec-attached'>;
 
 export const isCommandMessage = (message: { type: string }): message is CommandMessage => message.type.startsWith('exec');
 

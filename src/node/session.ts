@@ -16,7 +16,7 @@ type Stream = 'stdout' | 'stderr';
 /** What a session says, as `exec-*` events of its run. */
 export type SessionEvent =
   | { type: 'exec-output'; stream: Stream; data: string; attach?: string }
-  | { type: 'exec-replayed'; attach: string }
+  | { type: 'exec-replay'; attach: string; from: number }
   | { type: 'exec-attached'; session: string; attached: number };
 
 interface Attachment {
@@ -71,8 +71,9 @@ export class NodeSession {
   /** A new connection: the scrollback for it alone, then live output with everyone else. */
   attach(attach: string): void {
     if (this.ended || this.attachments.has(attach)) return;
+    // Where the replay starts in the command's whole output: a client that saw more skips that much.
+    this.send({ type: 'exec-replay', attach, from: this.produced - this.kept });
     for (const { stream, data } of this.scrollback) for (const event of execOutput(stream, data)) this.send({ ...event, attach });
-    this.send({ type: 'exec-replayed', attach });
     this.attachments.set(attach, { taken: this.produced, seen: this.now() });
     clearTimeout(this.grace);
     this.grace = undefined;

@@ -117,8 +117,11 @@ const ExecOutput = z.object({
   /** A session's scrollback, replayed for this attachment only (live output names none). */
   attach: attachId.optional(),
 });
-/** A session's scrollback was all replayed for `attach`: live output follows. */
-const ExecReplayed = z.object({ type: z.literal('exec-replayed'), exec: execId, attach: attachId });
+/**
+ * A session's scrollback is replayed for `attach` next (its `exec-output` events name it), starting
+ * at byte `from` of the command's whole output; live output follows it.
+ */
+const ExecReplay = z.object({ type: z.literal('exec-replay'), exec: execId, attach: attachId, from: z.int().min(0) });
 /** `session`: a session's end, which the instance holding the node's channel records. */
 const ExecExit = z.object({ type: z.literal('exec-exit'), exec: execId, exitCode, session: sessionId.optional() });
 /** Bytes of a session's input written to the command's container (an `exec-input` chunk's, from `attach`). */
@@ -153,7 +156,7 @@ export const NodeToServer = z.discriminatedUnion('type', [
   }),
   z.object({ type: z.literal('usage'), environment: environmentId, sample: UsageReport }),
   ExecOutput,
-  ExecReplayed,
+  ExecReplay,
   ExecExit,
   ExecInputCredit,
   ExecAttached,
@@ -176,7 +179,7 @@ export type NodeReply = FromNode<'reply'>;
  * mark (the built-in node's name no `exec`); a session's exit carries the Exec row its recording wrote.
  */
 export type ExecTopicEvent = DistributiveOmit<
-  FromNode<'exec-output' | 'exec-input-credit' | 'exec-replayed'> | (FromNode<'exec-exit'> & { recorded?: number }),
+  FromNode<'exec-output' | 'exec-input-credit' | 'exec-replay'> | (FromNode<'exec-exit'> & { recorded?: number }),
   'exec'
 >;
 

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
 /**
- * A TCP proxy in front of a server that can hold what clients send: after `holdAfter(n)`, once n
+ * A TCP proxy in front of a server that can hold what clients send, or drop every connection: after `holdAfter(n)`, once n
  * more bytes went upstream, it stops reading from clients until `release()`. Socket buffers fill
  * and the sender stalls mid-request, as on a slow link, without any timer.
  */
@@ -10,6 +10,8 @@ export interface TcpGate {
   url: string;
   holdAfter(bytes: number): void;
   release(): void;
+  /** Cuts every connection through it at once, as a network that went away (new ones still pass). */
+  drop(): void;
   close(): Promise<void>;
 }
 
@@ -58,6 +60,9 @@ export async function startTcpGate(target: string): Promise<TcpGate> {
         upstream.write(rest);
         client.resume();
       }
+    },
+    drop() {
+      for (const socket of sockets) socket.destroy();
     },
     async close() {
       for (const socket of sockets) socket.destroy();

@@ -153,7 +153,7 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     wss.handleUpgrade(req, socket, head, (ws) => {
       upgraded = true;
       socket.off('close', abandon);
-      serve(ws, actor, env.id, env.idleMs, started, gone, principal);
+      serve(ws, actor, env.id, env.idleMs, started, gone, principal, sessionId !== undefined);
     });
   };
 
@@ -171,6 +171,8 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
     started: Awaited<ReturnType<typeof startCommand>>,
     gone: AbortController,
     principal: string,
+    /** A session attached to again (its id comes with the replay's offset). */
+    attached: boolean,
   ) => {
     live.add(ws);
     const hold = deps.credentials.hold(actor, (reason) => ws.close(CLOSE.revoked, reason));
@@ -241,11 +243,14 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       });
     void (async () => {
       try {
-        // First, the session's id: what attaches to it again after a drop.
-        if (started.session) await send(JSON.stringify({ type: 'session', session: started.session }));
+        // First, the session's id: what attaches to it again after a drop. Attached again, with the
+        // byte of its whole output the replay starts at (a client that saw more skips the difference).
+        if (started.session && !attached) await send(JSON.stringify({ type: 'session', session: started.session }));
         for await (const event of started.events) {
           if (event.kind === 'output') {
             await send(Buffer.concat([Buffer.of(event.stream === 'stderr' ? STDERR : STDOUT), event.data]));
+          } else if (event.kind === 'replay') {
+            await send(JSON.stringify({ type: 'session', session: started.session, offset: event.from }));
           } else {
             const { exec } = event;
             await send(JSON.stringify({ type: 'exit', exitCode: exec.exitCode, exec: execRecord(exec) }));

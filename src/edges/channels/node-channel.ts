@@ -154,7 +154,7 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
           return;
         case 'exec-output':
         case 'exec-input-credit':
-        case 'exec-replayed':
+        case 'exec-replay':
           // A node speaks only for the commands it was sent: the topic carries its own id. Straight
           // to the caller when its request is served here, else through the database.
           await deps.events.send(nodeTopics.exec(nodeId, message.exec), message);

@@ -23,6 +23,8 @@ import { checkAudited, whoOf } from '../audit';
 import { findCommandEnvironment, recordExecRow } from './service';
 
 export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buffer } | { kind: 'exit'; exec: Exec };
+/** What a session's connection sees: also, when it attached again, where its replay starts (byte `from` of the whole output). */
+export type SessionEvent = ExecEvent | { kind: 'replay'; from: number };
 
 const MAX_ARGS = 1024;
 const MAX_COMMAND = 64 * 1024;
@@ -77,7 +79,7 @@ export function execRecord(e: Exec) {
 /** A started command: its events, and (sessions) its input and terminal. */
 export interface StartedCommand {
   /** Its output, then its recorded Exec. Ending the iteration early stops the command (a session: leaves it). */
-  events: AsyncIterable<ExecEvent>;
+  events: AsyncIterable<SessionEvent>;
   /** Bytes for its input; resolves once fewer than SESSION_INPUT_WINDOW bytes wait on the way. */
   input(data: Buffer): Promise<void>;
   endInput(): void;
@@ -107,7 +109,8 @@ export async function runCommand(
   command: unknown,
   signal?: AbortSignal,
 ): Promise<AsyncIterable<ExecEvent>> {
-  return (await startCommand(deps, actor, envRef, command, { signal })).events;
+  // Not a session: nothing is replayed.
+  return (await startCommand(deps, actor, envRef, command, { signal })).events as AsyncIterable<ExecEvent>;
 }
 
 /** The environment a command may run in: the caller's to use, ready, with a runtime whose engine answers. */
@@ -227,7 +230,7 @@ interface Follow {
   /** A session: ending the iteration leaves it (`exec-detach`) instead of stopping it, and its node records its end. */
   session?: string;
   attach?: string;
-  /** Live output waits until the node replayed the scrollback for this attachment. */
+  /** Live output is dropped until the node starts the replay of the scrollback for this attachment (which holds it). */
   replaying?: boolean;
   /** A plain command's end, recorded by the instance serving its caller. */
   record?: (exitCode: number) => Promise<Exec>;
@@ -300,7 +303,7 @@ function follow(
     signal?.removeEventListener('abort', onAbort);
     await events.return?.();
   };
-  const output = (async function* (): AsyncGenerator<ExecEvent, void> {
+  const output = (async function* (): AsyncGenerator<SessionEvent, void> {
     let timer: NodeJS.Timeout | undefined;
     try {
       for (;;) {
@@ -329,8 +332,10 @@ function follow(
           if (event.attach) continue;
           taken += data.length;
           grant();
-        } else if (event.type === 'exec-replayed') {
-          if (event.attach === attach) replaying = false;
+        } else if (event.type === 'exec-replay') {
+          if (event.attach !== attach) continue;
+          replaying = false;
+          yield { kind: 'replay', from: event.from };
         } else if (event.type === 'exec-input-credit') {
           if ((event.attach ?? undefined) === attach) credited(event.bytes);
         } else if (event.type === 'exec-exit') {
