@@ -9,6 +9,7 @@ import { type ConsolePage, launchBrowser, openConsole, screenshot, signIn } from
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { recorded } from './helpers/states';
+import { startTcpGate } from './helpers/tcp-gate';
 
 describeContainers('web console: a terminal in the environment page', () => {
   let s: TestServer;
@@ -68,6 +69,50 @@ describeContainers('web console: a terminal in the environment page', () => {
     expect(execs[0]).toMatchObject({ command: '/bin/sh', exitCode: 5 });
     // xterm's layout is applied without loosening the page's Content-Security-Policy.
     expect(c.problems).toEqual([]);
+  });
+
+  it('keeps the shell through a dropped connection with the same screen, and attaches to a shell left running', async () => {
+    const made = await admin.post('/v1/environments', { template: 'box' });
+    const id = made.body.environment.id as string;
+    await untilState(s, BOOTSTRAP, id, 'ready');
+    // This page reaches Berth through a proxy that can cut every connection at once.
+    const gate = await startTcpGate(s.url);
+    const through = await openConsole(browser, gate.url);
+    try {
+      const p = through.page;
+      p.setDefaultTimeout(15_000);
+      await signIn(p, BOOTSTRAP);
+      await p.goto(`/environments/${id}`);
+      await p.getByRole('button', { name: 'Open a terminal' }).click();
+      const terminal = p.getByRole('region', { name: 'Terminal' });
+      await expect.poll(() => terminal.textContent(), { timeout: 20_000 }).toMatch(/# /);
+      await p.getByRole('status').filter({ hasText: 'Connected' }).waitFor();
+      await p.keyboard.type('echo marker-$((6*7))');
+      await p.keyboard.press('Enter');
+      await expect.poll(() => terminal.textContent()).toMatch(/marker-42/);
+      gate.drop();
+      await p.getByRole('status').filter({ hasText: 'The connection dropped' }).waitFor();
+      await p.getByRole('status').filter({ hasText: 'Connected' }).waitFor();
+      await p.keyboard.type('echo after-$((1+1))');
+      await p.keyboard.press('Enter');
+      await expect.poll(() => terminal.textContent()).toMatch(/after-2/);
+      // The same screen, nothing shown twice.
+      expect((await terminal.textContent())!.match(/marker-42/g)).toHaveLength(1);
+      await p.getByRole('button', { name: 'Leave it running' }).click();
+      const attach = p.getByRole('button', { name: /^Attach to ses_/ });
+      await attach.waitFor();
+      await attach.click();
+      // Attached anew: its scrollback draws the screen again.
+      await expect.poll(() => p.getByRole('region', { name: 'Terminal' }).textContent()).toMatch(/marker-42[\s\S]*after-2/);
+      await p.getByRole('status').filter({ hasText: 'Connected' }).waitFor();
+      await p.keyboard.type('exit 3');
+      await p.keyboard.press('Enter');
+      await p.getByRole('status').filter({ hasText: 'The shell ended with exit code 3.' }).waitFor();
+      expect(through.problems).toEqual([]);
+    } finally {
+      await through.page.context().close();
+      await gate.close();
+    }
   });
 
   it('ends the shell when the terminal is closed', async () => {

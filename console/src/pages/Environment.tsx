@@ -1,4 +1,4 @@
-import { lazy, Suspense, useCallback, useState } from 'react';
+import { lazy, Suspense, useCallback, useRef, useState } from 'react';
 import { Link } from 'wouter';
 import { isStoppable } from '../../../src/kernel/environment-states';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
@@ -262,33 +262,92 @@ function resourcesText(r: EnvironmentPageFieldsFragment['resources']): string | 
   return parts.length ? parts.join(' · ') : null;
 }
 
-/** The environment's shell, opened on demand; closing it (or leaving the page) ends the shell. */
+const EnvironmentSessions = graphql(`
+  query EnvironmentSessions($id: String!) {
+    environment(id: $id) { id sessions { id command tty created attached lastActivity } }
+  }
+`);
+
+/**
+ * The environment's shell, opened on demand: a new one, or one of its sessions still running (a
+ * dropped connection leaves the shell running for a while; the terminal attaches to it again by
+ * itself). Ending the shell kills it; leaving it running only closes this terminal.
+ */
 function TerminalSection({ environment }: { environment: string }) {
   const { api } = useSession();
-  const [open, setOpen] = useState(false);
+  const [open, setOpen] = useState<{ session?: string }>();
   const [ended, setEnded] = useState<string>();
+  const leave = useRef(false);
   const onEnd = useCallback((why: string) => setEnded(why), []);
+  const [sessions, refetch] = useQueryAnswer({ query: EnvironmentSessions, variables: { id: environment }, requestPolicy: 'network-only' });
+  const close = (leaveRunning: boolean) => {
+    leave.current = leaveRunning;
+    setOpen(undefined);
+    refetch({ requestPolicy: 'network-only' });
+  };
+  const running = sessions.data?.environment.sessions ?? [];
   return (
     <Section title="Terminal">
       {open ? (
         <>
           <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
-            <Terminal environment={environment} token={api.token} onEnd={onEnd} />
+            <Terminal environment={environment} token={api.token} session={open.session} onEnd={onEnd} leave={leave} />
           </Suspense>
-          <button type="button" onClick={() => setOpen(false)}>
-            {ended ? 'Close the terminal' : 'End the shell'}
-          </button>
+          {ended ? (
+            <button type="button" onClick={() => close(false)}>
+              Close the terminal
+            </button>
+          ) : (
+            <>
+              <button type="button" onClick={() => close(false)}>
+                End the shell
+              </button>{' '}
+              <button type="button" onClick={() => close(true)}>
+                Leave it running
+              </button>
+            </>
+          )}
         </>
       ) : (
-        <button
-          type="button"
-          onClick={() => {
-            setEnded(undefined);
-            setOpen(true);
-          }}
-        >
-          Open a terminal
-        </button>
+        <>
+          <button
+            type="button"
+            onClick={() => {
+              setEnded(undefined);
+              setOpen({});
+            }}
+          >
+            Open a terminal
+          </button>
+          {running.length ? (
+            <Table label="Running sessions" head={['Session', 'Command', 'Attached', 'Started', '']}>
+              {running.map((r) => (
+                <tr key={r.id}>
+                  <td>
+                    <code>{r.id}</code>
+                  </td>
+                  <td>
+                    <code>{r.command}</code>
+                  </td>
+                  <td>{r.attached}</td>
+                  <td>{when(r.created)}</td>
+                  <td>
+                    <button
+                      type="button"
+                      aria-label={`Attach to ${r.id}`}
+                      onClick={() => {
+                        setEnded(undefined);
+                        setOpen({ session: r.id });
+                      }}
+                    >
+                      Attach
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </Table>
+          ) : null}
+        </>
       )}
     </Section>
   );
