@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import { loadConfig } from '../src/app/config';
 import { createOrganization } from '../src/modules/organizations/service';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { type Proc, spawnNode } from './helpers/processes';
@@ -428,6 +429,32 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const { exit } = await again.ended;
       expect(again.stdout()).toMatch(/\/dev\/pts\/\d+/);
       expect(exit).toMatchObject({ exitCode: 9 });
+    });
+
+    it('holds at most 32 sessions in an environment, and SESSION_GRACE takes a duration up to 24h or 0', async () => {
+      const box = await lease('box');
+      // Three principals (each may hold 16 connections): the environment's bound is what refuses.
+      const keys = await Promise.all(
+        ['a', 'b'].map(async (k) => (await admin.post('/v1/keys', { name: `sessions-${k}-${kind.length}` })).body.secret as string),
+      );
+      const tokens = [BOOTSTRAP, keys[0]!, keys[1]!];
+      const sessions: Session[] = [];
+      for (let i = 0; i < 32; i++) sessions.push(open(box.id, commandQuery('echo up; sleep 308'), { token: tokens[Math.floor(i / 15)] }));
+      await Promise.all(sessions.map((x) => x.waitFor(/up/)));
+      const refusal = await refused(open(box.id, commandQuery('true'), { token: keys[1] }));
+      expect(refusal).toMatchObject({ status: 429, body: { code: 'too_many_sessions' } });
+      expect(refusal.body.error).toMatch(/has 32 sessions running/);
+      sessions[0]!.ws.close(1000);
+      await expect.poll(async () => (await listed(box.id)).length).toBe(31);
+      const room = open(box.id, commandQuery('echo room'), { token: keys[1] });
+      expect((await room.ended).exit).toMatchObject({ exitCode: 0 });
+      for (const x of sessions.slice(1)) x.ws.close(1000);
+      expect(loadConfig({}).sessionGraceMs).toBe(5 * 60_000);
+      expect(loadConfig({ SESSION_GRACE: '0' }).sessionGraceMs).toBe(0);
+      expect(loadConfig({ SESSION_GRACE: '90s' }).sessionGraceMs).toBe(90_000);
+      expect(() => loadConfig({ SESSION_GRACE: '25h' })).toThrow(/SESSION_GRACE must be at most 24h/);
+      expect(() => loadConfig({ SESSION_GRACE: 'soon' })).toThrow(/SESSION_GRACE/);
+      await admin.del(`/v1/environments/${box.id}`);
     });
 
     it('DELETE ends a session (137); strangers, other organizations and colleagues reach none', async () => {

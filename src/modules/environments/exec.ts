@@ -27,6 +27,8 @@ export type ExecEvent = { kind: 'output'; stream: 'stdout' | 'stderr'; data: Buf
 export type SessionEvent = ExecEvent | { kind: 'replay'; from: number };
 
 const MAX_ARGS = 1024;
+/** Sessions one environment may hold at once, attached or running on their grace. */
+export const MAX_ENVIRONMENT_SESSIONS = 32;
 const MAX_COMMAND = 64 * 1024;
 
 /** `argv` as one line a shell would read back the same (what the Exec row's `command` shows). */
@@ -181,6 +183,14 @@ async function openSession(
   argv: string[],
   options: SessionOptions,
 ): Promise<{ id: string; wire: { id: string; attach: string; graceMs: number; keepMs: number } }> {
+  // Each holds up to a scrollback's worth of its node's memory, attached or not.
+  const open = await deps.prisma.session.count({ where: { environmentId: env.id } });
+  if (open >= MAX_ENVIRONMENT_SESSIONS) {
+    throw new DomainError(
+      `environment ${env.name} has ${open} sessions running, the most it may: end one (berth session end, DELETE …/sessions/{session}) first`,
+      'too_many_sessions',
+    );
+  }
   const id = newId('ses');
   const now = deps.clock.now();
   await deps.prisma.session.create({
