@@ -25,6 +25,11 @@ export interface Config {
   corsOrigins: string[];
   /** Public base URL used in signed links; defaults to http://HOST:PORT. */
   publicUrl?: string;
+  /**
+   * PREVIEW_DOMAIN: the domain whose hosts `<port>-<environment name>.<domain>` are preview URLs
+   * (docs/environments.md, "Preview URLs"); lower case, no leading dot. Unset: previews are off.
+   */
+  previewDomain?: string;
   /** This instance's own address once it listens (http://HOST:PORT): where its built-in node connects. */
   localUrl?: string;
   /** Artifact tuning knobs (docs/artifacts.md); the spec's limit is 2 GiB, tests lower it. */
@@ -59,6 +64,8 @@ export interface Config {
   logFormat: LogFormat;
   /** LOG_LEVEL (default info). */
   logLevel: LogLevel;
+  /** How long a session whose connections all dropped runs on (SESSION_GRACE, default 5m; 0: killed at once; docs/agents.md#sessions). */
+  sessionGraceMs: number;
 }
 
 export type LogFormat = 'json' | 'pretty';
@@ -148,6 +155,15 @@ function durationFrom(env: NodeJS.ProcessEnv, name: string, fallback: number): n
   return ms;
 }
 
+/** SESSION_GRACE: a duration up to 24h, or 0. */
+function sessionGrace(raw: string | undefined): number {
+  if (raw === undefined) return 5 * 60_000;
+  if (/^0+(?:ms|s|m|h|d)?$/.test(raw)) return 0;
+  const ms = parseDuration(raw, 'SESSION_GRACE');
+  if (ms > DAY_MS) throw new Error(`SESSION_GRACE must be at most 24h, got "${raw}"`);
+  return ms;
+}
+
 /** BOOTSTRAP_TOKEN is an admin credential: as long as the tokens Berth makes itself, at least. */
 function bootstrapToken(value: string | undefined): string | undefined {
   if (value !== undefined && value.length < 32) throw new Error('BOOTSTRAP_TOKEN must be at least 32 characters');
@@ -158,6 +174,20 @@ function bootstrapToken(value: string | undefined): string | undefined {
 function metricsToken(value: string | undefined): string | undefined {
   if (value !== undefined && value.length < 32) throw new Error('METRICS_TOKEN must be at least 32 characters');
   return value;
+}
+
+/** PREVIEW_DOMAIN: a DNS name (`preview.localhost`, `preview.example.com`), lower-cased. */
+function previewDomain(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const domain = value
+    .toLowerCase()
+    .replace(/^\*?\./, '')
+    .replace(/\.$/, '');
+  const label = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+  if (domain.length > 200 || !domain.split('.').every((l) => label.test(l))) {
+    throw new Error(`PREVIEW_DOMAIN must be a DNS name such as preview.localhost or preview.example.com, got "${value}"`);
+  }
+  return domain;
 }
 
 function logFormat(value: string | undefined): LogFormat {
@@ -199,6 +229,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustProxy: intFrom(env, 'TRUST_PROXY', 0),
     corsOrigins: origins(opt('CORS_ORIGINS')),
     publicUrl: publicUrl(opt('PUBLIC_URL')),
+    previewDomain: previewDomain(opt('PREVIEW_DOMAIN')),
     artifactMaxBytes: intFrom(env, 'ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
     orgStorageLimit: env.ORG_STORAGE_LIMIT ? storageLimitFrom(env.ORG_STORAGE_LIMIT, 'ORG_STORAGE_LIMIT') : 100 * 1024 ** 3,
     poolOrgShare: env.POOL_ORG_SHARE ? poolShareFrom(env.POOL_ORG_SHARE, 'POOL_ORG_SHARE') : 1,
@@ -214,5 +245,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     auditRetentionMs: durationFrom(env, 'AUDIT_RETENTION', 365 * DAY_MS),
     webhookAllowPrivate: opt('WEBHOOK_ALLOW_PRIVATE') === '1',
     webhookTimeoutMs,
+    sessionGraceMs: sessionGrace(opt('SESSION_GRACE')),
   };
 }

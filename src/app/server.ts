@@ -4,8 +4,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { createSessionServer, SESSION_PATH } from '../edges/channels/exec-session';
+import { createSessionServer, SESSION_PATH, sessionRoute } from '../edges/channels/exec-session';
 import { NODE_CHANNEL_PATH, serveNodeChannel } from '../edges/channels/node-channel';
+import { createPreviewProxy } from '../edges/channels/preview-proxy';
 import { createRelayServer } from '../edges/channels/relay-server';
 import { CLI_PATH, createCliInstallHandler, INSTALL_PATH } from '../edges/cli-install';
 import { createConsoleHandler } from '../edges/console';
@@ -83,9 +84,6 @@ function listenError(err: NodeJS.ErrnoException, config: Config): Error {
   }
 }
 
-/** The exec WebSocket's route label (SESSION_PATH). */
-const SESSION_ROUTE = '/v1/environments/{id}/exec';
-
 /** A session's or request's one log line, and its count and duration in the metrics. */
 function finished(
   deps: Deps,
@@ -131,6 +129,8 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   // PUBLIC_URL as set: once listening, config.publicUrl is filled with the bound address.
   const cli = createCliInstallHandler({ publicUrl: config.publicUrl, trustProxy: config.trustProxy });
   let stopping = false;
+  // Made with the relay once listening; a request before that finds no preview host.
+  let previews: ReturnType<typeof createPreviewProxy> | undefined;
 
   // An answer given while the request's body still arrives waits for it, bounded (early-answer.ts).
   const server = createServer({ ServerResponse: LingeringResponse }, (req: IncomingMessage, res: ServerResponse) => {
@@ -143,6 +143,12 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   });
   const answer = async (req: IncomingMessage, res: ServerResponse, info: RequestInfo) => {
     trackRequest(req, res);
+    // A host under PREVIEW_DOMAIN is an environment's preview, never the API (its own origin: no CORS).
+    const preview = previews?.route(req);
+    if (preview !== undefined && previews) {
+      info.route = 'preview';
+      return await previews.handle(req, res, preview);
+    }
     watchBodyIdle(req, res, config.bodyIdleMs);
     try {
       if (cors.preflight(req, res)) return;
@@ -190,24 +196,29 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const nodeChannel = serveNodeChannel(deps, log);
   const relay = createRelayServer(deps, log);
   const sessions = createSessionServer(deps, cors, log);
+  previews = createPreviewProxy(deps, relay, log);
   const endpoints: Record<string, (req: IncomingMessage, socket: Duplex, head: Buffer) => void> = {
     [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade,
     [RELAY_PATH]: relay.handleUpgrade,
     [RELAY_NODE_PATH]: relay.handleNodeUpgrade,
   };
-  const upgradeRoute = (path: string) =>
-    path === '/graphql' || endpoints[path] ? path : SESSION_PATH.test(path) ? SESSION_ROUTE : 'other';
+  const upgradeRoute = (path: string, req: IncomingMessage) =>
+    previews?.route(req) !== undefined ? 'preview' : path === '/graphql' || endpoints[path] ? path : (sessionRoute(path) ?? 'other');
   const ws = serveGraphQLWebSocket(
     server,
     graphql,
     deps,
     cors,
     log,
-    (path) => (SESSION_PATH.test(path) ? sessions.handleUpgrade : endpoints[path]),
+    (path, req) => {
+      const preview = previews?.route(req);
+      if (preview !== undefined) return (r, socket, head) => previews?.handleUpgrade(r, socket, head, preview);
+      return SESSION_PATH.test(path) ? sessions.handleUpgrade : endpoints[path];
+    },
     // One line per WebSocket session, when it ends: a refused upgrade's status, or 101 and how long it lasted.
     (req, socket, path) => {
       const started = process.hrtime.bigint();
-      const info = beginRequest(req, upgradeRoute(path), socket);
+      const info = beginRequest(req, upgradeRoute(path, req), socket);
       socket.once('close', () => finished(deps, logger, req, info, info.status ?? 0, started, { websocket: true }));
       return info;
     },

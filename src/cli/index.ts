@@ -15,8 +15,10 @@ import { registerLoginCommands } from './login';
 import { registerNodeCommands } from './node';
 import { registerNodeListCommands } from './nodes';
 import { registerOperatorCommands } from './operator';
+import { registerPreviewCommands } from './preview';
 import { registerQuotaCommands } from './quota';
 import { registerSandboxCommands } from './sandbox';
+import { registerSessionCommands } from './sessions';
 import { registerWebhookCommands } from './webhook';
 
 // A reader that goes away (`berth env ls | head`) ends the command quietly, not with a stack trace.
@@ -40,6 +42,8 @@ registerNodeCommands(program);
 registerNodeListCommands(program);
 registerLoginCommands(program);
 registerExecCommands(program);
+registerSessionCommands(program);
+registerPreviewCommands(program);
 registerEnvCommands(program);
 registerArtifactCommands(program);
 registerListCommands(program);

@@ -12,7 +12,7 @@
 // write, and cuts a peer it reads from that sent nothing for SILENT_BEATS beats (gone without a
 // FIN). A close is answered within CLOSE_MS or the socket is cut (RELAY_SOCKET_OPTIONS), so an
 // end's going away reaches the far end within a few seconds however full the sockets between are.
-import type { Duplex } from 'node:stream';
+import { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
 import { closeCodeOf } from '../kernel/error-codes';
 
@@ -204,4 +204,78 @@ export function joinSockets(a: WebSocket, b: WebSocket, onTraffic?: () => void):
     a.on('error', () => undefined);
     b.on('error', () => undefined);
   });
+}
+
+/**
+ * The byte stream a relay socket carries, as a Duplex (the server's end of a preview's connection:
+ * an HTTP client writes and reads it as if it were a TCP socket). Backpressure both ways: the
+ * socket stops being read while the stream's reader lags, and a write completes only once fewer
+ * than HIGH_WATER bytes wait on the socket. `end()` sends `eof`; the peer's `eof` ends the readable
+ * side, and so does a close after bytes came. A socket that closes before any byte came fails the
+ * stream with the close's reason (the node's "cannot reach port …").
+ */
+export function socketStream(ws: WebSocket): Duplex {
+  let gotEof = false;
+  let sentEof = false;
+  const closeIfDone = () => {
+    if (gotEof && sentEof && ws.readyState === ws.OPEN) ws.close(CLOSE.normal);
+  };
+  const stream = new Duplex({
+    allowHalfOpen: true,
+    read() {
+      if (ws.isPaused) ws.resume();
+    },
+    write(chunk: Buffer, _encoding, callback) {
+      if (ws.readyState !== ws.OPEN) return callback(new Error('the relay socket closed'));
+      let held = false;
+      ws.send(chunk, { binary: true }, (error) => {
+        if (held) callback(error ?? null);
+        else if (error) stream.destroy(error);
+      });
+      if (ws.bufferedAmount > HIGH_WATER) held = true;
+      else callback();
+    },
+    final(callback) {
+      sentEof = true;
+      if (ws.readyState === ws.OPEN) ws.send(EOF);
+      closeIfDone();
+      callback();
+    },
+    destroy(error, callback) {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) {
+        if (gotEof && sentEof) ws.close(CLOSE.normal);
+        else ws.close(CLOSE.nodeFailed, closeReason(error?.message ?? 'the stream was closed'));
+      }
+      callback(error);
+    },
+  });
+  ws.on('message', (data, isBinary) => {
+    if (!isBinary) {
+      if (data.toString() === EOF && !gotEof) {
+        gotEof = true;
+        stream.push(null);
+        closeIfDone();
+      }
+      return;
+    }
+    if (gotEof) return;
+    received = true;
+    if (!stream.push(toBuffer(data))) ws.pause();
+  });
+  let received = false;
+  const closed = (code: number, reason: string) => {
+    if (gotEof) return;
+    // Bytes came, then the far end went away without its `eof` (the port's connection closed
+    // before the node sent it): the stream ends there, as a TCP connection's FIN would end it.
+    if (received) {
+      gotEof = true;
+      stream.push(null);
+      return;
+    }
+    stream.destroy(new Error(reason || `the relay socket closed (${code})`));
+  };
+  if (ws.readyState !== ws.OPEN) closed(0, 'the relay socket closed before it was used');
+  else ws.on('close', (code, reason) => closed(code, reason.toString()));
+  ws.on('error', (error) => stream.destroy(error));
+  return stream;
 }

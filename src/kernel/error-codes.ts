@@ -71,6 +71,7 @@ export const ERROR_CODES = {
   headers_too_large: { status: 431, generic: true },
   internal: { status: 500, generic: true },
   integrity: { status: 500 },
+  bad_gateway: { status: 502, generic: true, note: 'a preview whose port answers nothing, [preview URLs](environments.md#preview-urls)' },
   unavailable: { status: 503, generic: true },
   queue_full: { status: 503 },
   engine_unavailable: { status: 503, note: "the environment's node's container engine does not answer, [health](agents.md#health)" },

@@ -8,6 +8,7 @@ export const AUDIT_ACTIONS = [
   'environment.delete',
   'environment.keepalive',
   'exec.run',
+  'preview.create',
   'quota.set',
   'template.set',
   'token.create',

@@ -43,7 +43,16 @@ export const RelayJob = z.discriminatedUnion('kind', [
     /** An `out` share's last pass: send everything once, then end. */
     final: z.boolean(),
   }),
+  z.object({
+    /** A preview URL's connection (docs/environments.md, "Preview URLs"): any port of the environment's own loopback. */
+    kind: z.literal('preview'),
+    environment: name,
+    port: z.int().min(1).max(65_535),
+  }),
 ]);
 export type RelayJob = z.infer<typeof RelayJob>;
 export type ImportJob = Extract<RelayJob, { kind: 'import' }>;
 export type ShareJob = Extract<RelayJob, { kind: 'share' }>;
+export type PreviewJob = Extract<RelayJob, { kind: 'preview' }>;
+/** A job whose socket carries one TCP connection to a port inside the environment. */
+export type DialJob = ImportJob | PreviewJob;

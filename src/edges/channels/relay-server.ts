@@ -20,14 +20,14 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
-import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS } from '../../dataplane/ws-bridge';
+import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS, socketStream } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
 import { activityRecorder, authorizeRelay, recordOutSynced, recordRelayed } from '../../modules/environments';
 import { tagUpgrades } from '../../observability/requests';
 import { sendToNode } from '../../protocol/node-bus';
-import { RELAY_NODE_PATH, type RelayJob } from '../../protocol/relay';
+import { type PreviewJob, RELAY_NODE_PATH, type RelayJob } from '../../protocol/relay';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
@@ -45,6 +45,11 @@ export interface RelayServer {
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   /** Handles an upgrade on RELAY_NODE_PATH (a remote node's end). */
   handleNodeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /**
+   * A byte stream to the job's port inside its environment, served by the environment's node like
+   * an import's (a preview's connection, src/edges/channels/preview-proxy.ts; the caller checked the job).
+   */
+  openStream(nodeId: string, job: PreviewJob): Promise<Duplex>;
   close(): Promise<void>;
 }
 
@@ -154,6 +159,9 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     },
     handleNodeUpgrade(req, socket, head) {
       acceptNode(req, socket, head).catch(refuse(socket));
+    },
+    async openStream(nodeId, job) {
+      return socketStream(await nodeJoins(nodeId, job));
     },
     async close() {
       for (const ws of live) ws.close(CLOSE.goingAway, 'the server is stopping');

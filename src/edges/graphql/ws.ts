@@ -100,7 +100,7 @@ export function serveGraphQLWebSocket(
   cors: CorsPolicy,
   log: Log,
   /** Other WebSocket endpoints by path (the node control channel…), served before the origin check here: each applies its own. */
-  others: (path: string) => ((req: IncomingMessage, socket: Duplex, head: Buffer) => void) | undefined,
+  others: (path: string, req: IncomingMessage) => ((req: IncomingMessage, socket: Duplex, head: Buffer) => void) | undefined,
   /** Starts tracking an upgrade (its id, its log line when the socket closes). */
   track: (req: IncomingMessage, socket: Duplex, path: string) => RequestInfo,
 ) {
@@ -113,7 +113,7 @@ export function serveGraphQLWebSocket(
   });
   tagUpgrades(wss);
   const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer, path: string) => {
-    const other = others(path);
+    const other = others(path, req);
     if (other) return other(req, socket, head);
     if (path !== '/graphql') return endWithError(socket, 'not_found', `no WebSocket endpoint at ${path}; GraphQL's is /graphql`);
     // Browsers do not apply CORS to WebSocket: the same origin policy is enforced here.

@@ -7,6 +7,8 @@ import '../../modules/templates/graphql';
 import '../../modules/environments/graphql';
 import '../../modules/environments/usage-graphql';
 import '../../modules/environments/exec-graphql';
+import '../../modules/environments/sessions-graphql';
+import '../../modules/environments/preview-graphql';
 import '../../modules/quotas/graphql';
 import '../../modules/sandboxes/graphql';
 import '../../modules/snapshots/graphql';

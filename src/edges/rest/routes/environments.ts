@@ -87,6 +87,21 @@ export const environmentRoutes: Route[] = [
   },
   {
     method: 'POST',
+    path: '/v1/environments/{id}/previews',
+    summary: 'A signed, expiring URL of a port inside the environment (docs/environments.md, "Preview URLs")',
+    description:
+      '201 with {preview: {url, port, expires}}. 403 not its owner, an admin or an API key; 404 no such environment; 409 PREVIEW_DOMAIN is not set, or the environment is not ready yet; 410 it has ended; 422 a port outside 1-65535 or a bad expiresIn (default 1h, at most 24h).',
+    document: graphql(`
+      mutation RestCreatePreview($id: String!, $input: CreatePreviewInput!) {
+        createPreview(environment: $id, input: $input) { url port expires }
+      }
+    `),
+    body: { variable: 'input', required: true },
+    result: { kind: 'wrap', field: 'createPreview', key: 'preview' },
+    status: 201,
+  },
+  {
+    method: 'POST',
     path: '/v1/environments/{id}/execs',
     summary: "Record a command in the environment's log (counts as activity)",
     document: graphql(`
@@ -102,6 +117,26 @@ export const environmentRoutes: Route[] = [
     summary: 'Every command recorded for the environment, newest first',
     document: graphql(`query RestExecs($id: String!) { execs(environment: $id) { ...ExecFields } }`),
     result: { kind: 'wrap', field: 'execs', key: 'execs' },
+    status: 200,
+  },
+  {
+    method: 'GET',
+    path: '/v1/environments/{id}/sessions',
+    summary: "The environment's open sessions, oldest first (its owner, admins and API keys)",
+    document: graphql(`
+      query RestSessions($id: String!) { environment(id: $id) { sessions { id command tty created attached lastActivity } } }
+    `),
+    result: { kind: 'field', field: 'environment' },
+    status: 200,
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/environments/{id}/sessions/{session}',
+    summary: "End a session: its command's whole session is killed and recorded (137); answers the Exec",
+    document: graphql(`
+      mutation RestEndSession($id: String!, $session: String!) { endSession(environment: $id, session: $session) { ...ExecFields } }
+    `),
+    result: { kind: 'wrap', field: 'endSession', key: 'exec' },
     status: 200,
   },
   {
