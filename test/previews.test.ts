@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { createOrganization } from '../src/modules/organizations/service';
-import { launchBrowser, screenshot } from './helpers/browser';
+import { launchBrowser, openConsole, screenshot, signIn } from './helpers/browser';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { berthExec, runBerth } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
@@ -226,7 +226,8 @@ describeContainers('preview URLs', () => {
       if (data.toString() === 'hello') ws.send('hi');
     });
     await vi.waitFor(() => expect(messages).toEqual(['hello', 'received']), WAIT);
-    ws.close();
+    // The app inside never answers a close frame (a shell script): the connection is cut instead.
+    ws.terminate();
     await once(ws, 'close');
     // Without a credential the upgrade is refused before it reaches the environment.
     const refused = new WebSocket(`ws://127.0.0.1:${serverPort}/socket`, { headers: { host: `${host(3001)}:${serverPort}` } });
@@ -267,6 +268,21 @@ describeContainers('preview URLs', () => {
       const cookies = await page.context().cookies();
       expect(cookies.find((c) => c.name === 'berth_preview')).toMatchObject({ domain: host(3001), httpOnly: true });
       expect(await page.evaluate(() => document.cookie)).not.toContain('berth_preview');
+      // From the console: the environment page's Open buttons, a service's and any port's, in a new tab.
+      const c = await openConsole(browser, s.url);
+      await signIn(c.page, aliceToken);
+      await c.page.goto(`/environments/${envId}`);
+      const [web] = await Promise.all([c.page.waitForEvent('popup'), c.page.getByRole('button', { name: 'Open web' }).click()]);
+      const section = c.page.getByRole('form', { name: 'Open a port' });
+      await expect.poll(() => web.locator('h1').textContent(), WAIT).toBe('hello from httpd');
+      expect(new URL(web.url()).host).toBe(`${host(3000)}:${serverPort}`);
+      await section.getByRole('textbox', { name: 'Port' }).fill('3001');
+      const [other] = await Promise.all([c.page.waitForEvent('popup'), section.getByRole('button', { name: 'Open', exact: true }).click()]);
+      await expect.poll(() => other.locator('#ws').textContent(), WAIT).toBe('received');
+      await section.getByRole('textbox', { name: 'Port' }).fill('70000');
+      await section.getByRole('button', { name: 'Open', exact: true }).click();
+      await expect.poll(() => c.page.getByRole('alert').textContent()).toMatch(/1 to 65535/);
+      expect(c.problems).toEqual([]);
     } finally {
       await browser.close();
     }

@@ -2,6 +2,7 @@ import { lazy, Suspense, useCallback, useRef, useState } from 'react';
 import { Link } from 'wouter';
 import { isStoppable } from '../../../src/kernel/environment-states';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
+import { Previews } from '../components/Previews';
 import { SandboxLink } from '../components/SandboxLink';
 import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
 import { millis, when } from '../format';
@@ -202,6 +203,11 @@ function EnvironmentView({ id }: { id: string }) {
                   <Empty>No services exported{e.sandbox ? '' : ': it is not wired to a sandbox'}.</Empty>
                 )}
               </Section>
+              {e.state === 'ready' && e.runtime === 'container' ? (
+                <Section title="Preview">
+                  <Previews environment={e.id} template={e.template} />
+                </Section>
+              ) : null}
               <Section title="Shares">
                 {e.shares.length ? (
                   <Table label="Shares" head={['Name', 'Direction', 'In the environment', 'On the sandbox', 'Extra files']}>
