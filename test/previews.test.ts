@@ -141,6 +141,9 @@ describeContainers('preview URLs', () => {
       return res;
     }, WAIT);
     expect(page.body).toContain('hello from httpd');
+    // An answer whose end is the connection's (httpd's 404 has no length): it ends, not hangs.
+    const missing = await at(h, '/no-such-page', { cookie: cookie.split(';')[0]! });
+    expect(missing.status).toBe(404);
     // No CORS grant on a preview, whatever the Origin says.
     const cross = await at(h, '/', { cookie: cookie.split(';')[0]!, origin: `http://127.0.0.1:${serverPort}` });
     expect(Object.keys(cross.headers).filter((k) => k.startsWith('access-control-'))).toEqual([]);

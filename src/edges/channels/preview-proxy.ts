@@ -127,21 +127,41 @@ export function createPreviewProxy(deps: Deps, relay: RelayServer, log: Log): Pr
     return headers.flat();
   };
 
-  /** One request to the environment's port over a stream its node dials (Connection: close: one stream a request). */
-  const upstream = (req: IncomingMessage, target: PreviewTarget, headers: string[]): ClientRequest =>
-    request({
+  /**
+   * One request to the environment's port over a stream its node dials (one stream a request). A
+   * plain request's stream is half-closed once the request is sent, as `Connection: close` allows:
+   * the end of an answer whose length is the connection's (a 404 of busybox httpd) only comes back
+   * once the command dialling inside has both ends of its copy done.
+   */
+  const upstream = (req: IncomingMessage, target: PreviewTarget, headers: string[], upgrade: boolean): ClientRequest => {
+    let opened: Duplex | undefined;
+    let sent = false;
+    const halfClose = () => {
+      if (!upgrade && sent && opened && !opened.writableEnded) opened.end();
+    };
+    const up = request({
       method: req.method,
       path: req.url,
       headers,
       setHost: false,
       createConnection: ((_options: unknown, done: (error: Error | null, stream?: Duplex) => void) => {
         relay.openStream(target.env.nodeId!, target.job).then(
-          (stream) => done(null, stream),
+          (stream) => {
+            opened = stream;
+            done(null, stream);
+            halfClose();
+          },
           (error: Error) => done(error),
         );
         return undefined;
       }) as never,
     });
+    up.on('finish', () => {
+      sent = true;
+      halfClose();
+    });
+    return up;
+  };
 
   const unreachable = (target: PreviewTarget, error: Error) =>
     `nothing answered on port ${target.job.port} of environment ${target.env.name}: ${error.message}`;
@@ -167,7 +187,7 @@ export function createPreviewProxy(deps: Deps, relay: RelayServer, log: Log): Pr
     const target = await authorizePreview(deps, host, credential);
     const touch = traffic(target);
     touch();
-    const up = upstream(req, target, upstreamHeaders(req, cookie, dropAuthorization, false));
+    const up = upstream(req, target, upstreamHeaders(req, cookie, dropAuthorization, false), false);
     up.on('response', (answer) => {
       const named = new Set(
         (answer.headers.connection ?? '')
@@ -224,7 +244,7 @@ export function createPreviewProxy(deps: Deps, relay: RelayServer, log: Log): Pr
         const target = await authorizePreview(deps, host, credential);
         const touch = traffic(target);
         touch();
-        const up = upstream(req, target, upstreamHeaders(req, cookie, dropAuthorization, true));
+        const up = upstream(req, target, upstreamHeaders(req, cookie, dropAuthorization, true), true);
         up.on('upgrade', (answer, stream, upstreamHead) => {
           const lines = [`HTTP/1.1 101 ${answer.statusMessage || 'Switching Protocols'}`];
           for (let i = 0; i < answer.rawHeaders.length; i += 2) lines.push(`${answer.rawHeaders[i]}: ${answer.rawHeaders[i + 1]}`);
