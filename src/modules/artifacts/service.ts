@@ -12,7 +12,6 @@
 // caller's organization, so another organization's ids behave exactly like unknown ones.
 import { hkdfSync } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import { type JWTPayload, errors as jose, jwtVerify, SignJWT } from 'jose';
 import type { Actor, Deps } from '../../app/context';
 import type { Artifact, Prisma } from '../../generated/prisma/client';
 import { principalOf, requireMember, requireOwner } from '../../kernel/access';
@@ -25,6 +24,7 @@ import { isId, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
 import { currentKey, DEFAULT_PROJECT, keyByVersion } from '../../kernel/project-keys';
 import { show } from '../../kernel/show';
+import { signToken, verifyToken } from '../../kernel/signed-tokens';
 import { SealError } from '../../platform/crypto/seal';
 import { lockFor } from '../../platform/db';
 import { BlobNotFoundError } from '../../platform/store';
@@ -375,15 +375,14 @@ function baseUrl(deps: Deps): string {
  */
 async function signLink(deps: Deps, artifact: Artifact, lifetimeMs: number): Promise<ArtifactLink> {
   const now = deps.clock.now().getTime();
-  const expSeconds = Math.floor(Math.min(now + lifetimeMs, artifact.expires.getTime()) / 1000);
-  const token = await new SignJWT({ org: artifact.orgId, epoch: artifact.linkEpoch })
-    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
-    .setSubject(artifact.id)
-    .setAudience(LINK_AUDIENCE)
-    .setIssuedAt(Math.floor(now / 1000))
-    .setExpirationTime(expSeconds)
-    .sign(linkKey(deps));
-  return { url: `${baseUrl(deps)}/v1/links/${token}`, expires: new Date(expSeconds * 1000) };
+  const { token, expires } = await signToken(linkKey(deps), {
+    audience: LINK_AUDIENCE,
+    subject: artifact.id,
+    claims: { org: artifact.orgId, epoch: artifact.linkEpoch },
+    now,
+    until: Math.min(now + lifetimeMs, artifact.expires.getTime()),
+  });
+  return { url: `${baseUrl(deps)}/v1/links/${token}`, expires };
 }
 
 export async function createArtifactLink(deps: Deps, actor: Actor, id: string, lifetime?: string | null): Promise<ArtifactLink> {
@@ -417,20 +416,10 @@ export async function revokeArtifactLinks(deps: Deps, actor: Actor, id: string):
 
 /** The artifact a signed link names: 403 invalid_link, 410 link_expired / link_revoked, or 404. */
 export async function resolveLink(deps: Deps, token: string): Promise<Artifact> {
-  let payload: JWTPayload;
-  try {
-    ({ payload } = await jwtVerify(token, linkKey(deps), {
-      algorithms: ['HS256'],
-      audience: LINK_AUDIENCE,
-      currentDate: deps.clock.now(),
-      requiredClaims: ['sub', 'exp'],
-    }));
-  } catch (err) {
-    // Signature first, claims after: an expired link was genuinely issued here.
-    if (err instanceof jose.JWTExpired) throw new GoneError('this link has expired; ask for a new one', 'link_expired');
-    throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link');
-  }
-  const { org, epoch, sub } = payload as { org?: unknown; epoch?: unknown; sub: string };
+  const payload = await verifyToken(linkKey(deps), token, LINK_AUDIENCE, deps.clock.now());
+  if (payload === 'expired') throw new GoneError('this link has expired; ask for a new one', 'link_expired');
+  if (payload === 'invalid') throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link');
+  const { org, epoch, sub } = payload;
   if (typeof org !== 'string' || typeof epoch !== 'number') {
     throw new DomainError('this link is not valid: it was altered or not issued by this server', 'invalid_link');
   }

@@ -7,12 +7,12 @@
 // a preview token is never an artifact link nor the other way round. Whoever holds the link holds
 // the preview until it expires or the environment ends; the link sets a cookie for its host only.
 import { hkdfSync } from 'node:crypto';
-import { errors as jose, jwtVerify, SignJWT } from 'jose';
 import type { Actor, Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
 import { requireMember, requireOwner } from '../../kernel/access';
 import { DAY_MS, formatDuration, HOUR_MS, parseDuration, SECOND_MS } from '../../kernel/durations';
 import { ConflictError, ForbiddenError, GoneError, NotFoundError, UnauthorizedError, ValidationError } from '../../kernel/errors';
+import { signToken, verifyToken } from '../../kernel/signed-tokens';
 import type { PreviewJob } from '../../protocol/relay';
 import { checkAudited, recordAudit } from '../audit';
 import { findEnvironment } from './service';
@@ -92,15 +92,13 @@ export async function createPreview(deps: Deps, actor: Actor, envRef: string, in
   const ms = lifetime(input.expiresIn);
   requireReady(env);
   const now = deps.clock.now().getTime();
-  const expSeconds = Math.floor(Math.min(now + ms, env.expires.getTime()) / 1000);
-  const token = await new SignJWT({ org: env.orgId, port })
-    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
-    .setSubject(env.id)
-    .setAudience(AUDIENCE)
-    .setIssuedAt(Math.floor(now / 1000))
-    .setExpirationTime(expSeconds)
-    .sign(previewKey(deps));
-  const expires = new Date(expSeconds * 1000);
+  const { token, expires } = await signToken(previewKey(deps), {
+    audience: AUDIENCE,
+    subject: env.id,
+    claims: { org: env.orgId, port },
+    now,
+    until: Math.min(now + ms, env.expires.getTime()),
+  });
   // A preview stores nothing, but it opens a port of the environment to whoever holds the link: on record.
   await recordAudit(deps, deps.prisma, actor, {
     action: 'preview.create',
@@ -161,7 +159,7 @@ export async function authorizePreview(deps: Deps, host: PreviewHost, credential
   let expires: Date | undefined;
   let env: Environment | null;
   if ('token' in credential) {
-    const claims = await verifyToken(deps, credential.token);
+    const claims = await previewClaims(deps, credential.token);
     expires = claims.expires;
     env = await deps.prisma.environment.findUnique({ where: { name: host.name } });
     if (!env || env.orgId !== claims.org) throw new NotFoundError(`preview ${hostName}`);
@@ -181,19 +179,12 @@ export async function authorizePreview(deps: Deps, host: PreviewHost, credential
   return { env, job: { kind: 'preview', environment: env.id, port: host.port }, expires };
 }
 
-async function verifyToken(deps: Deps, token: string): Promise<{ org: string; env: string; port: number; expires: Date }> {
-  try {
-    const { payload } = await jwtVerify(token, previewKey(deps), {
-      algorithms: ['HS256'],
-      audience: AUDIENCE,
-      currentDate: deps.clock.now(),
-      requiredClaims: ['sub', 'exp'],
-    });
-    const { org, port, sub, exp } = payload as { org?: unknown; port?: unknown; sub: string; exp: number };
+async function previewClaims(deps: Deps, token: string): Promise<{ org: string; env: string; port: number; expires: Date }> {
+  const payload = await verifyToken(previewKey(deps), token, AUDIENCE, deps.clock.now());
+  if (payload === 'expired') throw new ForbiddenError('this preview link has expired; ask for a new one (berth preview)');
+  if (payload !== 'invalid') {
+    const { org, port, sub, exp } = payload;
     if (typeof org === 'string' && typeof port === 'number') return { org, env: sub, port, expires: new Date(exp * 1000) };
-  } catch (error) {
-    // Signature first, claims after: an expired token was genuinely issued here.
-    if (error instanceof jose.JWTExpired) throw new ForbiddenError('this preview link has expired; ask for a new one (berth preview)');
   }
   throw new UnauthorizedError('this preview link is not valid: it was altered or not issued by this server');
 }
