@@ -226,13 +226,15 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       expect(execs.map((e: { command: string }) => e.command)).toContain('sh -c \'cat; echo " [end]"; exit 4\'');
     });
 
-    // util-linux's script(1) gives `berth shell` a terminal of its own, as a person's would be
-    // (its output adds a \r to each line end: this side's raw mode keeps output processing, as Node's does).
-    it.runIf(existsSync('/usr/bin/script'))('berth shell: raw keys, Ctrl-C to the command, the exit code', async () => {
+    /**
+     * `berth shell` on a terminal of its own, as a person's would be: util-linux's script(1) (its
+     * output adds a \r to each line end: this side's raw mode keeps output processing, as Node's does).
+     */
+    function shell(url: string) {
       const line = `stty cols 90 rows 33 2>/dev/null; exec ${JSON.stringify(process.execPath)} bin/berth.js shell ${envId}`;
       const child = spawn('script', ['-qefc', line, '/dev/null'], {
         cwd: root,
-        env: { ...process.env, BERTH_URL: s.url, BERTH_TOKEN: BOOTSTRAP },
+        env: { ...process.env, BERTH_URL: url, BERTH_TOKEN: BOOTSTRAP },
         stdio: ['pipe', 'pipe', 'pipe'],
       });
       let out = '';
@@ -241,8 +243,17 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         out += d.toString();
         for (const w of [...waiters]) if (w.re.test(out) && waiters.splice(waiters.indexOf(w), 1)) w.resolve();
       });
-      const seen = (re: RegExp) => new Promise<void>((resolve) => (re.test(out) ? resolve() : waiters.push({ re, resolve })));
-      const closed = new Promise<number | null>((resolve) => child.once('close', resolve));
+      return {
+        child,
+        output: () => out,
+        /** Resolves once the terminal's output matches `re`. */
+        seen: (re: RegExp) => new Promise<void>((resolve) => (re.test(out) ? resolve() : waiters.push({ re, resolve }))),
+        closed: new Promise<number | null>((resolve) => child.once('close', resolve)),
+      };
+    }
+
+    it.runIf(existsSync('/usr/bin/script'))('berth shell: raw keys, Ctrl-C to the command, the exit code', async () => {
+      const { child, seen, closed } = shell(s.url);
       await seen(/[$#] /);
       child.stdin!.write('stty size; echo "in=$0"\r');
       await seen(/33 90\r+\nin=\/bin\/sh/);
@@ -261,30 +272,17 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       async () => {
         const gate = await startTcpGate(s.url);
         try {
-          const line = `stty cols 90 rows 33 2>/dev/null; exec ${JSON.stringify(process.execPath)} bin/berth.js shell ${envId}`;
-          const child = spawn('script', ['-qefc', line, '/dev/null'], {
-            cwd: root,
-            env: { ...process.env, BERTH_URL: gate.url, BERTH_TOKEN: BOOTSTRAP },
-            stdio: ['pipe', 'pipe', 'pipe'],
-          });
-          let out = '';
-          const waiters: { re: RegExp; resolve: () => void }[] = [];
-          child.stdout!.on('data', (d: Buffer) => {
-            out += d.toString();
-            for (const w of [...waiters]) if (w.re.test(out) && waiters.splice(waiters.indexOf(w), 1)) w.resolve();
-          });
-          const seen = (re: RegExp) => new Promise<void>((resolve) => (re.test(out) ? resolve() : waiters.push({ re, resolve })));
-          const closed = new Promise<number | null>((resolve) => child.once('close', resolve));
+          const { child, seen, closed, output } = shell(gate.url);
           await seen(/[$#] /);
           child.stdin!.write('echo first-$((1+1))\r');
           await seen(/first-2/);
           gate.drop();
           await seen(/attaching to session ses_\w+ again/);
-          const id = /attaching to session (ses_\w+) again/.exec(out)![1]!;
+          const id = /attaching to session (ses_\w+) again/.exec(output())![1]!;
           child.stdin!.write('echo second-$((2+2))\r');
           await seen(/second-4/);
           // The replay after the drop held the first command's output: it was not shown again.
-          expect(out.match(/first-2/g)).toHaveLength(1);
+          expect(output().match(/first-2/g)).toHaveLength(1);
           const ls = await berth(['session', 'ls', envId], '');
           expect(ls.code).toBe(0);
           expect(ls.stdout).toMatch(new RegExp(`${id}\\s+/bin/sh\\s+yes\\s+1`));

@@ -68,13 +68,10 @@ async function sessionsEnvironment(deps: Deps, actor: Actor, envRef: string) {
   return env;
 }
 
-/** GET /v1/environments/{id}/sessions: its open sessions, oldest first. */
-export async function listSessions(deps: Deps, actor: Actor, envRef: string): Promise<Session[]> {
-  const env = await sessionsEnvironment(deps, actor, envRef);
-  return deps.prisma.session.findMany({ where: { environmentId: env.id }, orderBy: { created: 'asc' } });
-}
-
-/** The environment's sessions, for a caller already allowed to see the environment (Environment.sessions). */
+/**
+ * GET /v1/environments/{id}/sessions (Environment.sessions): its open sessions, oldest first, for a
+ * caller already allowed to see the environment; only its owner, admins and API keys get them.
+ */
 export async function sessionsOf(deps: Deps, actor: Actor, env: { id: string; name: string; owner: string }) {
   requireOwner(actor, env, `environment ${env.name}`);
   return deps.prisma.session.findMany({ where: { environmentId: env.id }, orderBy: { created: 'asc' } });
