@@ -37,6 +37,7 @@ const TEMPLATE: TemplateSpec = {
   shell: '/bin/sh',
   env: {},
   warm: 0,
+  lifecycle: [],
 };
 
 const Sandboxes = graphql(`query TestSandboxes { sandboxes { sandbox { id name org } environments } }`);

@@ -77,7 +77,32 @@ export type TemplateSpec = {
   env: Record<string, string>;
   /** Started, unclaimed containers its pool's nodes keep for its leases (0: none). */
   warm: number;
+  /** Who commands and sessions run as (`name`, `uid`, `name:group`); absent: the image's user. */
+  user?: string;
+  /** The user of the container's own command; absent: the image's user. */
+  containerUser?: string;
+  /**
+   * Commands run inside as `user` in `workdir` (docs/environments.md, "Lifecycle commands"): the
+   * create phases when its container is made, `postStartCommand` when it starts or is claimed.
+   */
+  lifecycle: LifecycleCommand[];
 };
+
+/** The devcontainer.json lifecycle properties Berth runs, in the order it runs them. */
+export const LIFECYCLE_PHASES = ['onCreateCommand', 'updateContentCommand', 'postCreateCommand', 'postStartCommand'] as const;
+export type LifecyclePhase = (typeof LIFECYCLE_PHASES)[number];
+/**
+ * One command of a phase: the string form runs under `/bin/sh -c`, the array form as is; the object
+ * form gives a phase several commands, each named by its key, run side by side.
+ */
+export type LifecycleCommand = {
+  phase: LifecyclePhase;
+  /** The object form's key. */
+  name?: string;
+  argv: string[];
+};
+/** The most a template's lifecycle commands may hold, as JSON (they reach nodes in one NOTIFY with `env`). */
+export const MAX_LIFECYCLE_BYTES = 2 * 1024;
 
 export interface Catalog {
   pools: PoolSpec[];
@@ -225,6 +250,32 @@ const Env = z.unknown().transform((value, ctx): Record<string, string> => {
   return Object.fromEntries(entries) as Record<string, string>;
 });
 
+/** A user as the engine takes it: a name or uid, and optionally `:group` or `:gid`. */
+const USER = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$/;
+const user = z
+  .string(required('must be a string'))
+  .regex(USER, 'must be a user name or uid, optionally with ":group" (e.g. "node", "1000:1000")');
+
+const Lifecycle = list(
+  object(
+    {
+      phase: z.enum(LIFECYCLE_PHASES, { error: `must be one of ${LIFECYCLE_PHASES.join(', ')}` }),
+      name: z.string('must be a string').min(1, 'must not be empty').max(100, 'must be at most 100 characters').optional(),
+      argv: z
+        .array(
+          z.string('must be a string').refine((a) => !a.includes('\0'), 'must not contain NUL characters'),
+          required('must be an array of strings'),
+        )
+        .min(1, 'must name a program'),
+    },
+    'a lifecycle command',
+  ),
+).superRefine((commands, ctx) => {
+  const bytes = Buffer.byteLength(JSON.stringify(commands));
+  if (bytes > MAX_LIFECYCLE_BYTES)
+    ctx.issues.push({ code: 'custom', input: commands, message: `holds ${bytes} bytes as JSON; at most ${MAX_LIFECYCLE_BYTES}` });
+});
+
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[-A-Za-z0-9]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$/;
 
 /** `host:port`: host a DNS name, IPv4 or `[IPv6]`; port 1..65535. */
@@ -312,6 +363,9 @@ const TEMPLATE_FIELDS = {
   shell: absolutePath(true).optional(),
   env: Env.optional(),
   warm: integer(0, MAX_WARM).optional(),
+  user: user.optional(),
+  containerUser: user.optional(),
+  lifecycle: Lifecycle.optional(),
 };
 
 /** A template; `name` is required in the catalog, and taken from the path (or equal to it) for an upsert. */
@@ -347,7 +401,10 @@ const Template = (pathName?: string) =>
       shell: t.shell ?? '/bin/sh',
       env: t.env ?? {},
       warm: t.warm ?? 0,
+      lifecycle: (t.lifecycle ?? []).map((c) => ({ ...c })),
     };
+    if (t.user !== undefined) spec.user = t.user;
+    if (t.containerUser !== undefined) spec.containerUser = t.containerUser;
     if (t.description !== undefined) spec.description = t.description;
     if (t.image !== undefined) spec.image = t.image;
     return spec;
@@ -448,6 +505,10 @@ export function warmSpecHash(template: TemplateSpec): string {
     workdir: template.workdir,
     env: Object.entries(template.env).sort(([a], [b]) => (a < b ? -1 : 1)),
     shares: template.shares.map((s) => [s.name, s.envPath]),
+    // A warm container ran the create phases as its user: only a lease of the same may claim it.
+    user: template.user ?? null,
+    containerUser: template.containerUser ?? null,
+    create: template.lifecycle.filter((c) => c.phase !== 'postStartCommand'),
   };
   return createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 24);
 }
