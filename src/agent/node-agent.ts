@@ -32,12 +32,14 @@ import { formatSize } from '../kernel/sizes';
 import { nodeCapacity } from '../node/capacity';
 import { CommandHost } from '../node/command-host';
 import type { Engine } from '../node/engine';
+import { boundedLog, LifecycleError, type LogSink } from '../node/lifecycle';
 import { NodeRuntime } from '../node/runtime';
 import { restoreShares, saveShares } from '../node/shares';
 import type { Capacity } from '../protocol/capacity';
-import { NODE_CHANNEL_PATH } from '../protocol/dataplane';
+import { MAX_ENVIRONMENT_LOG, NODE_CHANNEL_PATH } from '../protocol/dataplane';
 import { MAX_ERROR, type NodeToServer, parseServerToNode, type ServerToNode, type ToNode } from '../protocol/node-channel';
 import { ARCHIVE_CONTENT_TYPE } from '../protocol/snapshot-archive';
+import { NodeBuilds } from './node-builds';
 
 export interface NodeAgentOptions {
   /** The Berth server's base URL, e.g. http://127.0.0.1:8080. */
@@ -87,6 +89,7 @@ export class NodeAgent {
   private readonly log: (line: string) => void;
   readonly runtime: NodeRuntime;
   private readonly commands: CommandHost;
+  private readonly builds: NodeBuilds;
   /** The warm containers this process holds, by slot: which making of it (`since`), made or being made. */
   private readonly warm = new Map<string, { since: string; hash: string; ready: boolean }>();
   private checks: NodeJS.Timeout | undefined;
@@ -126,6 +129,11 @@ export class NodeAgent {
       (event) => this.send(event),
       (id) => this.held.has(id),
       'berth node',
+    );
+    this.builds = new NodeBuilds(
+      () => this.runtime.engine,
+      (method, path, init) => this.call(method, path, init),
+      this.log,
     );
   }
 
@@ -360,6 +368,9 @@ export class NodeAgent {
         return this.relay(message);
       case 'warm':
         return this.makeWarm(message.warm);
+      case 'build':
+        this.builds.take(message.build);
+        return;
       case 'warm-drop':
         this.warm.delete(message.slot);
         await this.runtime.dropWarm(message.slot);
@@ -393,7 +404,9 @@ export class NodeAgent {
       this.send({ ...result, type: 'reply', reply: message.reply });
     } catch (err) {
       this.log(`${message.type} failed: ${(err as Error).message}`);
-      this.send({ type: 'reply', reply: message.reply, error: errorText(err) });
+      // A lifecycle command that failed is the environment's fault, not the node's: said as is.
+      const fault = err instanceof LifecycleError ? { fault: 'environment' as const } : {};
+      this.send({ type: 'reply', reply: message.reply, error: errorText(err), ...fault });
     }
   }
 
@@ -522,13 +535,22 @@ export class NodeAgent {
     };
     if (warm) this.warm.delete(warm.slot);
     if (warm && !warm.claim) await this.runtime.dropWarm(warm.slot);
+    const log = this.environmentLog(env.id);
     const runtime = warm?.claim
-      ? await this.runtime.claimWarm(warm.slot, warm.hash, env, restore)
-      : await this.runtime.prepare(env, restore);
+      ? await this.runtime.claimWarm(warm.slot, warm.hash, env, restore, log)
+      : await this.runtime.prepare(env, restore, log);
     this.log(
       `${env.id} prepared${warm?.claim ? ' (claimed a warm container)' : ''} (${runtime === 'container' ? `a container of ${env.image}` : 'files only'})`,
     );
     return { runtime };
+  }
+
+  /** The environment's log (its lifecycle commands' output), sent to the server as it comes, at most MAX_ENVIRONMENT_LOG of it. */
+  private environmentLog(id: string): LogSink {
+    return boundedLog(
+      ({ step, text, at }) => this.send({ type: 'env-log', environment: id, step, text, at: at.toISOString() }),
+      MAX_ENVIRONMENT_LOG,
+    );
   }
 
   private async release(env: ToNode<'release'>['environment']): Promise<undefined> {

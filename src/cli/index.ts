@@ -19,6 +19,7 @@ import { registerPreviewCommands } from './preview';
 import { registerQuotaCommands } from './quota';
 import { registerSandboxCommands } from './sandbox';
 import { registerSessionCommands } from './sessions';
+import { registerTemplateCommands } from './template';
 import { registerWebhookCommands } from './webhook';
 
 // A reader that goes away (`berth env ls | head`) ends the command quietly, not with a stack trace.
@@ -51,6 +52,7 @@ registerSandboxCommands(program);
 registerWebhookCommands(program);
 registerKeyCommands(program);
 registerQuotaCommands(program);
+registerTemplateCommands(program);
 registerCompletionCommands(program);
 
 /** A usage error says what was wrong and the one help command to run, not the whole help. */

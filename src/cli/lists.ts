@@ -1,21 +1,8 @@
-// `berth template ls`, `berth snapshot ls`: what the console lists, from a shell (`sandbox ls` and
-// `node ls` are beside their siblings, src/cli/sandbox.ts and nodes.ts).
+// `berth snapshot ls`: what the console lists, from a shell (`template ls`, `sandbox ls` and
+// `node ls` are beside their siblings, src/cli/template.ts, sandbox.ts and nodes.ts).
 import type { Command } from 'commander';
 import { BerthClient, type JsonOptions, withConnection } from './client';
 import { bytes, json, since, table } from './format';
-import type { RemoteNode } from './nodes';
-
-interface Template {
-  name: string;
-  pool: string;
-  image?: string | null;
-  idle: string;
-  hard: string;
-  shares: { name: string; direction: string }[];
-  services: { service: string }[];
-  warm: number;
-  resources: { cpus?: number; memory?: string; pids?: number; disk?: string };
-}
 
 interface Snapshot {
   key: string;
@@ -26,50 +13,7 @@ interface Snapshot {
   created: string;
 }
 
-/** A template's limits in a table cell: `2cpu,4GiB,256pids,8GiB disk`, or `-`. */
-function limits(r: Template['resources']): string {
-  const parts = [
-    r.cpus !== undefined && r.cpus !== null && `${r.cpus}cpu`,
-    r.memory && r.memory,
-    r.pids !== undefined && r.pids !== null && `${r.pids}pids`,
-    r.disk && `${r.disk} disk`,
-  ].filter((p): p is string => Boolean(p));
-  return parts.join(',') || '-';
-}
-
 export function registerListCommands(program: Command): void {
-  withConnection(
-    program
-      .command('template')
-      .description('templates: what can be leased')
-      .command('ls')
-      .description('list the templates the organization can lease')
-      .option('--json', 'print {templates} as JSON'),
-  ).action(async (options: JsonOptions) => {
-    const client = new BerthClient(options);
-    const [answer, nodes] = await Promise.all([
-      client.json<{ templates: Template[] }>('GET', '/v1/templates'),
-      client.json<{ nodes: RemoteNode[] }>('GET', '/v1/nodes'),
-    ]);
-    if (options.json) return json(answer);
-    // Warm containers ready for a lease (on every node of the organization's view) of those wanted.
-    const ready = new Map<string, number>();
-    for (const w of nodes.nodes.flatMap((n) => n.warm)) if (w.state === 'ready') ready.set(w.template, (ready.get(w.template) ?? 0) + 1);
-    const rows = answer.templates.map((t) => [
-      t.name,
-      t.pool,
-      t.image ?? '(files only)',
-      t.warm ? `${ready.get(t.name) ?? 0}/${t.warm}` : '-',
-      limits(t.resources),
-      t.idle,
-      t.hard,
-      t.shares.map((s) => `${s.name}:${s.direction}`).join(',') || '-',
-      t.services.map((s) => s.service).join(',') || '-',
-    ]);
-    if (rows.length === 0) console.error('no templates');
-    else console.log(table(['NAME', 'POOL', 'IMAGE', 'WARM', 'LIMITS', 'IDLE', 'HARD', 'SHARES', 'SERVICES'], rows));
-  });
-
   withConnection(
     program
       .command('snapshot')

@@ -11,6 +11,7 @@ export const AUDIT_ACTIONS = [
   'preview.create',
   'quota.set',
   'template.set',
+  'template.delete',
   'token.create',
   'token.revoke',
   'key.create',
@@ -43,5 +44,9 @@ export const WEBHOOK_EVENTS = [
   'artifact.deleted',
   'snapshot.created',
   'project.shredded',
+  'template.changed',
 ] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+
+/** A template was put, deleted, or its image built (or failed to). */
+export const TEMPLATE_CHANGED: WebhookEvent = 'template.changed';

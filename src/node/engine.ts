@@ -48,6 +48,8 @@ export interface ExecOptions {
   cmd: string[];
   workdir?: string;
   privileged?: boolean;
+  /** Who it runs as (a name, uid, `name:group`); absent: the container's user. */
+  user?: string;
 }
 
 export interface RunningExec {
@@ -206,6 +208,44 @@ export class Engine {
     });
   }
 
+  /**
+   * Builds an image from `context` (a tar) through the engine's build API, tagged `tag`, with no
+   * network (a build's RUN steps run on the node, outside any environment's egress guard) and
+   * no pull (the base comes from the engine's own images, or the build fails). Each line of the
+   * build's output goes to `output`; rejects with the build's error.
+   */
+  async build(
+    context: NodeJS.ReadableStream,
+    options: { tag: string; dockerfile: string; args: Record<string, string>; target?: string; memory?: number },
+    output: (line: string) => void,
+  ): Promise<void> {
+    const stream = await this.docker.buildImage(context, {
+      t: options.tag,
+      dockerfile: options.dockerfile,
+      buildargs: options.args,
+      ...(options.target ? { target: options.target } : {}),
+      ...(options.memory ? { memory: options.memory } : {}),
+      networkmode: 'none',
+      pull: false,
+      rm: true,
+      forcerm: true,
+    } as Dockerode.ImageBuildOptions);
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(
+        stream,
+        (error: Error | null, events: { error?: string }[]) => {
+          const failed = error?.message ?? events.find((e) => e.error)?.error;
+          if (failed) reject(new EngineError(failed.trim()));
+          else resolve();
+        },
+        (event: { stream?: string; error?: string; status?: string }) => {
+          const text = event.stream ?? event.status ?? event.error;
+          if (text) output(text);
+        },
+      );
+    });
+  }
+
   async create(spec: Dockerode.ContainerCreateOptions): Promise<string> {
     return this.timed('create', async () => {
       const container = await within('a create', this.docker.createContainer(spec));
@@ -335,6 +375,7 @@ export class Engine {
           Tty: false,
           WorkingDir: options.workdir,
           Privileged: options.privileged ?? false,
+          ...(options.user ? { User: options.user } : {}),
         }),
       );
       const stream = (await within('an exec start', exec.start({ hijack: true, stdin: true }))) as unknown as Duplex;

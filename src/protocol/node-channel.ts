@@ -10,7 +10,8 @@ import { z } from 'zod';
 import { DomainError, ValidationError } from '../kernel/errors';
 import { MAX_IMAGE_LENGTH } from '../kernel/image-ref';
 import { MAX_TERM } from '../node/command';
-import { EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+import { LIFECYCLE_PHASES } from '../node/lifecycle';
+import { ENV_LOG_PIECE, EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
 import { RelayJob } from './relay';
 import { SyncRulesSchema } from './sync-rules';
 
@@ -107,6 +108,25 @@ const Reply = z.object({
   error: errorText.optional(),
   /** A prepare's answer: whether the environment got a container or holds files only. */
   runtime: z.enum(['container', 'files']).optional(),
+  /** The error is the environment's own (a lifecycle command exited non-zero): its `error` says it as is. */
+  fault: z.literal('environment').optional(),
+});
+
+/**
+ * A piece of an environment's log (docs/environments.md, "Lifecycle commands and the environment's
+ * log"): what one of its lifecycle commands printed (`step` names it) or a line of Berth's, and
+ * when (the node's clock; the server keeps it only when it is not ahead of its own).
+ */
+const EnvLog = z.object({
+  type: z.literal('env-log'),
+  environment: environmentId,
+  step: text(200, 'must be the name of a lifecycle command'),
+  text: z.string().max(ENV_LOG_PIECE, { error: `must be at most ${ENV_LOG_PIECE} characters` }),
+  at: z
+    .string({ error: 'must be a time' })
+    .max(100, { error: 'must be a time' })
+    .refine((value) => !Number.isNaN(new Date(value).getTime()), { error: 'must be a time' })
+    .optional(),
 });
 
 const ExecOutput = z.object({
@@ -160,6 +180,7 @@ export const NodeToServer = z.discriminatedUnion('type', [
   ExecExit,
   ExecInputCredit,
   ExecAttached,
+  EnvLog,
   z.object({ type: z.literal('warm-ready'), slot, since }),
   z.object({ type: z.literal('warm-failed'), slot, since, error: errorText.optional() }),
   /** The warm containers it holds (after each connect and every minute). */
@@ -204,6 +225,14 @@ const environmentSpec = {
   network: z.enum(['none', 'egress']),
   workdir: z.string(),
   env: z.record(z.string(), z.string()),
+  /** Who its commands run as, and its container's user (absent: the image's). */
+  user: text(100).optional(),
+  containerUser: text(100).optional(),
+  /** Its lifecycle commands (at most MAX_LIFECYCLE_BYTES as JSON: src/modules/templates/catalog.ts). */
+  lifecycle: z
+    .array(z.object({ phase: z.enum(LIFECYCLE_PHASES), name: text(100).optional(), argv: z.array(z.string()).min(1).max(1024) }))
+    .max(100)
+    .default([]),
 };
 
 const termSize = z.object({ rows: int(1, MAX_TERM), cols: int(1, MAX_TERM) });
@@ -297,6 +326,21 @@ export const ServerToNode = z.discriminatedUnion('type', [
     warm: z.object({ ...environmentSpec, slot: id, pool: id, hash: z.string(), since: z.string() }),
   }),
   z.object({ type: z.literal('warm-drop'), slot: id }),
+  /**
+   * Build a template's image through the engine's build API, from the context at GET
+   * /v1/template-builds/{id}/context, tagged `image`; report with POST /v1/template-builds/{id}.
+   */
+  z.object({
+    type: z.literal('build'),
+    build: z.object({
+      id,
+      image: text(MAX_IMAGE_LENGTH),
+      dockerfile: text(4096),
+      args: z.record(z.string().max(200), z.string().max(4096)),
+      target: text(200).optional(),
+      memory: text(50).optional(),
+    }),
+  }),
 ]);
 export type ServerToNode = z.infer<typeof ServerToNode>;
 /** One message of the server → node direction, by its type. */

@@ -29,6 +29,7 @@ import {
   nodeWarmReady,
   type WarmFailure,
 } from '../../modules/nodes';
+import { resumeNodeBuilds } from '../../modules/templates';
 import { tagUpgrades } from '../../observability/requests';
 import { topics } from '../../platform/events';
 import { nodeTopics } from '../../protocol/node-bus';
@@ -116,6 +117,7 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
         case 'hello':
           send({ type: 'welcome', ...(await nodeHello(deps, actor, message)) });
           await endSessionsNotRunning(deps, nodeId, message.sessions ?? []);
+          await resumeNodeBuilds(deps, actor);
           return;
         case 'heartbeat': {
           const state = await nodeHeartbeat(deps, nodeId);

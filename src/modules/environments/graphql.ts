@@ -61,6 +61,10 @@ export const EnvironmentRef = builder.prismaObject('Environment', {
     id: t.exposeID('id'),
     name: t.exposeString('name'),
     template: t.exposeString('template'),
+    templateVersion: t.exposeInt('templateVersion', {
+      nullable: true,
+      description: 'The version of its template it was leased from (null: leased before versions were kept)',
+    }),
     state: t.field({ type: EnvironmentState, resolve: (e) => stateOf(e) }),
     node: t.exposeString('node', { nullable: true }),
     sandbox: t.exposeString('sandboxId', { nullable: true }),

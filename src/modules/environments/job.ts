@@ -6,7 +6,7 @@ import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
-import { QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
+import { EnvironmentFaultError, QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
 import {
   fits,
   headroom,
@@ -55,6 +55,8 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
                     FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
                   WHERE h.pool = e.pool AND hr.builtin AND x."orgId" = e."orgId") hot
            WHERE e.pool = ${pool.name} AND e.state = 'pending'
+             -- (a lease of a template whose image is being built waits for the build)
+             AND NOT EXISTS (SELECT 1 FROM "Template" t WHERE t."orgId" = e."orgId" AND t.name = e.template AND t.status = 'building')
              AND EXISTS (SELECT 1 FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
                           WHERE n.pool = e.pool AND n."environmentId" IS NULL
                             AND ${NODE_TAKES_WORK}
@@ -283,7 +285,12 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
     runtime = await provider.prepare(deps, env);
   } catch (error) {
     if (error instanceof QuestionAbandonedError) return giveBackWork(deps, id, claimed);
-    await fail(deps, provider, env, `node ${env.node} could not prepare the environment: ${(error as Error).message}`, 'starting');
+    // A lifecycle command that failed says so itself (`postCreateCommand exited 3`): not the node's fault.
+    const why =
+      error instanceof EnvironmentFaultError
+        ? error.message
+        : `node ${env.node} could not prepare the environment: ${(error as Error).message}`;
+    await fail(deps, provider, env, why, 'starting');
     return;
   }
   const ready = await transition(deps, id, ['starting'], 'ready', (at, current) => ({

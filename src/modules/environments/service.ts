@@ -29,7 +29,7 @@ import { findTemplate, MAX_HARD_MS, poolOf, warmSpecHash } from '../templates';
 import { emitEnvironmentState, emitWebhookEvent, environmentData, nudgeWebhooks } from '../webhooks';
 import { announceEnvironment, recordEvent } from './events';
 import { type EnvironmentFilterInput, environmentFilter } from './filter';
-import { waitingOfNew } from './waiting';
+import { buildingText, waitingOfNew } from './waiting';
 
 export const DEFAULT_PROJECT = 'default';
 
@@ -72,6 +72,11 @@ function timeouts(
 export async function createEnvironment(deps: Deps, actor: Actor, input: CreateEnvironmentInput) {
   requireMember(actor);
   const template = await findTemplate(deps.prisma, actor.orgId, input.template);
+  if (template.status === 'failed') {
+    throw new ConflictError(
+      `template ${template.name} version ${template.version} cannot be leased: ${template.error ?? 'its image did not build'}`,
+    );
+  }
   const labels = validateLabels(input.labels ?? {});
   const project = input.project === undefined || input.project === null ? DEFAULT_PROJECT : validateProjectName(input.project);
   const snapshot = input.snapshot === undefined || input.snapshot === null ? null : validateSnapshotKey(input.snapshot);
@@ -91,7 +96,11 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     const full = queued >= pool.maxQueued;
     // Why it waits, from the start (the environment job keeps it up to date): written with the
     // lease, one version, instead of a second one a moment later.
-    const waiting = full ? null : await waitingOfNew(deps, tx, pool, actor.orgId, queued, needOf(template.resources));
+    const waiting = full
+      ? null
+      : template.status === 'building'
+        ? buildingText(template)
+        : await waitingOfNew(deps, tx, pool, actor.orgId, queued, needOf(template.resources));
     const now = deps.clock.now();
     const created = await tx.environment.create({
       data: {
@@ -99,6 +108,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         orgId: actor.orgId,
         name: await uniqueName(tx),
         template: template.name,
+        templateVersion: template.version,
         pool: pool.name,
         state: full ? 'failed' : 'pending',
         error: full ? `the queue of pool ${pool.name} is full (${pool.maxQueued} waiting)` : null,

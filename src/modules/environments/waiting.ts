@@ -279,15 +279,30 @@ async function explainPool(deps: Deps, pool: PoolSpec, outSync: string[]): Promi
     where: { pool: pool.name, state: 'pending' },
     orderBy: { queueSeq: 'asc' },
     take: EXPLAINED,
-    select: { id: true, orgId: true, waiting: true, resources: true },
+    select: { id: true, orgId: true, waiting: true, resources: true, template: true },
   });
   if (pending.length === 0) return [];
-  const view = await viewPool(deps, deps.prisma, pool, [...new Set(pending.map((e) => e.orgId))], outSync);
+  const orgs = [...new Set(pending.map((e) => e.orgId))];
+  const view = await viewPool(deps, deps.prisma, pool, orgs, outSync);
+  // Leases of a template whose image builds wait for the build; the claim passes over them.
+  const building = new Map(
+    (
+      await deps.prisma.template.findMany({
+        where: { status: 'building', orgId: { in: orgs }, pool: pool.name },
+        select: { orgId: true, name: true, version: true },
+      })
+    ).map((t) => [`${t.orgId}\n${t.name}`, t]),
+  );
   const out: Words[] = [];
   const ownAhead = new Map<string, number>();
   let hotAhead = 0;
   for (const env of pending) {
     const org = env.orgId;
+    const build = building.get(`${org}\n${env.template}`);
+    if (build) {
+      out.push({ env, text: buildingText(build) });
+      continue;
+    }
     const mayHot = view.mayHot(org);
     const need = needOf(env.resources as Parameters<typeof needOf>[0]);
     const text = wordsFor(view, org, mayHot ? hotAhead : (ownAhead.get(org) ?? 0), need);
@@ -296,6 +311,11 @@ async function explainPool(deps: Deps, pool: PoolSpec, outSync: string[]): Promi
     if (text !== undefined) out.push({ env, text });
   }
   return out;
+}
+
+/** The words of a lease whose template's image is being built. */
+export function buildingText(template: { name: string; version: number }): string {
+  return `template ${template.name} version ${template.version}: its image is building (GET /v1/templates/${template.name}/log)`;
 }
 
 /**

@@ -86,7 +86,7 @@ const keyOf = (orgId: string, name: string) => `${orgId}\0${name}`;
 async function wantedTemplates(deps: Deps): Promise<Wanted[]> {
   const rows = await deps.prisma.$queryRaw<{ orgId: string; name: string; spec: unknown }[]>`
     SELECT "orgId", name, spec FROM "Template"
-     WHERE jsonb_typeof(spec->'warm') = 'number' AND (spec->>'warm')::int > 0
+     WHERE status = 'ready' AND jsonb_typeof(spec->'warm') = 'number' AND (spec->>'warm')::int > 0
      ORDER BY updated, id`;
   const wanted: Wanted[] = [];
   for (const row of rows) {

@@ -1,2 +1,15 @@
+export { BUILT_IMAGE_PREFIX, nodeBuildContext, nodeBuildDone, resumeNodeBuilds } from './builds';
 export { type Catalog, loadCatalog, MAX_HARD_MS, type PoolSpec, type TemplateSpec, templateFromJson, warmSpecHash } from './catalog';
-export { applyCatalog, findTemplate, poolImages, poolOf } from './service';
+export {
+  applyCatalog,
+  authorizeTemplateChange,
+  deleteTemplate,
+  findTemplate,
+  getTemplate,
+  poolImages,
+  poolOf,
+  putTemplate,
+  type TemplateView,
+  templateLog,
+} from './service';
+export { templateInputOfTar } from './upload';

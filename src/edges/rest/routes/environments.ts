@@ -14,12 +14,6 @@ graphql(`
   fragment UsageFields on EnvironmentUsage { cpu memory pids disk sampled }
   fragment ExecFields on Exec { id lease time actor command exitCode durationMs }
   fragment QuotaFields on Quota { template maxLeases running idle hard warnings }
-  fragment TemplateFields on Template {
-    name description pool startMs idle hard
-    shares { name direction envPath }
-    services { service target }
-    image resources { cpus memory pids disk } network workdir shell env warm
-  }
 `);
 
 export const environmentRoutes: Route[] = [
@@ -167,25 +161,6 @@ export const environmentRoutes: Route[] = [
     summary: "The organization's quotas with live running counts",
     document: graphql(`query RestQuotas { quotas { ...QuotaFields } }`),
     result: { kind: 'wrap', field: 'quotas', key: 'quotas' },
-    status: 200,
-  },
-  {
-    method: 'GET',
-    path: '/v1/templates',
-    summary: 'Templates the organization can lease',
-    document: graphql(`query RestTemplates { templates { ...TemplateFields } }`),
-    result: { kind: 'wrap', field: 'templates', key: 'templates' },
-    status: 200,
-  },
-  {
-    method: 'PUT',
-    path: '/v1/templates/{name}',
-    summary: "Set the organization's own version of a template (admins only); the catalog file's format",
-    document: graphql(
-      `mutation RestPutTemplate($name: String!, $spec: JSONObject!) { putTemplate(name: $name, spec: $spec) { ...TemplateFields } }`,
-    ),
-    body: { variable: 'spec', required: true },
-    result: { kind: 'wrap', field: 'putTemplate', key: 'template' },
     status: 200,
   },
 ];

@@ -9,6 +9,7 @@ import { environmentRoutes } from './environments';
 import { execRoute, nodeRoutes } from './nodes';
 import { sandboxRoutes } from './sandboxes';
 import { snapshotRoutes } from './snapshots';
+import { templateRoutes } from './templates';
 import { webhookRoutes } from './webhooks';
 
 /**
@@ -20,6 +21,7 @@ export function buildRoutes(schema: GraphQLSchema): Route[] {
     ...credentialRoutes,
     ...artifactRoutes(schema),
     ...environmentRoutes,
+    ...templateRoutes(schema),
     ...sandboxRoutes(schema),
     ...snapshotRoutes,
     ...nodeRoutes(schema),
