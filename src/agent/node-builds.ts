@@ -2,10 +2,13 @@
 // sends `build`; the node fetches the build context, builds it through its engine's build API and
 // reports the outcome with the build's output. One build at a time (a build is heavy, and two of
 // the same image would race for its tag); a build already queued or under way is not queued again.
+import { readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import * as tar from 'tar-stream';
 import { parseSize } from '../kernel/sizes';
 import { type Engine, engineMessage } from '../node/engine';
+import { ENVD_BINARY } from '../node/runtime';
 import type { ToNode } from '../protocol/node-channel';
 
 /** The most of a build's output a node keeps to report (its end); the server keeps as much. */
@@ -16,9 +19,14 @@ const BUILD_TIMEOUT_MS = 30 * 60 * 1000;
 type Build = ToNode<'build'>['build'];
 type Call = (method: string, path: string, init?: { body?: string; type?: string }) => Promise<Response>;
 
+/** The image a node builds to learn whether its engine isolates build steps from its network. */
+const PROBE_IMAGE = 'localhost/berth-build/netcheck:probe';
+
 export class NodeBuilds {
   private readonly queued = new Set<string>();
   private tail: Promise<void> = Promise.resolve();
+  /** Whether the engine's builds run RUN steps with no network but loopback, asked once. */
+  private isolation: Promise<string | null> | undefined;
 
   constructor(
     private readonly engine: () => Engine | null,
@@ -58,6 +66,37 @@ export class NodeBuilds {
     }
   }
 
+  /**
+   * Null when the engine runs a build's RUN steps with no network but loopback, else why not: a
+   * build of berth-envd's `netcheck` (Podman 4's build API ignores `networkmode`, running build
+   * steps on the host's network, where a tenant's command must never run).
+   */
+  private isolated(engine: Engine): Promise<string | null> {
+    this.isolation ??= (async () => {
+      const pack = tar.pack();
+      pack.entry({ name: 'Dockerfile' }, 'FROM scratch\nCOPY envd /envd\nRUN ["/envd", "netcheck"]\n');
+      pack.entry({ name: 'envd', mode: 0o755 }, await readFile(ENVD_BINARY));
+      pack.finalize();
+      const said: string[] = [];
+      try {
+        await engine.build(Readable.from(pack), { tag: PROBE_IMAGE, dockerfile: 'Dockerfile', args: {}, nocache: true }, (line) =>
+          said.push(line),
+        );
+        return null;
+      } catch (error) {
+        const links = said
+          .join('')
+          .match(/^(?!STEP|COMMIT|-->)\S+$/gm)
+          ?.join(', ');
+        this.log(
+          `this engine's builds are not isolated from the node's network (${engineMessage(error)}): Dockerfiles with RUN steps are refused`,
+        );
+        return `this node's engine runs build steps on the node's network${links ? ` (links ${links})` : ''}, where a template's commands must never run: only Dockerfiles without RUN steps are built here (Podman's build API before 5 ignores networkmode; Docker's honours it)`;
+      }
+    })();
+    return this.isolation;
+  }
+
   /** The build's error, or undefined when the image is there. */
   private async build(build: Build, out: (text: string) => void): Promise<string | undefined> {
     const engine = this.engine();
@@ -65,6 +104,10 @@ export class NodeBuilds {
     if (await engine.hasImage(build.image)) {
       out(`${build.image} is already built on this node\n`);
       return undefined;
+    }
+    if (build.runs) {
+      const problem = await this.isolated(engine);
+      if (problem) return problem;
     }
     const response = await this.call('GET', `/v1/template-builds/${build.id}/context`);
     if (!response.body) return 'the server sent no build context';

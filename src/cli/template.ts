@@ -83,7 +83,8 @@ async function devcontainerTar(dir: string): Promise<Readable> {
   add('')
     .then(() => pack.finalize())
     .catch((error: Error) => pack.destroy(error));
-  return pack as unknown as Readable;
+  // (tar-stream's pack is a streamx stream: Node's own wraps it for fetch)
+  return Readable.from(pack);
 }
 
 function printTemplate(t: Template): void {

@@ -216,7 +216,7 @@ export class Engine {
    */
   async build(
     context: NodeJS.ReadableStream,
-    options: { tag: string; dockerfile: string; args: Record<string, string>; target?: string; memory?: number },
+    options: { tag: string; dockerfile: string; args: Record<string, string>; target?: string; memory?: number; nocache?: boolean },
     output: (line: string) => void,
   ): Promise<void> {
     const stream = await this.docker.buildImage(context, {
@@ -225,6 +225,7 @@ export class Engine {
       buildargs: options.args,
       ...(options.target ? { target: options.target } : {}),
       ...(options.memory ? { memory: options.memory } : {}),
+      ...(options.nocache ? { nocache: true } : {}),
       networkmode: 'none',
       pull: false,
       rm: true,

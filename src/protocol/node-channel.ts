@@ -339,6 +339,8 @@ export const ServerToNode = z.discriminatedUnion('type', [
       args: z.record(z.string().max(200), z.string().max(4096)),
       target: text(200).optional(),
       memory: text(50).optional(),
+      /** Its Dockerfile runs commands: built only where the engine isolates build steps from the node's network. */
+      runs: z.boolean(),
     }),
   }),
 ]);

@@ -27,6 +27,8 @@ export interface TemplateBuildSpec {
   dockerfile: string;
   args: Record<string, string>;
   target?: string;
+  /** Its Dockerfile has RUN steps: only a node whose engine isolates build steps from its network builds it. */
+  runs?: boolean;
   /** The tag the image gets: BUILT_IMAGE_PREFIX and a hash of what it is built from. */
   image: string;
 }
@@ -86,6 +88,7 @@ async function sendBuild(deps: Deps, buildId: string, nodeId: string, spec: Temp
       image: spec.image,
       dockerfile: spec.dockerfile,
       args: spec.args,
+      runs: spec.runs !== false,
       ...(spec.target ? { target: spec.target } : {}),
       ...(memory ? { memory } : {}),
     },

@@ -177,6 +177,8 @@ export interface BuildInput {
   dockerfile: string;
   args: Record<string, string>;
   target?: string;
+  /** Its Dockerfile has RUN steps (dockerfile.ts). */
+  runs: boolean;
 }
 
 /** The tag of an image built from `build` for `orgId`: a hash of everything the build reads. */
@@ -213,6 +215,7 @@ export async function putTemplate(
           dockerfile: input.build.dockerfile,
           args: input.build.args,
           ...(input.build.target ? { target: input.build.target } : {}),
+          runs: input.build.runs,
           image,
         }
       : null;

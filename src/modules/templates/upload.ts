@@ -4,13 +4,19 @@
 import type { Readable } from 'node:stream';
 import type { Deps } from '../../app/context';
 import { ValidationError } from '../../kernel/errors';
-import { buildContextTar, readContextTar } from './context-tar';
+import { buildContextTar, type ContextUpload, readContextTar } from './context-tar';
 import { parseDevcontainer } from './devcontainer';
+import { dockerfileSteps, fileInTar } from './dockerfile';
 import type { TemplateInput } from './service';
 
-function parse(deps: Deps, name: string, text: string) {
+function parse(deps: Deps, name: string, text: string, upload?: ContextUpload) {
   const pools = deps.catalog.pools.map((p) => p.name);
-  return parseDevcontainer(text, { name, pools, defaultPool: pools[0] ?? 'default' });
+  return parseDevcontainer(text, {
+    name,
+    pools,
+    defaultPool: pools[0] ?? 'default',
+    ...(upload ? { folder: upload.folder, contextFiles: (path: string) => upload.has(path) } : {}),
+  });
 }
 
 /** GraphQL putTemplate's arguments: exactly one of a JSON template and a devcontainer.json's text (which cannot build: no context). */
@@ -37,9 +43,10 @@ export async function templateInputOf(
 export async function templateInputOfTar(deps: Deps, name: string, body: Readable): Promise<TemplateInput> {
   const upload = await readContextTar(body);
   try {
-    const parsed = parse(deps, name, upload.devcontainer);
+    const parsed = parse(deps, name, upload.devcontainer, upload);
     if (!parsed.build) return { kind: 'devcontainer', template: parsed.template, warnings: parsed.warnings };
     const context = await buildContextTar(upload, parsed.build.context);
+    const { runs } = dockerfileSteps(await fileInTar(context, parsed.build.dockerfile));
     return {
       kind: 'devcontainer',
       template: parsed.template,
@@ -48,10 +55,11 @@ export async function templateInputOfTar(deps: Deps, name: string, body: Readabl
         context,
         dockerfile: parsed.build.dockerfile,
         args: parsed.build.args,
+        runs,
         ...(parsed.build.target ? { target: parsed.build.target } : {}),
       },
     };
   } finally {
-    await upload.close?.();
+    await upload.close();
   }
 }

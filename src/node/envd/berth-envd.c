@@ -31,6 +31,7 @@
 #include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -676,6 +677,27 @@ static int guard_main(int count, char **prefixes) {
   return failures ? 1 : 0;
 }
 
+/*
+ * Whether this process's network namespace has no link but loopback: a node asks it of its engine's
+ * builds (a build step that is not isolated from the host's network must not run a tenant's code).
+ * Exit 0: only loopback; 3: other links (named on stdout); 1: cannot tell.
+ */
+static int netcheck_main(void) {
+  struct if_nameindex *links = if_nameindex();
+  if (!links) {
+    perror("berth-envd: links");
+    return 1;
+  }
+  int others = 0;
+  for (struct if_nameindex *link = links; link->if_index != 0; link++) {
+    if (strcmp(link->if_name, "lo") == 0) continue;
+    printf("%s\n", link->if_name);
+    others++;
+  }
+  if_freenameindex(links);
+  return others ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
   // Nothing of the environment opens this process in /proc (a command's child gets it back at exec).
   prctl(PR_SET_DUMPABLE, 0);
@@ -687,6 +709,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "guard") == 0) return guard_main(argc - 2, argv + 2);
-  fprintf(stderr, "usage: berth-envd init [cmd...] | serve | dial PORT | id | guard PREFIX...\n");
+  if (argc == 2 && strcmp(argv[1], "netcheck") == 0) return netcheck_main();
+  fprintf(stderr, "usage: berth-envd init [cmd...] | serve | dial PORT | id | guard PREFIX... | netcheck\n");
   return 2;
 }
