@@ -130,7 +130,7 @@ describeBackends('audit log', (backend) => {
   it('records admin changes, sandboxes, nodes and revocations', async () => {
     expect((await admin.put('/v1/quotas/default', { maxLeases: 7 })).status).toBe(200);
     expect(await eventOf('quota.set', 'default')).toMatchObject({ target: { kind: 'quota', id: 'default' }, detail: { maxLeases: 7 } });
-    expect((await admin.put('/v1/templates/audited', { pool: 'default', idle: '10m', hard: '1h' })).status).toBe(200);
+    expect((await admin.put('/v1/templates/audited', { pool: 'default', idle: '10m', hard: '1h' })).status).toBe(201);
     expect(await eventOf('template.set', 'audited')).toMatchObject({ target: { kind: 'template' }, detail: { pool: 'default' } });
 
     const reg = await alice.post('/v1/sandboxes', { name: 'audit-box' });

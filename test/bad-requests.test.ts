@@ -43,6 +43,8 @@ const CREDENTIALS: Record<string, Kind[]> = {
   'GET /v1/environments/{id}/restore': ['node'],
   'GET /v1/snapshots/{snapshot}/archive': ['node'],
   'POST /v1/environments/{id}/restored': ['node'],
+  'GET /v1/template-builds/{id}/context': ['node'],
+  'POST /v1/template-builds/{id}': ['node'],
   'GET /v1/sandboxes/{id}/config': ['member', 'sandbox'],
   'POST /v1/sandboxes/{id}/heartbeat': ['sandbox'],
 };

@@ -219,13 +219,14 @@ describe('berth env and berth artifact', () => {
       resources: { cpus: 1, memory: '512MiB' },
     };
     const put = await admin.put('/v1/templates/warmish', warmish);
-    expect(put.status, JSON.stringify(put.body)).toBe(200);
+    expect(put.status, JSON.stringify(put.body)).toBe(201);
     const templates = await berth('template', 'ls');
     expect(templates.code).toBe(0);
     expect(templates.stdout.split('\n')[0]!.split(/\s+/)).toEqual([
       'NAME',
       'POOL',
       'IMAGE',
+      'VERSION',
       'WARM',
       'LIMITS',
       'IDLE',
@@ -233,8 +234,8 @@ describe('berth env and berth artifact', () => {
       'SHARES',
       'SERVICES',
     ]);
-    expect(templates.stdout).toMatch(/^default +default +\(files only\) +- +/m);
-    expect(templates.stdout).toMatch(/^warmish +remote +localhost\/berth-test\/none:1 +0\/2 +1cpu,512MiB/m);
+    expect(templates.stdout).toMatch(/^default +default +\(files only\) +v1 +- +/m);
+    expect(templates.stdout).toMatch(/^warmish +remote +localhost\/berth-test\/none:1 +v1 +0\/2 +1cpu,512MiB/m);
     await admin.post('/v1/sandboxes', { name: 'listed-laptop' });
     const sandboxes = await berth('sandbox', 'ls');
     expect(sandboxes.stdout).toMatch(/^sb_\S+ +listed-laptop +0 +- +active +admin@berth.local$/m);

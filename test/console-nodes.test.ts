@@ -135,7 +135,7 @@ describe('web console: nodes and templates', () => {
         warm: 2,
         resources: { cpus: 1, memory: '512MiB' },
       };
-      expect((await admin.put('/v1/templates/warmbox', spec)).status).toBe(200);
+      expect((await admin.put('/v1/templates/warmbox', spec)).status).toBe(201);
       // The warm job asks the node for both (after the template's image to pull ahead).
       const asked: { slot: string; since: string }[] = [];
       while (asked.length < 2) {

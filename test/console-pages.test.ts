@@ -90,7 +90,7 @@ describeBackends('web console: environment pages, the full form and paging', (ba
       network: 'egress',
       workdir: '/workspace/src',
     };
-    expect((await admin.put('/v1/templates/runtime-shown', spec)).status).toBe(200);
+    expect((await admin.put('/v1/templates/runtime-shown', spec)).status).toBe(201);
     const env = (await admin.post('/v1/environments', { template: 'runtime-shown' })).body.environment;
     await openEnvironment(env.name);
     expect(await field('Image').textContent()).toBe('localhost/console-pages:1');

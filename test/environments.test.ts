@@ -320,8 +320,8 @@ describeBackends('environments', (backend) => {
       workdir: '/private',
       env: { PRIVATE_TOKEN: 'hush' },
     };
-    expect((await admin.put('/v1/templates/rust', own)).status).toBe(200);
-    expect((await admin.put('/v1/templates/mine-only', own)).status).toBe(200);
+    expect((await admin.put('/v1/templates/rust', own)).status).toBe(201);
+    expect((await admin.put('/v1/templates/mine-only', own)).status).toBe(201);
     const { createOrganization } = await import('../src/modules/organizations/service');
     const other = client(url, (await createOrganization(s.app.deps.prisma, `rt-${backend}`, 'x@rt.test')).secret);
     const listed = await other.get('/v1/templates');

@@ -185,6 +185,11 @@ describeBackends('queue, quotas and live state', (backend) => {
     expect(list.body.templates.map((t: { name: string }) => t.name)).toEqual(['many', 'other', 'quick', 'slow']);
     expect(list.body.templates[0]).toEqual({
       name: 'many',
+      version: 1,
+      source: 'catalog',
+      status: 'ready',
+      warnings: [],
+      lifecycle: [],
       pool: 'wide',
       startMs: 50,
       idle: '30m0s',
@@ -207,7 +212,7 @@ describeBackends('queue, quotas and live state', (backend) => {
     });
     expect((await admin.put('/v1/templates/cache', { ...spec, pool: 'nowhere' })).status).toBe(422);
     const put = await admin.put('/v1/templates/cache', spec);
-    expect(put).toMatchObject({ status: 200, body: { template: { name: 'cache', pool: 'wide', idle: '5m0s', hard: '1h0m0s' } } });
+    expect(put).toMatchObject({ status: 201, body: { template: { name: 'cache', pool: 'wide', idle: '5m0s', hard: '1h0m0s' } } });
     const env = (await admin.post('/v1/environments', { template: 'cache' })).body.environment;
     expect(env).toMatchObject({ template: 'cache', idle: '5m0s', hard: '1h0m0s' });
     await admin.del(`/v1/environments/${env.id}`);

@@ -65,12 +65,12 @@ describeContainers('nodes pull ahead', () => {
     const other = await createOrganization(s.app.deps.prisma, 'prepullother', 'boss@other.example');
     const them = client(() => s.url, other.secret);
     const foreign = 'localhost:9/berth-prepull/foreign:1';
-    expect((await them.put('/v1/templates/theirs', { pool: 'remote', image: foreign, idle: '30m', hard: '1h' })).status).toBe(200);
+    expect((await them.put('/v1/templates/theirs', { pool: 'remote', image: foreign, idle: '30m', hard: '1h' })).status).toBe(201);
     // A template of another pool neither.
     const elsewhere = 'localhost:9/berth-prepull/elsewhere:1';
-    expect((await admin.put('/v1/templates/elsewhere', { pool: 'other', image: elsewhere, idle: '30m', hard: '1h' })).status).toBe(200);
+    expect((await admin.put('/v1/templates/elsewhere', { pool: 'other', image: elsewhere, idle: '30m', hard: '1h' })).status).toBe(201);
     // Ours, changed to a new image: pulled now, before any lease (the same channel carries it, in order).
-    expect((await admin.put('/v1/templates/present', { pool: 'remote', image: CHANGED, idle: '30m', hard: '1h' })).status).toBe(200);
+    expect((await admin.put('/v1/templates/present', { pool: 'remote', image: CHANGED, idle: '30m', hard: '1h' })).status).toBe(201);
     await agent.waitFor(new RegExp(`cannot pull ${CHANGED}: \\S`));
 
     const output = agent.output();
@@ -87,11 +87,11 @@ describeContainers('nodes pull ahead', () => {
     const hot = 'localhost:9/berth-prepull/hot:1';
     const cold = 'localhost:9/berth-prepull/cold:1';
     const later = 'localhost:9/berth-prepull/later:1';
-    expect((await admin.put('/v1/templates/hot', { pool: 'hot', image: hot, idle: '30m', hard: '1h' })).status).toBe(200);
+    expect((await admin.put('/v1/templates/hot', { pool: 'hot', image: hot, idle: '30m', hard: '1h' })).status).toBe(201);
     await vi.waitFor(() => expect(said(hot)).toBe(true), { timeout: 30_000, interval: 50 });
     // A pool only remote nodes serve: not the built-in node's business. (Its channel keeps order:
     // once a later image is tried, an earlier message would have been.)
-    expect((await admin.put('/v1/templates/cold', { pool: 'other', image: cold, idle: '30m', hard: '1h' })).status).toBe(200);
+    expect((await admin.put('/v1/templates/cold', { pool: 'other', image: cold, idle: '30m', hard: '1h' })).status).toBe(201);
     expect((await admin.put('/v1/templates/hot', { pool: 'hot', image: later, idle: '30m', hard: '1h' })).status).toBe(200);
     await vi.waitFor(() => expect(said(later)).toBe(true), { timeout: 30_000, interval: 50 });
     expect(said(cold)).toBe(false);

@@ -200,7 +200,7 @@ describeBackends('nodes and runCommand over GraphQL', (backend) => {
     if (!engine()) ctx.skip();
     const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
     const box = { pool, idle: '30m', hard: '1h', image: TEST_IMAGE, workdir: '/tmp' };
-    expect((await admin.put('/v1/templates/box', box)).status).toBe(200);
+    expect((await admin.put('/v1/templates/box', box)).status).toBe(201);
     const env = (await admin.post('/v1/environments', { template: 'box' })).body.environment;
     await untilState(s, BOOTSTRAP, env.id, 'ready');
     // On PostgreSQL through the other instance (both reach the same engine in the test).

@@ -36,7 +36,7 @@ describeBackends('relay checks', (backend) => {
     // The catalog's default template, on the offline test image (no registry is reachable here).
     const catalogDefault = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default');
     const { name: _name, ...spec } = catalogDefault;
-    expect((await admin.put('/v1/templates/default', { ...spec, image: engine() ? TEST_ECHO_IMAGE : undefined })).status).toBe(200);
+    expect((await admin.put('/v1/templates/default', { ...spec, image: engine() ? TEST_ECHO_IMAGE : undefined })).status).toBe(201);
     const created = await admin.post('/v1/environments', { template: 'default', sandbox: 'mine' });
     envId = created.body.environment.id;
   });
@@ -95,7 +95,7 @@ describeBackends('relay checks', (backend) => {
       // The image's own command echoes on the environment's port 7000.
       const services = [{ service: 'echo', target: '127.0.0.1:7000' }];
       const spec = { pool, startMs: 10, idle: '5m', hard: '1h', image: TEST_ECHO_IMAGE, services };
-      expect((await admin.put('/v1/templates/echoing', spec)).status).toBe(200);
+      expect((await admin.put('/v1/templates/echoing', spec)).status).toBe(201);
       const used = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
       const unused = (await admin.post('/v1/environments', { template: 'echoing', sandbox: 'mine' })).body.environment.id;
       await untilState(s, BOOTSTRAP, used, 'ready');

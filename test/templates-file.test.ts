@@ -75,6 +75,7 @@ describe('parseCatalog with a valid catalog', () => {
       shell: '/bin/sh',
       env: {},
       warm: 0,
+      lifecycle: [],
     });
     expect(catalog.templates[1]).toEqual({
       name: 'big',
@@ -92,6 +93,7 @@ describe('parseCatalog with a valid catalog', () => {
       shell: '/bin/sh',
       env: {},
       warm: 0,
+      lifecycle: [],
     });
     expect(catalog.templates[1]).not.toHaveProperty('image');
   });
@@ -533,6 +535,7 @@ describe('validateTemplateSpec (admin upsert)', () => {
       shell: '/bin/sh',
       env: {},
       warm: 0,
+      lifecycle: [],
     });
     expect(validateTemplateSpec({ ...body, name: 'custom' }, 'custom', ['default']).name).toBe('custom');
   });

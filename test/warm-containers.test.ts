@@ -150,7 +150,7 @@ describeContainers('warm containers on the built-in node', () => {
   it("replaces an organization's warm containers when its template changes and removes them at warm: 0; another organization never claims them", async () => {
     const wait = { timeout: 60_000, interval: 100 };
     const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 1 };
-    expect((await admin.put('/v1/templates/twin', body)).status).toBe(200);
+    expect((await admin.put('/v1/templates/twin', body)).status).toBe(201);
     await vi.waitFor(async () => expect(await running('twin')).toHaveLength(1), wait);
     const [first] = await warmOf('twin');
 
@@ -181,7 +181,7 @@ describeContainers('warm containers on the built-in node', () => {
   it("keeps an organization's warm containers within its share of the hot nodes", async () => {
     // 4 hot nodes, POOL_ORG_SHARE 0.5: two of them at most, whatever the template asks.
     const body = { pool: 'small', image: TEST_IMAGE, idle: '30m', hard: '2h', warm: 4 };
-    expect((await admin.put('/v1/templates/greedy', body)).status).toBe(200);
+    expect((await admin.put('/v1/templates/greedy', body)).status).toBe(201);
     await vi.waitFor(async () => expect(await running('greedy')).toHaveLength(2), { timeout: 60_000, interval: 100 });
     await s.app.deps.background.tick();
     expect(await warmOf('greedy')).toHaveLength(2);
@@ -216,7 +216,7 @@ describeContainers('warm containers on the built-in node', () => {
 
     // A container whose command ends (killed from outside, as a crash would end it): each end is
     // seen by the node's next look and waits twice as long as the one before, across makings.
-    expect((await admin.put('/v1/templates/crashy', { ...body, image: TEST_IMAGE })).status).toBe(200);
+    expect((await admin.put('/v1/templates/crashy', { ...body, image: TEST_IMAGE })).status).toBe(201);
     for (const seconds of [5, 10, 20]) {
       await vi.waitFor(async () => expect(await running('crashy')).toHaveLength(1), wait);
       await podman('kill', (await running('crashy'))[0]!.name);
@@ -230,7 +230,7 @@ describeContainers('warm containers on the built-in node', () => {
 
     // An image that cannot be pulled: the engine's words, tried again later each time.
     const image = 'localhost:1/berth-test/nowhere:1';
-    expect((await admin.put('/v1/templates/unpullable', { ...body, image })).status).toBe(200);
+    expect((await admin.put('/v1/templates/unpullable', { ...body, image })).status).toBe(201);
     await vi.waitFor(() => expect(said('unpullable', 5, /^cannot pull image localhost:1\/berth-test\/nowhere:1: /)).toBe(true), wait);
     s.clock.advance(5000);
     await s.app.deps.background.tick();

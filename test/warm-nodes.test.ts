@@ -70,7 +70,7 @@ describeContainers('warm containers on a remote node', () => {
       warm: 2,
       shares: [{ name: 'src', direction: 'in', envPath: '/src' }],
     };
-    expect((await admin.put('/v1/templates/nodebox', body)).status).toBe(200);
+    expect((await admin.put('/v1/templates/nodebox', body)).status).toBe(201);
     await vi.waitFor(async () => expect(await readyOnNode()).toHaveLength(2), WAIT);
     expect(await warmNames()).toHaveLength(2);
     const listed = await warmer();
@@ -135,7 +135,7 @@ describeContainers('warm containers on a remote node', () => {
       await vi.waitFor(async () => expect((await admin.get(`/v1/environments/${id}`)).body.state).toBe('stopped'), WAIT);
 
       // Its own version of the template (no warm containers) replaces the catalog's on its nodes.
-      expect((await admin.put('/v1/templates/stock', { pool: 'stockpool', image: TEST_IMAGE, idle: '30m', hard: '2h' })).status).toBe(200);
+      expect((await admin.put('/v1/templates/stock', { pool: 'stockpool', image: TEST_IMAGE, idle: '30m', hard: '2h' })).status).toBe(201);
       await vi.waitFor(async () => {
         expect(await held()).toEqual([]);
         expect(await stockNames()).toEqual([]);
