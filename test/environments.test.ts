@@ -276,12 +276,14 @@ describeBackends('environments', (backend) => {
       env: { CARGO_TERM_COLOR: 'never' },
     });
     const gql = await admin.gql(TemplatesQuery);
-    expect(gql.body.data?.templates?.find((t) => t.name === 'default')).toMatchObject({
-      image: 'docker.io/library/debian:bookworm-slim',
-      network: 'none',
-      resources: { cpus: 1, memory: '2GiB', pids: 1024, disk: '8GiB' },
-      env: {},
+    expect(gql.body.data?.templates?.find((t) => t.name === 'node')).toMatchObject({
+      image: 'docker.io/library/node:20-bookworm',
+      network: 'egress',
+      resources: { cpus: 2, memory: '4GiB', pids: 4096, disk: '16GiB' },
+      env: { NODE_ENV: 'development', CI: 'true' },
     });
+    // The shipped default holds files only: it works on a machine that reaches no registry.
+    expect(gql.body.data?.templates?.find((t) => t.name === 'default')).toMatchObject({ image: null, network: 'none', env: {} });
 
     const spec = { pool: 'default', idle: '10m', hard: '1h' };
     const bad: [object, string][] = [
