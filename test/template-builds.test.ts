@@ -157,7 +157,14 @@ describeContainers('devcontainer builds on the engine', () => {
       }),
       '.devcontainer/Dockerfile': `FROM ${TEST_IMAGE}\n`,
     });
+    const contexts = async () => {
+      const keys: string[] = [];
+      for await (const blob of s.app.deps.store.list('templates/')) keys.push(blob.name);
+      return keys.sort();
+    };
+    const before = await contexts();
     expect((await berth('template', 'push', 'waits', '--devcontainer', dir)).code).toBe(0);
+    expect((await contexts()).length).toBe(before.length + 1);
     expect((await admin.get('/v1/templates/waits')).body.template.status).toBe('building');
     const lease = await admin.post('/v1/environments', { template: 'waits' });
     expect(lease.status).toBe(202);
@@ -172,5 +179,7 @@ describeContainers('devcontainer builds on the engine', () => {
     });
     await admin.del(`/v1/environments/${lease.body.environment.id}`);
     expect((await berth('template', 'rm', 'waits')).stdout).toContain('waits: removed');
+    // Its build context went with it.
+    expect(await contexts()).toEqual(before);
   });
 });

@@ -4,7 +4,7 @@ import type { BackgroundJob } from '../../kernel/background';
 import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
-import { lockFor } from '../../platform/db';
+import { lockFor, type Tx } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
 import { EnvironmentFaultError, QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
 import {
@@ -21,6 +21,7 @@ import {
   warmAllocation,
 } from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
+import { BUILT_IMAGE_PREFIX } from '../templates';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
 import { awaitingOutSync } from './relay';
@@ -76,9 +77,15 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
           tx,
           slots.map((n) => n.remoteId),
         );
+        // Built images (a devcontainer's build) are on the nodes that built them, never pulled.
+        const built = await builtOn(
+          tx,
+          envs.map((e) => e.image),
+        );
         for (const pending of envs) {
           const need = needOf(pending.resources);
-          const mayTake = (n: Slot) => n.orgId === pending.orgId || (pending.hotRoom && n.builtin);
+          const holdsBuilt = (n: Slot) => !pending.image?.startsWith(BUILT_IMAGE_PREFIX) || built.has(`${n.remoteId}\n${pending.image}`);
+          const mayTake = (n: Slot) => (n.orgId === pending.orgId || (pending.hotRoom && n.builtin)) && holdsBuilt(n);
           // A ready warm container of its template and spec (the catalog's, or its organization's own)...
           const warm = slots.find(
             (n) =>
@@ -94,14 +101,14 @@ async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<v
           const placed = warm
             ? { slot: warm, evict: [] }
             : (placeOn(
-                slots.filter((n) => n.orgId === pending.orgId),
+                slots.filter((n) => n.orgId === pending.orgId && holdsBuilt(n)),
                 need,
                 rooms,
                 pending.image,
               ) ??
               (pending.hotRoom
                 ? placeOn(
-                    slots.filter((n) => n.builtin),
+                    slots.filter((n) => n.builtin && holdsBuilt(n)),
                     need,
                     rooms,
                     pending.image,
@@ -184,6 +191,17 @@ const warmRank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready
 /** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
 function leastWarm(slots: Slot[]): Slot | undefined {
   return slots.reduce<Slot | undefined>((best, n) => (!best || warmRank(n) < warmRank(best) ? n : best), undefined);
+}
+
+/** Of `images`, those built by a node (`<node id>\n<image>`): a lease of one goes only to such a node. */
+async function builtOn(tx: Tx, images: (string | null)[]): Promise<Set<string>> {
+  const wanted = [...new Set(images.filter((i): i is string => i?.startsWith(BUILT_IMAGE_PREFIX) === true))];
+  if (wanted.length === 0) return new Set();
+  const rows = await tx.$queryRaw<{ nodeId: string; image: string }[]>`
+    SELECT DISTINCT b."nodeId", t.build->>'image' AS image
+      FROM "TemplateBuild" b JOIN "Template" t ON t.id = b."templateId"
+     WHERE b.state = 'ready' AND t.build->>'image' = ANY(${wanted}::text[])`;
+  return new Set(rows.map((r) => `${r.nodeId}\n${r.image}`));
 }
 
 /** A place for a lease: the slot, the warm containers removed to make room, whether its engine holds the image, what is left free. */

@@ -220,9 +220,11 @@ export async function putTemplate(
         }
       : null;
   let hooked = false;
-  const { row, created } = await deps.prisma.$transaction(async (tx) => {
+  let replaced: TemplateBuildSpec | null = null;
+  const stored = deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:template:${actor.orgId}:${name}`);
     const existing = await tx.template.findUnique({ where: { orgId_name: { orgId: actor.orgId, name } } });
+    replaced = (existing?.build as unknown as TemplateBuildSpec | null) ?? null;
     const now = deps.clock.now();
     const data = {
       pool: spec.pool,
@@ -252,12 +254,26 @@ export async function putTemplate(
     );
     return { row, created: !existing };
   });
+  // A context no version builds from any more is removed: the one this PUT stored when it failed,
+  // the one it replaced when it did not.
+  const { row, created } = await stored.catch(async (error: unknown) => {
+    if (contextKey) await dropContext(deps, actor.orgId, contextKey);
+    throw error;
+  });
+  const previous = replaced as TemplateBuildSpec | null;
+  if (previous && previous.context !== contextKey) await dropContext(deps, actor.orgId, previous.context);
   nudgeWebhooks(deps, hooked);
   if (build) await sendBuilds(deps, row.id);
   else if (spec.image) await pullAhead(deps, actor.orgId, spec.pool, spec.image);
   // Warm containers of the old spec go, of the new one come.
   deps.background.nudge(WARM_JOB);
   return { template: templateView(row), created };
+}
+
+/** Removes a stored build context, unless a template of the organization still builds from the same bytes. */
+async function dropContext(deps: Deps, orgId: string, key: string): Promise<void> {
+  const still = await deps.prisma.template.count({ where: { orgId, build: { path: ['context'], equals: key } } });
+  if (still === 0) await deps.store.delete(key).catch((err) => deps.log('could not delete a template build context', err));
 }
 
 /**
@@ -290,11 +306,7 @@ export async function deleteTemplate(deps: Deps, actor: Actor, name: string): Pr
   });
   nudgeWebhooks(deps, hooked);
   const build = removed?.build as unknown as TemplateBuildSpec | null;
-  // Its context, unless another version of the organization's templates still builds from the same bytes.
-  if (build) {
-    const still = await deps.prisma.template.count({ where: { orgId: actor.orgId, build: { path: ['context'], equals: build.context } } });
-    if (still === 0) await deps.store.delete(build.context).catch((err) => deps.log('could not delete a template build context', err));
-  }
+  if (build) await dropContext(deps, actor.orgId, build.context);
   deps.background.nudge(WARM_JOB);
 }
 
