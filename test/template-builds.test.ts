@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
 import { berthExec, runBerth } from './helpers/processes';
 import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './helpers/server';
 import { poll } from './helpers/wait';
@@ -85,6 +86,21 @@ describeContainers('devcontainer builds on the engine', () => {
     const again = await berth('template', 'push', 'built', '--devcontainer', dir);
     expect(again.stdout).toMatch(/built: version 2, changed/);
     expect((await untilStatus('built', 'ready')).image).toBe(template.image);
+
+    // Other inputs: another image; the old one goes from the node, and the new one once the template does.
+    await writeFile(join(dir, 'app.txt'), 'changed\n');
+    expect((await berth('template', 'push', 'built', '--devcontainer', dir)).stdout).toMatch(/built: version 3, changed/);
+    const changed = await untilStatus('built', 'ready');
+    expect(changed.image).not.toBe(template.image);
+    const held = (image: string) => () =>
+      podman('image', 'exists', image).then(
+        () => true,
+        () => false,
+      );
+    await poll(`${template.image} to be removed`, async () => ((await held(template.image)()) ? undefined : true));
+    expect(await held(changed.image)()).toBe(true);
+    expect((await berth('template', 'rm', 'built')).code).toBe(0);
+    await poll(`${changed.image} to be removed`, async () => ((await held(changed.image)()) ? undefined : true));
   });
 
   it("runs a Dockerfile's RUN steps only where the engine isolates them from the node's network", async () => {

@@ -371,6 +371,9 @@ export class NodeAgent {
       case 'build':
         this.builds.take(message.build);
         return;
+      case 'built':
+        this.builds.prune(message.images);
+        return;
       case 'warm-drop':
         this.warm.delete(message.slot);
         await this.runtime.dropWarm(message.slot);

@@ -20,7 +20,8 @@ type Build = ToNode<'build'>['build'];
 type Call = (method: string, path: string, init?: { body?: string; type?: string }) => Promise<Response>;
 
 /** The image a node builds to learn whether its engine isolates build steps from its network. */
-const PROBE_IMAGE = 'localhost/berth-build/netcheck:probe';
+const BUILT_PREFIX = 'localhost/berth-build/';
+const PROBE_IMAGE = `${BUILT_PREFIX}netcheck:probe`;
 
 export class NodeBuilds {
   private readonly queued = new Set<string>();
@@ -33,6 +34,26 @@ export class NodeBuilds {
     private readonly call: Call,
     private readonly log: (line: string) => void,
   ) {}
+
+  /**
+   * Removes the built images (BUILT_IMAGE_PREFIX) not in `keep`, after the builds queued now: a
+   * template changed or deleted leaves none behind. One a container still uses stays until the
+   * next time (and the probe's image is kept).
+   */
+  prune(keep: string[]): void {
+    const kept = new Set([...keep, PROBE_IMAGE]);
+    this.tail = this.tail.then(async () => {
+      const engine = this.engine();
+      if (!engine) return;
+      try {
+        for (const tag of await engine.imagesUnder(BUILT_PREFIX)) {
+          if (!kept.has(tag) && (await engine.removeImage(tag))) this.log(`removed ${tag}: no template builds it any more`);
+        }
+      } catch (error) {
+        this.log(`could not list the built images: ${engineMessage(error)}`);
+      }
+    });
+  }
 
   /** Queues the build unless it is queued already. */
   take(build: Build): void {

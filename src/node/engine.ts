@@ -247,6 +247,27 @@ export class Engine {
     });
   }
 
+  /** The tags of the engine's images under `prefix` (e.g. `localhost/berth-build/`). */
+  async imagesUnder(prefix: string): Promise<string[]> {
+    return this.timed('images', async () => {
+      const images = await within('an image list', this.docker.listImages());
+      return images.flatMap((i) => i.RepoTags ?? []).filter((tag) => tag.startsWith(prefix));
+    });
+  }
+
+  /** Removes the image's tag (and the image once untagged); one a container uses stays (false). */
+  async removeImage(ref: string): Promise<boolean> {
+    return this.timed('image-remove', async () => {
+      try {
+        await within(`removing image ${ref}`, this.docker.getImage(ref).remove());
+        return true;
+      } catch (error) {
+        if (isMissing(error)) return true;
+        return false;
+      }
+    });
+  }
+
   async create(spec: Dockerode.ContainerCreateOptions): Promise<string> {
     return this.timed('create', async () => {
       const container = await within('a create', this.docker.createContainer(spec));

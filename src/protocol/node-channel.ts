@@ -326,6 +326,8 @@ export const ServerToNode = z.discriminatedUnion('type', [
     warm: z.object({ ...environmentSpec, slot: id, pool: id, hash: z.string(), since: z.string() }),
   }),
   z.object({ type: z.literal('warm-drop'), slot: id }),
+  /** The built template images its pools use now: it removes the others it holds. */
+  z.object({ type: z.literal('built'), images: z.array(text(MAX_IMAGE_LENGTH)).max(10_000) }),
   /**
    * Build a template's image through the engine's build API, from the context at GET
    * /v1/template-builds/{id}/context, tagged `image`; report with POST /v1/template-builds/{id}.

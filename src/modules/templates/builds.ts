@@ -95,6 +95,26 @@ async function sendBuild(deps: Deps, buildId: string, nodeId: string, spec: Temp
   });
 }
 
+/** The built images a node's pools use now: its organization's templates of its pool (every organization's of the hot pools for the built-in node). */
+async function builtImagesOf(deps: Deps, node: { builtin: boolean; pool: string; orgId: string }): Promise<string[]> {
+  const hotPools = deps.catalog.pools.filter((p) => p.hotNodes > 0).map((p) => p.name);
+  const rows = await deps.prisma.template.findMany({
+    where: node.builtin ? { pool: { in: hotPools }, orgId: { not: '' } } : { pool: node.pool, orgId: node.orgId },
+    select: { build: true },
+  });
+  return [...new Set(rows.map((r) => (r.build as unknown as TemplateBuildSpec | null)?.image).filter((i): i is string => Boolean(i)))];
+}
+
+/** Tells the nodes that may hold a template of `orgId` in `pool` which built images to keep (after a change or a delete). */
+export async function sendBuiltImages(deps: Deps, orgId: string, pool: string): Promise<void> {
+  const hot = (deps.catalog.pools.find((p) => p.name === pool)?.hotNodes ?? 0) > 0;
+  const nodes = await deps.prisma.remoteNode.findMany({
+    where: { revoked: null, state: 'online', OR: [{ orgId, pool, builtin: false }, ...(hot ? [{ builtin: true }] : [])] },
+    select: { id: true, builtin: true, pool: true, orgId: true },
+  });
+  for (const node of nodes) await sendToNode(deps, node.id, { type: 'built', images: await builtImagesOf(deps, node) });
+}
+
 /**
  * A node said hello: it is sent again the builds it has not finished (its process may have
  * restarted), and given builds of its pool's templates' current versions it never made.
@@ -119,6 +139,7 @@ export async function resumeNodeBuilds(deps: Deps, actor: Actor): Promise<void> 
       skipDuplicates: true,
     });
   }
+  await sendToNode(deps, nodeId, { type: 'built', images: await builtImagesOf(deps, node) });
   const open = await deps.prisma.templateBuild.findMany({ where: { nodeId, state: 'building' }, include: { template: true } });
   for (const build of open) {
     if (build.version !== build.template.version || !build.template.build) continue;

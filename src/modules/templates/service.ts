@@ -11,7 +11,7 @@ import { MAX_POOL_IMAGES } from '../../protocol/dataplane';
 import { sendToNode } from '../../protocol/node-bus';
 import { checkAudited, recordAudit } from '../audit';
 import { emitWebhookEvent, nudgeWebhooks } from '../webhooks';
-import { BUILT_IMAGE_PREFIX, buildLogText, planBuilds, sendBuilds, type TemplateBuildSpec } from './builds';
+import { BUILT_IMAGE_PREFIX, buildLogText, planBuilds, sendBuilds, sendBuiltImages, type TemplateBuildSpec } from './builds';
 import { type Catalog, type PoolSpec, type TemplateSpec, templateFromJson, validateTemplateSpec } from './catalog';
 
 /** Catalog templates are stored with this org id; an organization's own upserts override them. */
@@ -221,10 +221,12 @@ export async function putTemplate(
       : null;
   let hooked = false;
   let replaced: TemplateBuildSpec | null = null;
+  let replacedPool: string | null = null;
   const stored = deps.prisma.$transaction(async (tx) => {
     await lockFor(tx, `berth:template:${actor.orgId}:${name}`);
     const existing = await tx.template.findUnique({ where: { orgId_name: { orgId: actor.orgId, name } } });
     replaced = (existing?.build as unknown as TemplateBuildSpec | null) ?? null;
+    replacedPool = existing?.pool ?? null;
     const now = deps.clock.now();
     const data = {
       pool: spec.pool,
@@ -265,6 +267,8 @@ export async function putTemplate(
   nudgeWebhooks(deps, hooked);
   if (build) await sendBuilds(deps, row.id);
   else if (spec.image) await pullAhead(deps, actor.orgId, spec.pool, spec.image);
+  // The image the old version built, when no version uses it now, goes from the nodes that hold it.
+  if (previous && previous.image !== build?.image) await sendBuiltImages(deps, actor.orgId, replacedPool ?? spec.pool);
   // Warm containers of the old spec go, of the new one come.
   deps.background.nudge(WARM_JOB);
   return { template: templateView(row), created };
@@ -306,7 +310,10 @@ export async function deleteTemplate(deps: Deps, actor: Actor, name: string): Pr
   });
   nudgeWebhooks(deps, hooked);
   const build = removed?.build as unknown as TemplateBuildSpec | null;
-  if (build) await dropContext(deps, actor.orgId, build.context);
+  if (build && removed) {
+    await dropContext(deps, actor.orgId, build.context);
+    await sendBuiltImages(deps, actor.orgId, removed.pool);
+  }
   deps.background.nudge(WARM_JOB);
 }
 
