@@ -7,6 +7,7 @@ import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { launchBrowser, openConsole, screenshot, signIn } from './helpers/browser';
 import { describeContainers, engine, TEST_IMAGE, writeCatalog } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import { berthExec, runBerth } from './helpers/processes';
@@ -155,6 +156,28 @@ describeContainers('devcontainer builds on the engine', () => {
     expect(await admin.post('/v1/environments', { template: 'broken' })).toMatchObject({ status: 409, body: { code: 'conflict' } });
     const shown = await berth('template', 'get', 'broken');
     expect(shown.stdout).toMatch(/status\s+failed/);
+
+    // The console's template page shows the same: status, version, the warnings and the build log.
+    const browser = await launchBrowser();
+    try {
+      const { page, problems } = await openConsole(browser, s.url);
+      await signIn(page, BOOTSTRAP);
+      await page.goto('/templates/broken');
+      await page.getByRole('heading', { level: 1, name: 'Template broken' }).waitFor();
+      const field = (name: string) =>
+        page
+          .locator('dl.fields > div')
+          .filter({ has: page.getByRole('term').getByText(name, { exact: true }) })
+          .getByRole('definition');
+      await page.getByText(/^failed: the image did not build on the built-in node/).waitFor();
+      expect(await field('Version').textContent()).toBe("1 (the organization's own)");
+      await page.getByRole('heading', { name: 'Build log' }).waitFor();
+      expect(await page.locator('pre').textContent()).toContain('not-in-the-context.txt');
+      await screenshot(page, 'template-build-failed');
+      expect(problems).toEqual([]);
+    } finally {
+      await browser.close();
+    }
 
     // A base image the engine does not have is not pulled: the build fails saying so.
     const missing = await repo({

@@ -8,12 +8,31 @@ const TemplateDetail = graphql(`
   query TemplateDetail {
     templates {
       name description pool image network workdir shell env idle hard startMs warm warmReady
+      version source status error warnings user containerUser lifecycle { phase name argv }
       resources { cpus memory disk pids }
       shares { name direction envPath }
       services { service target }
     }
   }
 `);
+
+const TemplateBuildLog = graphql(`
+  query TemplateBuildLog($name: String!) {
+    template(name: $name) { name log }
+  }
+`);
+
+/** The build log of an organization's own template (a catalog template builds nothing). */
+function BuildLog({ name }: { name: string }) {
+  const [answer] = useQueryAnswer({ query: TemplateBuildLog, variables: { name }, requestPolicy: 'cache-and-network' });
+  const log = answer.data?.template.log;
+  if (!log) return null;
+  return (
+    <Section title="Build log">
+      <pre>{log}</pre>
+    </Section>
+  );
+}
 
 /** One template: what an environment leased from it runs with. */
 export function TemplatePage({ name }: { name: string }) {
@@ -34,11 +53,14 @@ export function TemplatePage({ name }: { name: string }) {
               <Fields
                 items={[
                   ['Description', t.description],
+                  ['Version', `${t.version} (${t.source === 'api' ? "the organization's own" : 'the catalog'})`],
+                  ['Status', t.error ? `${t.status}: ${t.error}` : t.status],
                   ['Pool', t.pool],
                   ['Image', t.image ? <code key="image">{t.image}</code> : 'none: environments hold files only'],
                   ['Network', t.network],
                   ['Working directory', t.workdir],
                   ['Shell', t.shell],
+                  ['User', t.user ?? "the image's"],
                   ['CPUs', t.resources.cpus],
                   ['Memory', t.resources.memory],
                   ['Disk', t.resources.disk],
@@ -49,6 +71,29 @@ export function TemplatePage({ name }: { name: string }) {
                   ['Warm containers', warmState(t)],
                 ]}
               />
+              {t.warnings.length ? (
+                <Section title="Warnings">
+                  <ul aria-label="Warnings">
+                    {t.warnings.map((w) => (
+                      <li key={w}>{w}</li>
+                    ))}
+                  </ul>
+                </Section>
+              ) : null}
+              {t.lifecycle.length ? (
+                <Section title="Lifecycle commands">
+                  <Table label="Lifecycle commands" head={['When', 'Command']}>
+                    {t.lifecycle.map((c) => (
+                      <tr key={`${c.phase} ${c.name ?? ''}`}>
+                        <th scope="row">{c.name ? `${c.phase} (${c.name})` : c.phase}</th>
+                        <td>
+                          <code>{c.argv.join(' ')}</code>
+                        </td>
+                      </tr>
+                    ))}
+                  </Table>
+                </Section>
+              ) : null}
               <Section title="Shares">
                 {t.shares.length ? (
                   <Table label="Shares" head={['Name', 'Direction', 'Path in the environment']}>
@@ -94,6 +139,7 @@ export function TemplatePage({ name }: { name: string }) {
                   <Empty>No variables.</Empty>
                 )}
               </Section>
+              {t.source === 'api' ? <BuildLog name={t.name} /> : null}
             </>
           );
         }}
