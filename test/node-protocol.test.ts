@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DomainError, ValidationError } from '../src/kernel/errors';
 import { EXEC_CHUNK, execOutput, MAX_SLOTS } from '../src/protocol/dataplane';
+import { ENV_LOG_PIECE } from '../src/protocol/environment-log';
 import { type NodeToServer, parseNodeToServer, parseServerToNode, type ServerToNode } from '../src/protocol/node-channel';
 import { nodeChannel } from './helpers/node-channel';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer } from './helpers/server';
@@ -20,6 +21,12 @@ const SPEC = {
   network: 'egress' as const,
   workdir: '/workspace',
   env: { CI: '1' },
+  user: 'builder',
+  containerUser: '1000:1000',
+  lifecycle: [
+    { phase: 'onCreateCommand' as const, argv: ['/bin/sh', '-c', 'make deps'] },
+    { phase: 'postStartCommand' as const, name: 'db', argv: ['pg_ctl', 'start'] },
+  ],
 };
 const RULES = { include: ['src/**'], noIgnore: false, files: { 'a.txt': 'b.txt' } };
 
@@ -32,6 +39,9 @@ const fromNode: NodeToServer[] = [
   { type: 'reply', reply: REPLY, runtime: 'container' },
   { type: 'reply', reply: REPLY },
   { type: 'reply', reply: REPLY, error: 'the node is shutting down' },
+  { type: 'reply', reply: REPLY, error: 'postCreateCommand (deps) exited 3', fault: 'environment' },
+  { type: 'env-log', environment: 'env_abc', step: 'postCreateCommand (deps)', text: 'installing…\n', at: new Date().toISOString() },
+  { type: 'env-log', environment: 'env_abc', step: 'berth', text: 'x'.repeat(ENV_LOG_PIECE) },
   { type: 'ended', environment: 'env_abc', reason: 'its main process exited with 1' },
   { type: 'usage', environment: 'env_abc', sample: { cpu: 0.5, memory: 1024, pids: 3, disk: 4096 } },
   { type: 'usage', environment: 'env_abc', sample: { cpu: null, memory: null, pids: null, disk: 0 } },
@@ -173,6 +183,10 @@ describe('node channel schemas', () => {
       [{ type: 'engine' }, 'error'],
       [{ type: 'images-held', images: Array.from({ length: 21 }, (_, i) => `img${i}`) }, 'images'],
       [{ type: 'images-held', images: ['x'.repeat(256)] }, 'images.0'],
+      [{ type: 'env-log', environment: 'env_abc', step: 'berth', text: 'x'.repeat(ENV_LOG_PIECE + 1) }, 'text'],
+      [{ type: 'env-log', environment: 'env_abc', step: 'x'.repeat(201), text: '' }, 'step'],
+      [{ type: 'env-log', environment: 'env_abc', step: 'berth', text: '', at: 'soon' }, 'at'],
+      [{ type: 'reply', reply: REPLY, error: 'x', fault: 'node' }, 'fault'],
     ];
     for (const [value, field] of bad) {
       const refused = refusal(parseNodeToServer, value);
@@ -185,6 +199,14 @@ describe('node channel schemas', () => {
     expect(refusal(parseServerToNode, { type: 'exec', exec: RUN, environment: { id: 'env_abc' }, argv: [], workdir: '/' }).code).toBe(
       'invalid',
     );
+    // Lifecycle commands of the phases a node runs only, each naming a program.
+    for (const lifecycle of [[{ phase: 'preBuild', argv: ['make'] }], [{ phase: 'postStartCommand', argv: [] }]]) {
+      const prepare = { type: 'prepare', reply: REPLY, environment: { id: 'env_abc', ...SPEC, lifecycle } };
+      expect(refusal(parseServerToNode, prepare)).toMatchObject({
+        code: 'invalid',
+        message: expect.stringMatching(/^environment\.lifecycle\.0\./),
+      });
+    }
     // Sync rules carry validated include patterns only (the sandbox configuration's share the schema).
     const relay = toNode.find((m) => m.type === 'relay' && m.job.kind === 'share')!;
     const share = { ...relay, job: { ...(relay as { job: object }).job, sync: { ...RULES, include: ['src/**', ''] } } };

@@ -24,11 +24,22 @@ import type Dockerode from 'dockerode';
 import { chownTree, removeTree } from '../dataplane/beneath';
 import { environmentRoot, shareDir } from '../dataplane/layout';
 import { formatSize, parseSize } from '../kernel/sizes';
+import { BERTH_STEP } from '../protocol/environment-log';
 import type { Command, SessionOptions } from './command';
 import { DiskCount } from './disk-count';
 import { type Engine, engineMessage, isMissing, type RunningExec } from './engine';
 import { EnvdChannel } from './envd-channel';
 import { HostAddresses, LINK_LOCAL, ownPrefixes } from './host-addresses';
+import {
+  boundedLog,
+  CREATE_PHASES,
+  LIFECYCLE_PHASES,
+  type LifecycleCommand,
+  type LogPiece,
+  type LogSink,
+  runLifecycle,
+  START_PHASES,
+} from './lifecycle';
 
 /**
  * The folder mounted read-only at /.berth in every container: berth-envd alone, as `envd`
@@ -74,6 +85,12 @@ const DIAL_WIND_DOWN_MS = 5_000;
 /** In the node's folder: a note per claimed warm container not yet renamed (NodeRuntime.claimNote). */
 const CLAIMS_DIR = 'claims';
 const ENVIRONMENT_FOLDER = /^env_[A-Za-z0-9]{1,64}$/;
+/** The output of a warm container's create phases kept until a lease claims it, at most. */
+export const WARM_LOG_MAX = 256 * 1024;
+/** A user that is root: shares stay the node's (root's) for it. */
+const ROOT_USER = /^(|root|0)(:.*)?$/;
+/** The label naming who commands run as (a line opened after a restart runs as it too). */
+const USER_LABEL = 'berth.user';
 
 export interface EnvironmentSpec {
   id: string;
@@ -87,6 +104,12 @@ export interface EnvironmentSpec {
   network: 'none' | 'egress';
   workdir: string;
   env: Record<string, string>;
+  /** Who its commands, sessions and lifecycle commands run as; absent: the container's user. */
+  user?: string;
+  /** The user of the container's own command (its `User`); absent: the image's. */
+  containerUser?: string;
+  /** Run inside as `user` in `workdir` (src/node/lifecycle.ts): the create phases when its container is made, postStart when it starts. */
+  lifecycle: LifecycleCommand[];
 }
 
 /** A warm container of a template, kept by one slot (src/modules/nodes/warm-job.ts). */
@@ -134,6 +157,10 @@ export class NodeRuntime {
    * (src/node/envd-channel.ts), by the container's name.
    */
   private readonly lines = new Map<string, Promise<EnvdChannel>>();
+  /** Who the commands of each container this process made or looked at run as (its template's `user`), by the container's name. */
+  private readonly users = new Map<string, string | undefined>();
+  /** The output of each warm container's create phases, by slot, until a claim hands it to its environment's log. */
+  private readonly warmLogs = new Map<string, LogPiece[]>();
   /** The node's own addresses, watched once it holds an egress container: each it gains is blocked in all of them. */
   private readonly addresses = new HostAddresses(
     (prefixes) => this.blockEverywhere(prefixes),
@@ -214,18 +241,30 @@ export class NodeRuntime {
    * Makes the share folders, lets `restore` fill them, then starts the container when there is an
    * image and an engine. Safe to call again for the same environment (a retry after a crash).
    */
-  async prepare(spec: EnvironmentSpec, restore: (root: string) => Promise<void>): Promise<RuntimeKind> {
+  async prepare(spec: EnvironmentSpec, restore: (root: string) => Promise<void>, log: LogSink = () => undefined): Promise<RuntimeKind> {
     const root = this.root(spec.id);
     await mkdir(root, { recursive: true });
     for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
     await restore(root);
     const engine = this.options.engine;
-    if (!spec.image || !engine) return 'files';
+    if (!spec.image || !engine) {
+      if (spec.lifecycle.length > 0) {
+        log({
+          step: BERTH_STEP,
+          text: 'its lifecycle commands did not run: it holds files only (no image, or no container engine)\n',
+          at: new Date(),
+        });
+      }
+      return 'files';
+    }
     if (!existsSync(ENVD_BINARY)) {
       throw new Error(`berth-envd is not built at ${ENVD_BINARY} (it needs a C compiler: apt-get install gcc, then npm install)`);
     }
     const name = containerName(spec.id);
+    // A line to a container of an earlier try is not this one's.
+    this.endLine(name);
     await engine.remove(name);
+    this.users.set(name, spec.user);
     let image: Awaited<ReturnType<Engine['image']>>;
     try {
       image = await engine.image(spec.image);
@@ -235,7 +274,7 @@ export class NodeRuntime {
     try {
       await engine.create(this.containerSpec(spec, root, [...image.entrypoint, ...image.cmd]));
       await engine.start(name);
-      if (!/^(|root|0)(:.*)?$/.test(image.user)) await this.giveShares(engine, name, spec, root);
+      if (!ROOT_USER.test(spec.user ?? spec.containerUser ?? image.user)) await this.giveShares(engine, name, spec, root);
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
     } catch (error) {
@@ -246,7 +285,13 @@ export class NodeRuntime {
     this.watch(spec.id, spec.resources.memory);
     // The line for its commands, opened now: the first command does not wait for it.
     this.channel(spec.id).catch(() => undefined);
+    await runLifecycle(spec.lifecycle, LIFECYCLE_PHASES, this.spawner(spec.id, spec.workdir), log);
     return 'container';
+  }
+
+  /** Starts lifecycle commands in the environment's container, as its other commands (exec). */
+  private spawner(id: string, workdir: string) {
+    return (argv: string[], output: (stream: 'stdout' | 'stderr', data: Buffer) => void) => this.exec(id, argv, workdir, output);
   }
 
   /** A warm container's folder: its share folders, renamed to the environment's root when it is claimed. */
@@ -262,6 +307,28 @@ export class NodeRuntime {
    * call again.
    */
   async warm(spec: WarmSpec): Promise<void> {
+    await this.startWarm(spec);
+    // Its create phases, before any lease: a claim runs only postStartCommand. Their output waits
+    // here for the lease that claims it; one that fails fails the warm container.
+    const kept: LogPiece[] = [];
+    const name = warmContainerName(spec.slot);
+    try {
+      await runLifecycle(
+        spec.lifecycle,
+        CREATE_PHASES,
+        (argv, output) => this.spawnOn(() => this.lineTo(name), name, argv, spec.workdir, output),
+        boundedLog((piece) => kept.push(piece), WARM_LOG_MAX),
+      );
+    } catch (error) {
+      await this.dropWarm(spec.slot).catch(() => undefined);
+      throw error;
+    }
+    // Dropped meanwhile (its container is gone): nothing to keep.
+    if (this.warmMade.get(spec.slot) === spec.hash) this.warmLogs.set(spec.slot, kept);
+  }
+
+  /** The warm container, started and given the go, its line open. */
+  private async startWarm(spec: WarmSpec): Promise<void> {
     const engine = this.requireEngine();
     if (!spec.image) throw new Error(`template ${spec.template} has no image`);
     if (!existsSync(ENVD_BINARY)) throw new Error(`berth-envd is not built at ${ENVD_BINARY}`);
@@ -276,6 +343,7 @@ export class NodeRuntime {
       throw new Error(`cannot pull image ${spec.image}: ${engineMessage(error)}`);
     }
     const name = warmContainerName(spec.slot);
+    this.users.set(name, spec.user);
     const labels = {
       'berth.warm': spec.slot,
       'berth.template': spec.template,
@@ -287,7 +355,7 @@ export class NodeRuntime {
     try {
       await engine.create(this.containerSpec(spec, root, [...image.entrypoint, ...image.cmd], { name, labels }));
       await engine.start(name);
-      if (!/^(|root|0)(:.*)?$/.test(image.user)) await this.giveShares(engine, name, spec, root);
+      if (!ROOT_USER.test(spec.user ?? spec.containerUser ?? image.user)) await this.giveShares(engine, name, spec, root);
       if (spec.network === 'egress') await this.guard(engine, name);
       await engine.signal(name, 'SIGUSR1');
       this.watchWarm(engine, spec.slot);
@@ -327,7 +395,9 @@ export class NodeRuntime {
   async dropWarm(slot: string): Promise<void> {
     this.warmWatches.delete(slot);
     this.warmMade.delete(slot);
+    this.warmLogs.delete(slot);
     const name = warmContainerName(slot);
+    this.users.delete(name);
     this.removing.add(name);
     this.endLine(name);
     try {
@@ -345,7 +415,13 @@ export class NodeRuntime {
    * to the share folders' owner (the image's user, given them when it was made). A warm container
    * that is gone, ended or of another spec is replaced by a cold prepare, which the log says.
    */
-  async claimWarm(slot: string, hash: string, spec: EnvironmentSpec, restore: (root: string) => Promise<void>): Promise<RuntimeKind> {
+  async claimWarm(
+    slot: string,
+    hash: string,
+    spec: EnvironmentSpec,
+    restore: (root: string) => Promise<void>,
+    log: LogSink = () => undefined,
+  ): Promise<RuntimeKind> {
     const engine = this.options.engine;
     const root = this.root(spec.id);
     const cold = async (why: string) => {
@@ -353,13 +429,13 @@ export class NodeRuntime {
       await this.dropWarm(slot).catch(() => undefined);
       await this.stop(spec.id);
       await removeTree(root);
-      return this.prepare(spec, restore);
+      return this.prepare(spec, restore, log);
     };
     if (!engine || !spec.image) return cold('no engine or image');
     // Kept by reconcile until the container has the environment's name.
     this.claiming.add(slot);
     try {
-      return await this.takeWarm(engine, slot, hash, spec, restore, cold);
+      return await this.takeWarm(engine, slot, hash, spec, restore, cold, log);
     } finally {
       const renamed = this.renames.get(spec.id);
       if (renamed) void renamed.finally(() => this.claiming.delete(slot));
@@ -374,9 +450,13 @@ export class NodeRuntime {
     spec: EnvironmentSpec,
     restore: (root: string) => Promise<void>,
     cold: (why: string) => Promise<RuntimeKind>,
+    log: LogSink,
   ): Promise<RuntimeKind> {
     const root = this.root(spec.id);
     const name = warmContainerName(slot);
+    // What its create phases printed when it was made (none kept: made before this process started).
+    const kept = this.warmLogs.get(slot);
+    this.warmLogs.delete(slot);
     // One this process made and watches is running and of the hash it was made with; another
     // (found after a restart) is asked about.
     const made = this.warmWatches.has(slot) ? this.warmMade.get(slot) : undefined;
@@ -422,6 +502,8 @@ export class NodeRuntime {
     const line = this.lines.get(name);
     this.lines.delete(name);
     if (line) this.lines.set(containerName(id), line);
+    this.users.delete(name);
+    this.users.set(containerName(id), spec.user);
     for (const share of spec.shares) await mkdir(shareDir(root, share.envPath), { recursive: true });
     await restore(root);
     for (const share of spec.shares) {
@@ -430,6 +512,15 @@ export class NodeRuntime {
       if (owner.uid !== process.getuid?.() || owner.gid !== process.getgid?.()) await chownTree(dir, owner.uid, owner.gid);
     }
     this.channel(id).catch(() => undefined);
+    if (kept) for (const piece of kept) log(piece);
+    else if (spec.lifecycle.some((c) => c.phase !== 'postStartCommand')) {
+      log({
+        step: BERTH_STEP,
+        text: 'its create commands ran when its warm container was made, before this node last started: their output was not kept\n',
+        at: new Date(),
+      });
+    }
+    await runLifecycle(spec.lifecycle, START_PHASES, this.spawner(id, spec.workdir), log);
     return 'container';
   }
 
@@ -478,12 +569,16 @@ export class NodeRuntime {
       name: as?.name ?? containerName((spec as EnvironmentSpec).id),
       Image: spec.image!,
       Hostname: spec.name,
-      Labels: as?.labels ?? {
-        'berth.environment': (spec as EnvironmentSpec).id,
-        'berth.template': spec.template,
-        'berth.organization': spec.orgId,
-        'berth.owner': this.options.owner,
+      Labels: {
+        ...(as?.labels ?? {
+          'berth.environment': (spec as EnvironmentSpec).id,
+          'berth.template': spec.template,
+          'berth.organization': spec.orgId,
+          'berth.owner': this.options.owner,
+        }),
+        ...(spec.user ? { [USER_LABEL]: spec.user } : {}),
       },
+      ...(spec.containerUser ? { User: spec.containerUser } : {}),
       Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
       WorkingDir: spec.workdir,
       Entrypoint: [ENVD_PATH, 'init'],
@@ -502,11 +597,12 @@ export class NodeRuntime {
   }
 
   /**
-   * Share folders belong to the image's user, as does what the restore put there: asked of berth-envd
-   * (the user may be a name only the image's /etc/passwd knows) before anything of the image runs.
+   * Share folders belong to the user commands run as (the template's `user`, else the container's),
+   * as does what the restore put there: asked of berth-envd (the user may be a name only the image's
+   * /etc/passwd knows) before anything of the image runs.
    */
-  private async giveShares(engine: Engine, name: string, spec: Pick<EnvironmentSpec, 'shares'>, root: string): Promise<void> {
-    const { code, stdout, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'id'] }));
+  private async giveShares(engine: Engine, name: string, spec: Pick<EnvironmentSpec, 'shares' | 'user'>, root: string): Promise<void> {
+    const { code, stdout, stderr } = await collect(await engine.exec(name, { cmd: [ENVD_PATH, 'id'], user: spec.user }));
     const m = /^(\d+):(\d+)$/.exec(stdout.trim());
     if (code !== 0 || !m) throw new Error(`cannot tell the image's user (${code}): ${stderr.trim()}`);
     for (const share of spec.shares) await chownTree(shareDir(root, share.envPath), Number(m[1]), Number(m[2]));
@@ -670,6 +766,7 @@ export class NodeRuntime {
     if (!engine) return;
     const name = await this.named(id);
     this.withContainer.delete(id);
+    this.users.delete(name);
     this.removing.add(name);
     this.endLine(name);
     try {
@@ -692,8 +789,20 @@ export class NodeRuntime {
    * write. kill() ends the command's whole session. With `session`, the command takes input
    * (and, with `tty`, has a terminal of its own); without, its input is empty.
    */
-  async exec(
+  exec(
     id: string,
+    argv: string[],
+    workdir: string,
+    output: (stream: 'stdout' | 'stderr', data: Buffer) => void,
+    session?: SessionOptions,
+  ): Promise<Command> {
+    return this.spawnOn(() => this.channel(id), containerName(id), argv, workdir, output, session);
+  }
+
+  /** Starts argv over the line `line` opens (to the container `name`); see exec. */
+  private async spawnOn(
+    line: () => Promise<EnvdChannel>,
+    name: string,
     argv: string[],
     workdir: string,
     output: (stream: 'stdout' | 'stderr', data: Buffer) => void,
@@ -705,10 +814,10 @@ export class NodeRuntime {
     for (let attempt = 1; ; attempt++) {
       let channel: EnvdChannel;
       try {
-        channel = await this.channel(id);
+        channel = await line();
       } catch (error) {
         if (attempt === LINE_TRIES || isMissing(error)) throw error;
-        this.options.log(`could not open the command line to ${containerName(id)} (trying again): ${engineMessage(error)}`);
+        this.options.log(`could not open the command line to ${name} (trying again): ${engineMessage(error)}`);
         continue;
       }
       if (!channel.closed) return channel.spawn(argv, workdir, output, session);
@@ -737,17 +846,29 @@ export class NodeRuntime {
       }
       return undefined;
     };
-    const opening: Promise<EnvdChannel> = engine.exec(name, { cmd: [ENVD_PATH, 'serve'] }).then(
-      (line) =>
-        new EnvdChannel(line, (why) => {
-          // One the node ended itself (stop) is no longer held.
-          const held = forget();
-          if (held !== undefined && !this.removing.has(held)) this.options.log(`the command line to ${held} ended: ${why}`);
-        }),
-    );
+    // As the template's user: every command and session goes down this line.
+    const opening: Promise<EnvdChannel> = this.userOf(engine, name)
+      .then((user) => engine.exec(name, { cmd: [ENVD_PATH, 'serve'], user }))
+      .then(
+        (line) =>
+          new EnvdChannel(line, (why) => {
+            // One the node ended itself (stop) is no longer held.
+            const held = forget();
+            if (held !== undefined && !this.removing.has(held)) this.options.log(`the command line to ${held} ended: ${why}`);
+          }),
+      );
     opening.catch(() => forget());
     this.lines.set(name, opening);
     return opening;
+  }
+
+  /** Who the commands of the container named `name` run as: as it was made, or as its label says (one made before this process started). */
+  private async userOf(engine: Engine, name: string): Promise<string | undefined> {
+    if (this.users.has(name)) return this.users.get(name);
+    const state = await engine.inspect(name);
+    const user = state?.labels[USER_LABEL] || undefined;
+    if (state) this.users.set(name, user);
+    return user;
   }
 
   /** Ends the line to the container named `name`, if one is held. */

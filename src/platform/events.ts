@@ -33,6 +33,8 @@ export const topics = {
   /** A usage sample recorded for the environment (`sampled` as ISO text). */
   usage: (environmentId: string) =>
     topic<{ cpu: number | null; memory: number | null; pids: number | null; disk: number; sampled: string }>(`env:${environmentId}:usage`),
+  /** Pieces were added to the environment's log (docs/environments.md, "Lifecycle commands and the environment's log"). */
+  environmentLog: (environmentId: string) => topic<Record<string, never>>(`env:${environmentId}:log`),
   /** The sandbox's configuration changed to this version. */
   sandboxConfig: (sandboxId: string) => topic<{ version: number }>(`sandbox:${sandboxId}:config`),
 };

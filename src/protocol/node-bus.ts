@@ -29,6 +29,9 @@ export class NodeUnreachableError extends Error {}
 /** The asking instance is stopping: the question is left unanswered, its work for the next start (not a failure of the node). */
 export class QuestionAbandonedError extends Error {}
 
+/** The node's work failed through the environment's own fault (a lifecycle command exited non-zero): its message is the environment's error as is. */
+export class EnvironmentFaultError extends Error {}
+
 /** How long a question goes unanswered before it is sent again. */
 const RESEND_MS = 10_000;
 
@@ -72,7 +75,7 @@ export async function askNode(
       if (got !== 'tick') {
         if (got.done) throw new NodeUnreachableError('the events bus closed');
         const error = got.value.error;
-        if (typeof error === 'string') throw new Error(error);
+        if (typeof error === 'string') throw got.value.fault === 'environment' ? new EnvironmentFaultError(error) : new Error(error);
         return got.value;
       }
       const problem = await opts.check();

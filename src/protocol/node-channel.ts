@@ -11,7 +11,8 @@ import { DomainError, ValidationError } from '../kernel/errors';
 import { MAX_IMAGE_LENGTH } from '../kernel/image-ref';
 import { MAX_TERM } from '../node/command';
 import { LIFECYCLE_PHASES } from '../node/lifecycle';
-import { ENV_LOG_PIECE, EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+import { EXEC_CHUNK, EXEC_WINDOW, MAX_NODE_CPUS, MAX_NODE_MEMORY, MAX_POOL_IMAGES, MAX_SLOTS } from './dataplane';
+import { ENV_LOG_PIECE } from './environment-log';
 import { RelayJob } from './relay';
 import { SyncRulesSchema } from './sync-rules';
 

@@ -15,7 +15,13 @@ import type { Actor, Deps, Log } from '../../app/context';
 import { closeCodeOf } from '../../kernel/error-codes';
 import { DomainError, ForbiddenError, ValidationError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
-import { endSessionsNotRunning, recordSessionAttached, recordSessionEnd, recordUsage } from '../../modules/environments';
+import {
+  appendEnvironmentLog,
+  endSessionsNotRunning,
+  recordSessionAttached,
+  recordSessionEnd,
+  recordUsage,
+} from '../../modules/environments';
 import {
   actsForEveryOrg,
   nodeEngine,
@@ -144,6 +150,9 @@ export function serveNodeChannel(deps: Deps, log: Log): NodeChannel {
           return;
         case 'usage':
           await recordUsage(deps, nodeId, message.environment, message.sample);
+          return;
+        case 'env-log':
+          await appendEnvironmentLog(deps, nodeId, message);
           return;
         case 'exec-exit':
           // A session's end is recorded here, once, whoever is attached (or no one).

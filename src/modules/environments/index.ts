@@ -1,5 +1,6 @@
 export { attachSession, commandEnvironment, execRecord, runCommand, startCommand } from './exec';
 export { claimJob, environmentJob, eventPruneJob } from './job';
+export { appendEnvironmentLog, readEnvironmentLog } from './log';
 export {
   authorizePreview,
   PREVIEW_COOKIE,

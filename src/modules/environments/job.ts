@@ -24,6 +24,7 @@ import { notifySandboxConfig } from '../sandboxes';
 import { BUILT_IMAGE_PREFIX } from '../templates';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
+import { pruneEnvironmentLogs } from './log';
 import { awaitingOutSync } from './relay';
 import { transition, transitionIn } from './service';
 import { HISTORY_MS } from './usage';
@@ -395,13 +396,15 @@ async function releaseOne(deps: Deps, provider: NodeProvider, env: Environment):
 }
 
 /**
- * Deletes event-log rows nobody can still be catching up on, and usage samples past the hour of
- * history (those of ended environments: a live one's are thinned as its samples arrive).
+ * Deletes event-log rows nobody can still be catching up on, usage samples past the hour of
+ * history (those of ended environments: a live one's are thinned as its samples arrive), and the
+ * logs of environments ended a week ago.
  */
 async function pruneEvents(deps: Deps): Promise<void> {
   const now = deps.clock.now().getTime();
   await deps.prisma.environmentEvent.deleteMany({ where: { at: { lt: new Date(now - 24 * 60 * 60 * 1000) } } });
   await deps.prisma.usageSample.deleteMany({ where: { sampled: { lt: new Date(now - HISTORY_MS) } } });
+  await pruneEnvironmentLogs(deps);
 }
 
 /** A claimed warm container is ready in milliseconds: its claim took the node work to ready it at once. */

@@ -1,5 +1,6 @@
 // What a node needs to know of an environment to hold it (src/node/runtime.ts): its shares, as the
-// template places them, and what it was leased with (image, limits, network, workdir, variables).
+// template places them, and what it was leased with (image, limits, network, workdir, variables,
+// the users and the lifecycle commands).
 import type { Deps } from '../../app/context';
 import type { Environment } from '../../generated/prisma/client';
 import type { EnvironmentSpec } from '../../node/runtime';
@@ -19,6 +20,10 @@ export async function environmentSpec(deps: Deps, env: Environment): Promise<Env
     network: env.network === 'egress' ? 'egress' : 'none',
     workdir: env.workdir,
     env: (env.envVars ?? {}) as Record<string, string>,
+    ...(env.user ? { user: env.user } : {}),
+    ...(env.containerUser ? { containerUser: env.containerUser } : {}),
+    // As its template's check left it (src/modules/templates/catalog.ts), when it was leased.
+    lifecycle: (Array.isArray(env.lifecycle) ? env.lifecycle : []) as unknown as EnvironmentSpec['lifecycle'],
   };
 }
 
@@ -39,5 +44,9 @@ export function warmEnvironmentSpec(template: TemplateSpec, orgId: string): Omit
     network: template.network,
     workdir: template.workdir,
     env: template.env,
+    ...(template.user ? { user: template.user } : {}),
+    ...(template.containerUser ? { containerUser: template.containerUser } : {}),
+    // Only the create phases run in a warm container; postStartCommand comes with the lease that claims it.
+    lifecycle: template.lifecycle.filter((c) => c.phase !== 'postStartCommand'),
   };
 }
