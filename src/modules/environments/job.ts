@@ -4,7 +4,7 @@ import type { BackgroundJob } from '../../kernel/background';
 import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
 import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
-import { lockFor, type Tx } from '../../platform/db';
+import { lockFor } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
 import { EnvironmentFaultError, QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
 import {
@@ -21,7 +21,7 @@ import {
   warmAllocation,
 } from '../nodes';
 import { notifySandboxConfig } from '../sandboxes';
-import { BUILT_IMAGE_PREFIX } from '../templates';
+import { BUILT_IMAGE_PREFIX, builtOn } from '../templates';
 import { nudgeWebhooks } from '../webhooks';
 import { announceEnvironment } from './events';
 import { pruneEnvironmentLogs } from './log';
@@ -192,17 +192,6 @@ const warmRank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready
 /** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
 function leastWarm(slots: Slot[]): Slot | undefined {
   return slots.reduce<Slot | undefined>((best, n) => (!best || warmRank(n) < warmRank(best) ? n : best), undefined);
-}
-
-/** Of `images`, those built by a node (`<node id>\n<image>`): a lease of one goes only to such a node. */
-async function builtOn(tx: Tx, images: (string | null)[]): Promise<Set<string>> {
-  const wanted = [...new Set(images.filter((i): i is string => i?.startsWith(BUILT_IMAGE_PREFIX) === true))];
-  if (wanted.length === 0) return new Set();
-  const rows = await tx.$queryRaw<{ nodeId: string; image: string }[]>`
-    SELECT DISTINCT b."nodeId", t.build->>'image' AS image
-      FROM "TemplateBuild" b JOIN "Template" t ON t.id = b."templateId"
-     WHERE b.state = 'ready' AND t.build->>'image' = ANY(${wanted}::text[])`;
-  return new Set(rows.map((r) => `${r.nodeId}\n${r.image}`));
 }
 
 /** A place for a lease: the slot, the warm containers removed to make room, whether its engine holds the image, what is left free. */

@@ -22,7 +22,7 @@ import { CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
 import { lockFor } from '../../platform/db';
 import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
-import { type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
+import { BUILT_IMAGE_PREFIX, builtOn, type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
 import { fits, headroom, NOTHING, needOf, roomsOf, take, warmAllocation } from './placement';
 import { warmEnvironmentSpec } from './specs';
 import { NODE_TAKES_WORK } from './takes-work';
@@ -191,9 +191,17 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
               SELECT "orgId", name FROM "Template" WHERE "orgId" <> '' AND name = ANY(${catalogNames}::text[])`
           ).map((t) => keyOf(t.orgId, t.name)),
     );
+    // A built image is only on the nodes that built it.
+    const built = await builtOn(
+      tx,
+      wanted.map((w) => w.spec.image ?? null),
+    );
+    const holds = (slot: Slot, want: Wanted) =>
+      !want.spec.image?.startsWith(BUILT_IMAGE_PREFIX) || built.has(`${slot.remoteId}\n${want.spec.image}`);
     const mayKeep = (slot: Slot, want: Wanted) =>
       slot.pool === want.spec.pool &&
       slot.hasEngine &&
+      holds(slot, want) &&
       (slot.builtin || slot.nodeOrg === want.orgId || (want.orgId === '' && !replaced.has(keyOf(slot.nodeOrg, want.spec.name))));
     /** Whose count of the template a slot's container is: the hot nodes' ('') or an organization's nodes' for a catalog template, the organization's for its own. */
     const scopeOf = (slot: Slot, want: Wanted) => (want.orgId !== '' || slot.builtin ? want.orgId : slot.nodeOrg);

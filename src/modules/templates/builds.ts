@@ -38,6 +38,17 @@ export const BUILT_IMAGE_PREFIX = 'localhost/berth-build/';
 /** The most of one build's output kept (its end). */
 export const MAX_BUILD_LOG = 256 * 1024;
 
+/** Of `images`, those built by a node (`<node id>\n<image>`): a lease of one goes only to such a node. */
+export async function builtOn(tx: Tx, images: (string | null)[]): Promise<Set<string>> {
+  const wanted = [...new Set(images.filter((i): i is string => i?.startsWith(BUILT_IMAGE_PREFIX) === true))];
+  if (wanted.length === 0) return new Set();
+  const rows = await tx.$queryRaw<{ nodeId: string; image: string }[]>`
+    SELECT DISTINCT b."nodeId", t.build->>'image' AS image
+      FROM "TemplateBuild" b JOIN "Template" t ON t.id = b."templateId"
+     WHERE b.state = 'ready' AND t.build->>'image' = ANY(${wanted}::text[])`;
+  return new Set(rows.map((r) => `${r.nodeId}\n${r.image}`));
+}
+
 /** The builtin node builds for pools with hot nodes; other nodes for their organization's own templates of their pool. */
 async function buildersOf(deps: Deps, tx: Tx, orgId: string, pool: string): Promise<string[]> {
   const hot = deps.catalog.pools.find((p) => p.name === pool)?.hotNodes ?? 0;

@@ -1,4 +1,4 @@
-export { BUILT_IMAGE_PREFIX, nodeBuildContext, nodeBuildDone, resumeNodeBuilds } from './builds';
+export { BUILT_IMAGE_PREFIX, builtOn, nodeBuildContext, nodeBuildDone, resumeNodeBuilds } from './builds';
 export { type Catalog, loadCatalog, MAX_HARD_MS, type PoolSpec, type TemplateSpec, templateFromJson, warmSpecHash } from './catalog';
 export {
   applyCatalog,
