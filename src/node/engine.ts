@@ -209,10 +209,10 @@ export class Engine {
   }
 
   /**
-   * Builds an image from `context` (a tar) through the engine's build API, tagged `tag`, with no
-   * network (a build's RUN steps run on the node, outside any environment's egress guard) and
-   * no pull (the base comes from the engine's own images, or the build fails). Each line of the
-   * build's output goes to `output`; rejects with the build's error.
+   * Builds an image from `context` (a tar) through the engine's build API, tagged `tag`, asking
+   * for no network (a build's RUN steps run on the node, outside any environment's egress guard;
+   * whether the engine honours it is NodeBuilds' netcheck) and no newer base than it holds. Each
+   * line of the build's output goes to `output`; rejects with the build's error.
    */
   async build(
     context: NodeJS.ReadableStream,
