@@ -5,7 +5,6 @@ import { lstat, readdir, readFile, readlink } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import type { Command } from 'commander';
-import * as tar from 'tar-stream';
 import { BerthClient, type JsonOptions, withConnection } from './client';
 import { CommandError } from './errors';
 import { json, table } from './format';
@@ -63,6 +62,8 @@ async function devcontainerTar(dir: string): Promise<Readable> {
   ) {
     throw new CommandError(`${dir} has no .devcontainer folder and no devcontainer.json`);
   }
+  // (loaded here: every other command starts without it)
+  const tar = await import('tar-stream');
   const pack = tar.pack();
   const add = async (rel: string): Promise<void> => {
     const full = path.join(dir, rel);
