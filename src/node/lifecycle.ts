@@ -3,8 +3,9 @@
 // and postCreateCommand when the container is made, and postStartCommand when the environment starts
 // or claims a warm container. The phases run one after the other; the commands of one phase (the
 // object form's) side by side. Their output is the environment's log, handed on in pieces of whole
-// lines, each naming the command it is of (its `step`), so that commands side by side interleave
-// line by line.
+// lines, each naming the command it is of (its `step`). Of commands side by side, each one's output
+// is held until it ends (up to HOLD_MAX, then it goes as it comes), so the log shows each under its
+// own header rather than their lines interleaved.
 import { StringDecoder } from 'node:string_decoder';
 import { BERTH_STEP, cutNote, cutToBytes, ENV_LOG_PIECE } from '../protocol/environment-log';
 import type { Command } from './command';
@@ -56,7 +57,9 @@ export async function runLifecycle(
   for (const phase of phases) {
     const ofPhase = commands.filter((c) => c.phase === phase);
     if (ofPhase.length === 0) continue;
-    const codes = await Promise.all(ofPhase.map((c) => runOne(c, spawn, log)));
+    const codes = await Promise.all(
+      ofPhase.map((c) => runOne(c, spawn, ofPhase.length > 1 ? held(log) : { log, release: () => undefined })),
+    );
     const failed = codes.findIndex((code) => code !== 0);
     if (failed >= 0) {
       const message = `${stepOf(ofPhase[failed]!)} exited ${codes[failed]}`;
@@ -66,9 +69,32 @@ export async function runLifecycle(
   }
 }
 
-async function runOne(command: LifecycleCommand, spawn: Spawn, log: LogSink): Promise<number> {
+/** A command's output held, at most this many bytes of it, until it ends (commands side by side). */
+export const HOLD_MAX = 64 * 1024;
+
+/** `log`, holding what it is given until release() or until that passes HOLD_MAX. */
+function held(log: LogSink): { log: LogSink; release: () => void } {
+  let pieces: LogPiece[] | undefined = [];
+  let bytes = 0;
+  const release = () => {
+    for (const piece of pieces ?? []) log(piece);
+    pieces = undefined;
+  };
+  return {
+    log: (piece) => {
+      if (!pieces) return log(piece);
+      pieces.push(piece);
+      bytes += Buffer.byteLength(piece.text);
+      if (bytes > HOLD_MAX) release();
+    },
+    release,
+  };
+}
+
+async function runOne(command: LifecycleCommand, spawn: Spawn, sink: { log: LogSink; release: () => void }): Promise<number> {
+  const { log, release } = sink;
   const step = stepOf(command);
-  // Its header, even when it prints nothing.
+  // Its header (with the time it started), even when it prints nothing.
   log({ step, text: '', at: new Date() });
   const writer = new LineWriter(step, log);
   let started: Command | undefined;
@@ -80,10 +106,12 @@ async function runOne(command: LifecycleCommand, spawn: Spawn, log: LogSink): Pr
     });
   } catch (error) {
     writer.end();
+    release();
     throw new Error(`cannot run ${step}: ${(error as Error).message}`);
   }
   const code = await started.exited;
   writer.end();
+  release();
   return code;
 }
 
