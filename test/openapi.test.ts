@@ -31,5 +31,14 @@ describeBackends('OpenAPI document', (backend) => {
     check('DELETE', `/v1/tokens/${token.id}`, await admin.del(`/v1/tokens/${token.id}`));
     const key = (await admin.get('/v1/keys')).body.keys[0];
     check('DELETE', `/v1/keys/${key.id}`, await admin.del(`/v1/keys/${key.id}`));
+    // A stream route's answer: its log as text, documented as such.
+    const env = (await admin.post('/v1/environments', { template: 'default' })).body.environment;
+    const log = await admin.get(`/v1/environments/${env.id}/log`);
+    expect(log.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+    check('GET', `/v1/environments/${env.id}/log`, log);
+    check('GET', '/v1/environments/env_missing/log', await admin.get('/v1/environments/env_missing/log'));
+    expect(doc.body.paths['/v1/environments/{id}/log'].get.responses['200'].content).toEqual({
+      'text/plain': { schema: { type: 'string' } },
+    });
   });
 });

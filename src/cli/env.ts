@@ -3,6 +3,7 @@
 //   berth env ls [filters] [--json]
 //   berth env get ID|NAME [--json]
 //   berth env rm ID|NAME
+//   berth env logs ID|NAME [-f]
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import { parseDuration } from '../kernel/durations';
@@ -90,6 +91,45 @@ export async function waitForReady(
       throw signal?.reason;
     });
   }
+}
+
+const LOG_SUBSCRIPTION = 'subscription($id: String!, $after: String) { environmentLog(id: $id, after: $after) { text cursor } }';
+
+/**
+ * Follows an environment's log (GraphQL subscription over SSE: what it holds, then what comes) until
+ * the environment has ended; `show` gets each part's text. A dropped connection is picked up again
+ * with backoff, after the last part shown.
+ */
+export async function followLog(client: BerthClient, id: string, show: (text: string) => Promise<void>): Promise<void> {
+  let after: string | undefined;
+  let failures = 0;
+  // In order, each once the one before was written.
+  let shown = Promise.resolve();
+  for (;;) {
+    try {
+      await client.subscribe<{ environmentLog: { text: string; cursor: string } }>(
+        LOG_SUBSCRIPTION,
+        { id, after },
+        ({ environmentLog }) => {
+          failures = 0;
+          after = environmentLog.cursor;
+          const text = environmentLog.text;
+          shown = shown.then(() => show(text));
+          return undefined;
+        },
+      );
+      await shown;
+      return;
+    } catch (error) {
+      if (!(error instanceof UnreachableError) || ++failures > 6) throw error;
+    }
+    await sleep(Math.min(500 * 2 ** failures, 10_000));
+  }
+}
+
+/** Writes `text`, waiting while the stream holds too much. */
+function write(stream: NodeJS.WriteStream, text: string): Promise<void> {
+  return new Promise((resolve) => (stream.write(text) ? resolve() : stream.once('drain', () => resolve())));
 }
 
 /**
@@ -383,6 +423,17 @@ export function registerEnvCommands(program: Command): void {
       (id) => client.delete<{ environment: Environment }>(path(id)),
       (e) => `${e.id} ${e.name} ${e.state}`,
     );
+  });
+
+  withConnection(
+    env
+      .command('logs <id>')
+      .description("show an environment's log (what its lifecycle commands printed), by id or name")
+      .option('-f, --follow', 'follow it as it grows, until the environment ends'),
+  ).action(async (id: string, options: ConnectionOptions & { follow?: boolean }) => {
+    const client = new BerthClient(options);
+    if (options.follow) await followLog(client, id, (text) => write(process.stdout, text));
+    else await write(process.stdout, await (await client.fetch(`${path(id)}/log`)).text());
   });
 
   withConnection(

@@ -6,6 +6,7 @@ import '../../modules/artifacts/graphql';
 import '../../modules/templates/graphql';
 import '../../modules/environments/graphql';
 import '../../modules/environments/usage-graphql';
+import '../../modules/environments/log-graphql';
 import '../../modules/environments/exec-graphql';
 import '../../modules/environments/sessions-graphql';
 import '../../modules/environments/preview-graphql';

@@ -5,6 +5,7 @@ import type { Route } from '../route';
 import { artifactRoutes } from './artifacts';
 import { auditRoutes } from './audit';
 import { credentialRoutes } from './credentials';
+import { environmentLogRoute } from './environment-log';
 import { environmentRoutes } from './environments';
 import { execRoute, nodeRoutes } from './nodes';
 import { sandboxRoutes } from './sandboxes';
@@ -22,6 +23,7 @@ export function buildRoutes(schema: GraphQLSchema): Route[] {
     ...artifactRoutes(schema),
     ...environmentRoutes,
     ...templateRoutes(schema),
+    environmentLogRoute,
     ...sandboxRoutes(schema),
     ...snapshotRoutes,
     ...nodeRoutes(schema),
