@@ -136,6 +136,9 @@ describeBackends("an environment's log", (backend) => {
     expect(await logText(id)).toEqual({ status: 200, text: '' });
     const sse = await follow(id);
     expect(sse.status).toBe(200);
+    // A first part, empty: the follower knows it follows.
+    await sse.until(() => sse.parts.length > 0);
+    expect(sse.parts).toEqual([{ text: '', cursor: '0' }]);
     const overWs: string[] = [];
     const wsDone = new Promise<void>((resolve, reject) =>
       ws.subscribe<{ environmentLog: { text: string } }>(

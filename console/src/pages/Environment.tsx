@@ -2,6 +2,7 @@ import { lazy, Suspense, useCallback, useRef, useState } from 'react';
 import { Link } from 'wouter';
 import { isStoppable } from '../../../src/kernel/environment-states';
 import { useMutationAnswer, useQueryAnswer } from '../answers';
+import { EnvironmentLog } from '../components/EnvironmentLog';
 import { Previews } from '../components/Previews';
 import { SandboxLink } from '../components/SandboxLink';
 import { Empty, Failure, Fields, Labels, LiveNotice, Page, QueryState, Section, StateBadge, Table } from '../components/ui';
@@ -179,6 +180,9 @@ function EnvironmentView({ id }: { id: string }) {
                   ],
                 ]}
               />
+              <Section title="Log">
+                <EnvironmentLog environment={e.id} live={live} />
+              </Section>
               <Section title="Usage">
                 <Suspense fallback={<p className="muted">Loading the usage…</p>}>
                   <Usage environment={e.id} live={live} resources={e.resources} />

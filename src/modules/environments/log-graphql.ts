@@ -22,7 +22,7 @@ builder.subscriptionField('environmentLog', (t) =>
   t.field({
     type: EnvironmentLogPart,
     description:
-      "An environment's log (by id or name): what it holds, then what its lifecycle commands print as they print it; completes once the environment has ended",
+      "An environment's log (by id or name): what it holds (always a first part, empty when it holds nothing), then what its lifecycle commands print as they print it; completes once the environment has ended",
     args: {
       id: t.arg.string({ required: true }),
       after: t.arg.string({ description: 'The cursor of the last part the caller has: only what came since' }),

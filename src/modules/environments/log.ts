@@ -134,7 +134,8 @@ export interface LogPart {
 
 /**
  * The environment's log followed: first what it holds (after `after`, a cursor of an earlier part:
- * only what came since), then each new piece as it is stored, on any instance; ends once the
+ * only what came since), always as a first part, empty when it holds nothing (a follower then
+ * knows it follows); then each new piece as it is stored, on any instance. Ends once the
  * environment has ended and every piece stored before its end was sent.
  */
 export async function watchEnvironmentLog(
@@ -159,6 +160,7 @@ export async function watchEnvironmentLog(
   // One read at a time; a wake-up during one reads again after it.
   let reading: Promise<void> | undefined;
   let again = false;
+  let first = true;
   const read = (): void => {
     if (reading) {
       again = true;
@@ -167,8 +169,9 @@ export async function watchEnvironmentLog(
     reading = (async () => {
       do {
         again = false;
-        for (let rows = await readRows(deps, env.id, last); rows.length > 0; rows = await readRows(deps, env.id, last)) {
-          last = rows.at(-1)!.id;
+        for (let rows = await readRows(deps, env.id, last); rows.length > 0 || first; rows = await readRows(deps, env.id, last)) {
+          first = false;
+          if (rows.length > 0) last = rows.at(-1)!.id;
           channel.push({ text: render(rows, state), cursor: String(last) });
           if (rows.length < PAGE) break;
         }
