@@ -430,7 +430,9 @@ describe('berth sandbox, node, webhook, key, quota and completion', () => {
       expect(sandbox).toBe('create ls rm help');
       expect(node).toBe('create cordon');
       expect(quota).toBe('--max --idle --hard --json --server --token --help');
-      expect(events).toBe('environment.created environment.state artifact.created artifact.deleted snapshot.created project.shredded');
+      expect(events).toBe(
+        'environment.created environment.state artifact.created artifact.deleted snapshot.created project.shredded template.changed',
+      );
       // An option's value is not a subcommand: bash offers file names (complete -o default).
       expect(value).toBe('');
       expect(shells).toBe('bash zsh');

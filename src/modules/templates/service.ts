@@ -181,6 +181,16 @@ export interface BuildInput {
   runs: boolean;
 }
 
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** What a GET shows of a template beyond its format: a template read, changed and put back is taken, these ignored. */
+const SHOWN = ['version', 'source', 'status', 'error', 'warnings'];
+
+function withoutShown(template: unknown): unknown {
+  if (!isObject(template)) return template;
+  return Object.fromEntries(Object.entries(template).filter(([key]) => !SHOWN.includes(key)));
+}
+
 /** The tag of an image built from `build` for `orgId`: a hash of everything the build reads. */
 function builtImage(orgId: string, build: BuildInput): string {
   const hash = createHash('sha256');
@@ -203,7 +213,7 @@ export async function putTemplate(
   await authorizeTemplateChange(deps, actor, name, 'template.set');
   const pools = deps.catalog.pools.map((p) => p.name);
   const image = input.build ? builtImage(actor.orgId, input.build) : undefined;
-  const given = input.build && typeof input.template === 'object' && input.template ? { ...input.template, image } : input.template;
+  const given = input.build && isObject(input.template) ? { ...input.template, image } : withoutShown(input.template);
   const spec = validateTemplateSpec(given, name, pools);
   const warnings = input.warnings ?? [];
   const contextKey = input.build ? `templates/${actor.orgId}/${createHash('sha256').update(input.build.context).digest('hex')}.tar` : null;
