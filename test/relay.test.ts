@@ -149,7 +149,7 @@ describeBackends('relay checks', (backend) => {
     expect(
       (await admin.put('/v1/templates/echo-doomed', { pool, startMs: 10, idle: '30m', hard: '1h', image: TEST_ECHO_IMAGE, services }))
         .status,
-    ).toBe(200);
+    ).toBe(201);
     const doomed = await admin.post('/v1/sandboxes', { name: 'doomed' });
     const doomedCredential = (await anonymous.post('/v1/sandboxes/join', { key: doomed.body.key })).body.credential;
     const open = async (sandbox: string, token: string) => {
