@@ -195,6 +195,10 @@ describe.skipIf(!existsSync(ENVD_BINARY))('a node runtime opening its lines', ()
         if (lines.shift()?.() === 'ended') return { ...serveLine('true', []).line, exited: Promise.resolve(0) };
         return serveLine().line;
       },
+      // A container made before the runtime started, with no user of its own (berth.user).
+      async inspect() {
+        return { labels: {} };
+      },
     } as unknown as Engine;
     const runtime = new NodeRuntime({ engine, dir: '/nonexistent', owner: 'test', log: (line) => logged.push(line) });
     const exec = async (argv: string[]) => {
