@@ -85,6 +85,11 @@ describeContainers('lifecycle commands and the environment log', () => {
           lifecycle: [{ phase: 'postCreateCommand', argv: ['sh', '-c', 'head -c 3000000 /dev/zero | tr "\\0" a; echo; echo the end'] }],
         },
         {
+          name: 'stuck',
+          image: TEST_IMAGE,
+          lifecycle: [{ phase: 'postCreateCommand', argv: ['sh', '-c', 'echo waiting forever; while true; do sleep 1; done'] }],
+        },
+        {
           name: 'warmlife',
           image: TEST_IMAGE,
           pool: 'warmpool',
@@ -190,6 +195,21 @@ describeContainers('lifecycle commands and the environment log', () => {
     const named = await lease('failsnamed', 'failed');
     expect(named.error).toBe('postCreateCommand (deps) exited 3');
     expect((await logOf(named.id)).text).toMatch(header('postCreateCommand (fine)'));
+  });
+
+  it('lets a long lifecycle command hold up no other lease: others start and end meanwhile, and it can be stopped', async () => {
+    const made = await admin.post('/v1/environments', { template: 'stuck' });
+    const stuck = made.body.environment.id as string;
+    await vi.waitFor(async () => expect((await logOf(stuck)).text).toContain('waiting forever'), { timeout: 60_000, interval: 100 });
+    // While its postCreateCommand runs, another lease starts, is used and ends.
+    const other = await lease('ascontainer');
+    expect((await sh(other.id, 'echo meanwhile')).stdout).toBe('meanwhile\n');
+    expect((await admin.del(`/v1/environments/${other.id}`)).status).toBe(200);
+    await untilState(s, BOOTSTRAP, other.id, 'stopped', onItsOwn);
+    expect((await admin.get(`/v1/environments/${stuck}`)).body.state).toBe('starting');
+    // And the stuck one ends when asked, its command with its container.
+    expect((await admin.del(`/v1/environments/${stuck}`)).status).toBe(200);
+    await untilState(s, BOOTSTRAP, stuck, 'stopped', onItsOwn);
   });
 
   it('runs postStart at the claim of a warm container, not before; the create phases ran before any lease', async () => {

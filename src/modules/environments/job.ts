@@ -273,15 +273,27 @@ async function advanceStarting(deps: Deps, provider: NodeProvider): Promise<void
     SELECT id, "nodeId" FROM "Environment"
      WHERE state = 'starting' AND starting + ("startMs" * interval '1 millisecond') <= ${now}
      ORDER BY starting`;
-  // Each node prepares on its own: one waiting for a slow node holds up no other.
-  await Promise.all(due.map(({ id }) => prepareOne(deps, provider, id, now)));
+  // Each node prepares on its own: one waiting for a slow node holds up no other. A prepare
+  // still under way after PREPARE_WAIT_MS (lifecycle commands, a pull) goes on without holding up
+  // the job's other work (time-outs, stops); it keeps its environment's work claim meanwhile.
+  const prepares = Promise.all(
+    due.map(({ id }) =>
+      prepareOne(deps, provider, id, now).catch((error: unknown) => deps.log(`preparing environment ${id} failed`, error)),
+    ),
+  );
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([prepares, new Promise<void>((resolve) => (timer = setTimeout(resolve, PREPARE_WAIT_MS)))]);
+  clearTimeout(timer);
 }
+
+/** How long the environment job waits for the prepares it started before going on with its other work. */
+const PREPARE_WAIT_MS = 5_000;
 
 /** `taken`: the environment as its claim left it, its work already taken (a warm claim). */
 async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: Date, taken?: Environment): Promise<void> {
   const env = taken ?? (await deps.prisma.environment.findUnique({ where: { id } }));
   if (env?.state !== 'starting' || !env.starting) return;
-  const bound = startBound(env.startMs);
+  const bound = startBound(env);
   if (now.getTime() - env.starting.getTime() > bound) {
     await fail(deps, provider, env, `did not become ready within ${formatDuration(bound)} on node ${env.node}`, 'starting');
     return;

@@ -23,9 +23,16 @@ export interface NodeProvider {
   discard(deps: Deps, env: Environment): Promise<void>;
 }
 
-/** The longest a start may take before the environment fails: 10× the template's start, at least a minute. */
-export function startBound(startMs: number): number {
-  return Math.max(60_000, 10 * startMs);
+/** How long a start may take when the template runs lifecycle commands (a `npm ci` in a postCreateCommand takes minutes). */
+export const LIFECYCLE_START_MS = 30 * 60_000;
+
+/**
+ * The longest a start may take before the environment fails: 10× the template's start, at least a
+ * minute, and at least LIFECYCLE_START_MS for one with lifecycle commands to run.
+ */
+export function startBound(env: Pick<Environment, 'startMs' | 'lifecycle'>): number {
+  const commands = Array.isArray(env.lifecycle) && env.lifecycle.length > 0;
+  return Math.max(commands ? LIFECYCLE_START_MS : 60_000, 10 * env.startMs);
 }
 
 /** The environment's shares, each with its sync rules: what a release saves. */

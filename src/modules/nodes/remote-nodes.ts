@@ -43,7 +43,7 @@ export const nodeProvider: NodeProvider = {
           restore: env.restore.length > 0,
         },
       },
-      { timeoutMs: startBound(env.startMs), check: stillWanted(deps, env, 'starting'), signal: deps.background.stopping },
+      { timeoutMs: startBound(env), check: stillWanted(deps, env, 'starting'), signal: deps.background.stopping },
     );
     return reply.runtime === 'container' ? 'container' : 'files';
   },

@@ -24,6 +24,7 @@ import { sendToNode } from '../../protocol/node-bus';
 import type { FromNode } from '../../protocol/node-channel';
 import { BUILT_IMAGE_PREFIX, builtOn, type TemplateSpec, templateFromJson, warmSpecHash } from '../templates';
 import { fits, headroom, NOTHING, needOf, roomsOf, take, warmAllocation } from './placement';
+import { LIFECYCLE_START_MS } from './provider';
 import { warmEnvironmentSpec } from './specs';
 import { NODE_TAKES_WORK } from './takes-work';
 
@@ -223,7 +224,9 @@ async function plan(deps: Deps): Promise<{ make: WarmMake[]; drop: Slot[] }> {
       }
       count.set(key, n + 1);
       if (slot.builtin && want.orgId !== '') held.set(heldKey(slot.pool, want.orgId), (held.get(heldKey(slot.pool, want.orgId)) ?? 0) + 1);
-      const stale = slot.warmState === 'starting' && slot.warmSince!.getTime() < now.getTime() - WARM_START_MS;
+      // (one whose template runs lifecycle commands at its making may take as long as a lease's start)
+      const makingMs = want.spec.lifecycle.length > 0 ? LIFECYCLE_START_MS : WARM_START_MS;
+      const stale = slot.warmState === 'starting' && slot.warmSince!.getTime() < now.getTime() - makingMs;
       const due = slot.warmState === 'failed' && (slot.warmRetry?.getTime() ?? 0) <= now.getTime();
       if (stale || due) await start(slot, want);
     }
