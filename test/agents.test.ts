@@ -40,7 +40,9 @@ const WAIT = { timeout: 30_000, interval: 100 };
  * and Recv-Q at the other).
  */
 async function heldInside(url: string, envId: string, port: number): Promise<number> {
-  const { stdout } = await berthExec(url, BOOTSTRAP, envId, 'netstat', '-tn');
+  const { code, stdout, stderr } = await berthExec(url, BOOTSTRAP, envId, 'netstat', '-tn');
+  // A look that failed says so (a waitFor on it ends with why), instead of reading as nothing held.
+  if (code !== 0) throw new Error(`netstat in the environment failed (${code}): ${stderr.trim()}`);
   let bytes = 0;
   for (const line of stdout.split('\n')) {
     const [, received, sent, local, foreign, state] = line.trim().split(/\s+/);
