@@ -19,10 +19,10 @@
 import { createHash } from 'node:crypto';
 import { mkdir, readdir } from 'node:fs/promises';
 import { availableParallelism, totalmem } from 'node:os';
-import { Readable } from 'node:stream';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import type { Readable } from 'node:stream';
 import { WebSocket } from 'ws';
 import { ApiError, BerthClient } from '../cli/client';
+import type { Answer } from '../cli/http';
 import { serveRelay } from '../dataplane/relay-node';
 import { heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
@@ -428,14 +428,8 @@ export class NodeAgent {
   }
 
   /** The node HTTP calls: the CLI's client with the node credential (the server's `{error, code}` thrown as an ApiError). */
-  call(method: string, path: string, init: { body?: Readable | string; type?: string } = {}): Promise<Response> {
-    const streamed = init.body instanceof Readable;
-    return this.client.fetch(path, {
-      method,
-      headers: init.type ? { 'content-type': init.type } : {},
-      body: init.body instanceof Readable ? (Readable.toWeb(init.body) as unknown as BodyInit) : init.body,
-      ...(streamed ? { duplex: 'half' } : {}),
-    } as RequestInit);
+  call(method: string, path: string, init: { body?: Readable | string; type?: string } = {}): Promise<Answer> {
+    return this.client.fetch(path, { method, headers: init.type ? { 'content-type': init.type } : {}, body: init.body });
   }
 
   /**
@@ -527,7 +521,7 @@ export class NodeAgent {
         share,
         open: async () => {
           const archive = await this.call('GET', `/v1/snapshots/${snapshot}/archive`);
-          return Readable.fromWeb(archive.body as unknown as WebReadableStream<Uint8Array>);
+          return archive.body;
         },
       }));
       const files = await restoreShares(root, env.shares, saved);

@@ -4,8 +4,8 @@
 // the same image would race for its tag); a build already queued or under way is not queued again.
 import { readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import * as tar from 'tar-stream';
+import type { Answer } from '../cli/http';
 import { parseSize } from '../kernel/sizes';
 import { type Engine, engineMessage } from '../node/engine';
 import { ENVD_BINARY } from '../node/runtime';
@@ -17,7 +17,7 @@ const MAX_OUTPUT = 256 * 1024;
 const BUILD_TIMEOUT_MS = 30 * 60 * 1000;
 
 type Build = ToNode<'build'>['build'];
-type Call = (method: string, path: string, init?: { body?: string; type?: string }) => Promise<Response>;
+type Call = (method: string, path: string, init?: { body?: string; type?: string }) => Promise<Answer>;
 
 /** The image a node builds to learn whether its engine isolates build steps from its network. */
 const BUILT_PREFIX = 'localhost/berth-build/';
@@ -131,8 +131,7 @@ export class NodeBuilds {
       if (problem) return problem;
     }
     const response = await this.call('GET', `/v1/template-builds/${build.id}/context`);
-    if (!response.body) return 'the server sent no build context';
-    const context = Readable.fromWeb(response.body as WebReadableStream);
+    const context = response.body;
     out(`building ${build.image} (${build.dockerfile}${build.target ? `, target ${build.target}` : ''})\n`);
     const timeout = new Promise<string>((resolve) => {
       const timer = setTimeout(() => resolve(`the build did not end within ${BUILD_TIMEOUT_MS / 60_000} minutes`), BUILD_TIMEOUT_MS);

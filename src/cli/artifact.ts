@@ -11,12 +11,13 @@ import { rename, stat, unlink } from 'node:fs/promises';
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { basename, dirname, join } from 'node:path';
-import { Readable, Transform, type Writable } from 'node:stream';
+import { Transform, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { BerthClient, type ConnectionOptions, errorFromText, networkDetail, reachError, withConnection } from './client';
 import { CommandError } from './errors';
 import { age, bytes, table } from './format';
+import type { Answer } from './http';
 import { durationOption, labelList } from './options';
 
 /** The interface's limit on an artifact's size (2 GiB). */
@@ -189,7 +190,7 @@ async function push(client: BerthClient, file: string, options: PushOptions): Pr
 }
 
 /** The file name a download suggests (Content-Disposition), reduced to a safe base name. */
-function suggestedName(res: Response, id: string): string {
+function suggestedName(res: Answer, id: string): string {
   const header = res.headers.get('content-disposition') ?? '';
   const star = /filename\*=UTF-8''([^;]+)/i.exec(header)?.[1];
   const plain = /filename="([^"]*)"/i.exec(header)?.[1];
@@ -219,7 +220,6 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
     const length = res.headers.get('content-length');
     const total = length === null ? undefined : Number(length);
     const expected = /^"([0-9a-f]{64})"$/.exec(res.headers.get('etag') ?? '')?.[1];
-    if (!res.body) throw new CommandError('the server sent no content');
     let target = output;
     let sink: Writable = process.stdout;
     if (output !== '-') {
@@ -243,7 +243,7 @@ async function pull(client: BerthClient, id: string, output: string): Promise<{ 
       bar.add(n);
     });
     try {
-      await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), measured.stream, sink, {
+      await pipeline(res.body, measured.stream, sink, {
         end: sink !== process.stdout,
         signal: abort.signal,
       });

@@ -7,6 +7,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { configPath, readLogin } from './config-file';
 import { DEFAULT_URL } from './default-url';
 import { CommandError } from './errors';
+import { type Answer, type RequestOptions, request } from './http';
 
 /** Where `berth` looks when neither --server nor BERTH_URL says: what `npm start` listens on. */
 
@@ -80,7 +81,7 @@ export function errorFromText(status: number, statusText: string, text: string):
   return new ApiError(`the server answered ${status} ${statusText}`.trim(), status);
 }
 
-async function answerError(res: Response): Promise<ApiError> {
+async function answerError(res: Answer): Promise<ApiError> {
   return errorFromText(res.status, res.statusText, await res.text().catch(() => ''));
 }
 
@@ -134,13 +135,11 @@ export class BerthClient {
   }
 
   /** A request with the credential; any non-2xx answer is thrown as an ApiError. */
-  async fetch(path: string, init: RequestInit & { query?: Query } = {}): Promise<Response> {
+  async fetch(path: string, init: RequestOptions & { query?: Query } = {}): Promise<Answer> {
     const { query, ...rest } = init;
-    const headers = new Headers(rest.headers);
-    headers.set('authorization', this.authorization);
-    let res: Response;
+    let res: Answer;
     try {
-      res = await fetch(this.url(path, query), { ...rest, headers });
+      res = await request(this.url(path, query), { ...rest, headers: { ...rest.headers, authorization: this.authorization } });
     } catch (error) {
       if (rest.signal?.aborted) throw rest.signal.reason ?? error;
       throw reachError(this.base, error);
@@ -202,7 +201,6 @@ export class BerthClient {
       body: JSON.stringify({ query, variables }),
       signal: abort.signal,
     });
-    if (!res.body) throw new CommandError('the server sent an empty subscription stream');
     let done = false;
     let failure: Error | undefined;
     const parser = createParser({
@@ -231,7 +229,7 @@ export class BerthClient {
     });
     const decoder = new TextDecoder();
     try {
-      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
         parser.feed(decoder.decode(chunk, { stream: true }));
         if (done) break;
       }

@@ -16,10 +16,10 @@ interface Line {
   code?: string;
 }
 
-async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+async function* lines(body: AsyncIterable<Buffer>): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let rest = '';
-  for await (const piece of body as unknown as AsyncIterable<Uint8Array>) {
+  for await (const piece of body) {
     rest += decoder.decode(piece, { stream: true });
     let nl = rest.indexOf('\n');
     while (nl >= 0) {
@@ -41,7 +41,6 @@ export async function execCommand(client: BerthClient, environment: string, argv
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ command: argv }),
   });
-  if (!res.body) throw new CommandError('the server answered without a stream');
   for await (const text of lines(res.body)) {
     const line = JSON.parse(text) as Line;
     if (line.stream && line.data !== undefined) {

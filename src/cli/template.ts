@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 import { BerthClient, type JsonOptions, withConnection } from './client';
 import { CommandError } from './errors';
 import { json, table } from './format';
+import type { Answer } from './http';
 import type { RemoteNode } from './nodes';
 
 interface Template {
@@ -168,18 +169,13 @@ export function registerTemplateCommands(program: Command): void {
     if (Boolean(options.file) === Boolean(options.devcontainer)) throw new CommandError('give one of --file and --devcontainer');
     const client = new BerthClient(options);
     const at = `/v1/templates/${encodeURIComponent(name)}`;
-    let res: Response;
+    let res: Answer;
     if (options.file) {
       const text = await readFile(options.file, 'utf8');
       res = await client.fetch(at, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: text });
     } else {
       const body = await devcontainerTar(path.resolve(options.devcontainer!));
-      res = await client.fetch(at, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/x-tar' },
-        body: Readable.toWeb(body) as unknown as BodyInit,
-        duplex: 'half',
-      } as RequestInit);
+      res = await client.fetch(at, { method: 'PUT', headers: { 'content-type': 'application/x-tar' }, body });
     }
     const answer = (await res.json()) as { template: Template };
     if (options.json) return json(answer);
