@@ -14,20 +14,31 @@
  * - Concurrency: BENCH_CLIENTS (8) clients, each running `true` one after another for
  *   BENCH_SECONDS (10): execs per second. Goal ≥ 150.
  * - The CLI: BENCH_CLI (15) runs of `berth exec ENV -- true` (the checkout's bin/berth.js) against
- *   `node -e 0`, alternated: wall time p50. Goal ≤ 2x.
+ *   `node -e 0`, alternated: wall time p50. Goal ≤ 2x. Its input is /dev/null, as `berth exec` from a
+ *   terminal or `… </dev/null` in a script (one POST); beside it the same with a pipe for input,
+ *   which the command passes on, so it is a session over a WebSocket (docs/agents.md, "Exec").
  * BENCH_PROFILE=DIR writes a CPU profile of the server into DIR
  * (summarize with `tsx bench/cpuprofile-summary.ts DIR/*.cpuprofile`).
  * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
  */
-import { execFile, spawn } from 'node:child_process';
-import { promisify } from 'node:util';
+import { spawn } from 'node:child_process';
 import { TEST_IMAGE } from '../test/helpers/engine-setup';
 import type { BerthProc } from '../test/helpers/processes';
 import { benchBerth } from './berth';
 import { knob, pct } from './environments/common';
 import { restCalls } from './rest';
 
-const run = promisify(execFile);
+/** Runs a command to its end, its input /dev/null or an empty pipe; fails unless it exits 0. */
+function run(file: string, args: string[], options: { env?: NodeJS.ProcessEnv; input?: 'ignore' | 'pipe' } = {}): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, { env: options.env, stdio: [options.input ?? 'ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr?.on('data', (data) => (stderr += data));
+    child.stdin?.end();
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${file} ${args.join(' ')} exited ${code}: ${stderr}`))));
+  });
+}
 const TOKEN = 'bct_bench-exec-0123456789abcdef0123';
 const EXECS = knob('BENCH_EXECS', 200);
 const CLIENTS = knob('BENCH_CLIENTS', 8);
@@ -106,16 +117,20 @@ async function main() {
     );
     const rate = done / SECONDS;
     const cli: number[] = [];
+    const piped: number[] = [];
     const bare: number[] = [];
     const env = { ...process.env, BERTH_URL: berth.url, BERTH_TOKEN: TOKEN };
-    await run(process.execPath, ['bin/berth.js', 'exec', name, '--', 'true'], { env });
+    const berthCli = ['bin/berth.js', 'exec', name, '--', 'true'];
+    await run(process.execPath, berthCli, { env });
+    const timed = async (into: number[], args: string[], options?: Parameters<typeof run>[2]) => {
+      const start = performance.now();
+      await run(process.execPath, args, options);
+      into.push(performance.now() - start);
+    };
     for (let i = 0; i < CLI_RUNS; i++) {
-      let start = performance.now();
-      await run(process.execPath, ['bin/berth.js', 'exec', name, '--', 'true'], { env });
-      cli.push(performance.now() - start);
-      start = performance.now();
-      await run(process.execPath, ['-e', '0']);
-      bare.push(performance.now() - start);
+      await timed(cli, berthCli, { env });
+      await timed(piped, berthCli, { env, input: 'pipe' });
+      await timed(bare, ['-e', '0']);
     }
     await api(berth, 'DELETE', `/v1/environments/${id}`);
     const f = (n: number) => n.toFixed(1);
@@ -132,6 +147,7 @@ async function main() {
       `  berth exec ENV -- true (n=${CLI_RUNS}): p50 ${f(pct(cli, 50))} ms; node -e 0: p50 ${f(pct(bare, 50))} ms; ` +
         `${ratio(pct(cli, 50), pct(bare, 50))} (goal ≤ 2x)`,
     );
+    console.log(`    with a pipe for input (a session): p50 ${f(pct(piped, 50))} ms, ${ratio(pct(piped, 50), pct(bare, 50))}`);
   } finally {
     await bench.stop();
   }
