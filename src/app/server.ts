@@ -26,7 +26,7 @@ import { schema } from '../edges/schema';
 import { ensureBuiltinNode } from '../modules/nodes';
 import { ensureDefaultOrganization } from '../modules/organizations';
 import { METRICS_PATH, sendMetrics } from '../observability/endpoint';
-import { createLogger, type Logger, logFunction } from '../observability/log';
+import { createLogger, type Logger, logFunction, requestLogger } from '../observability/log';
 import { beginRequest, loggedPath, methodLabel, type RequestInfo, withinRequest } from '../observability/requests';
 import type { Clock } from '../platform/clock';
 import { RELAY_NODE_PATH, RELAY_PATH } from '../protocol/relay';
@@ -121,6 +121,7 @@ function finished(
 export async function serve(deps: Deps, logger: Logger): Promise<App> {
   const { config } = deps;
   const log = logFunction(logger);
+  const requestLog = requestLogger(logger);
   const cors = corsPolicy({ origins: config.corsOrigins, publicUrl: () => config.publicUrl });
   const graphql = createGraphQLHandler(deps, log);
   const graphqlPost = createGraphQLPostPath(deps, graphql);
@@ -138,7 +139,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     const info = beginRequest(req, 'other');
     res.setHeader('x-request-id', info.id);
     // `close` also comes for an answer cut short: its line says so.
-    res.once('close', () => finished(deps, logger, req, info, res.statusCode, started, res.writableFinished ? {} : { aborted: true }));
+    res.once('close', () => finished(deps, requestLog, req, info, res.statusCode, started, res.writableFinished ? {} : { aborted: true }));
     return withinRequest(info, () => answer(req, res, info));
   });
   const answer = async (req: IncomingMessage, res: ServerResponse, info: RequestInfo) => {
@@ -219,7 +220,7 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     (req, socket, path) => {
       const started = process.hrtime.bigint();
       const info = beginRequest(req, upgradeRoute(path, req), socket);
-      socket.once('close', () => finished(deps, logger, req, info, info.status ?? 0, started, { websocket: true }));
+      socket.once('close', () => finished(deps, requestLog, req, info, info.status ?? 0, started, { websocket: true }));
       return info;
     },
   );
