@@ -13,7 +13,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -64,6 +64,7 @@ const peers = listKnob('BENCH_PEERS', PEERS, PEERS);
 const transports = listKnob('BENCH_TRANSPORTS', TRANSPORTS, TRANSPORTS);
 const stockTransports = listKnob('BENCH_STOCK_TRANSPORTS', TRANSPORTS, TRANSPORTS);
 const profileDir = process.env.BENCH_PROFILE;
+if (profileDir) mkdirSync(profileDir, { recursive: true });
 const SUBSCRIBERS = knob('BENCH_SUBSCRIBERS', 10_000);
 const EVENTS = knob('BENCH_EVENTS', 40);
 const INTERVAL_MS = knob('BENCH_EVENT_INTERVAL_MS', 1000);
