@@ -10,6 +10,8 @@ import { currentRequest } from './requests';
 export type { Logger };
 
 const STDOUT = 1;
+/** Log bytes held for a reader that does not keep up. */
+const LOG_BUFFER_BYTES = 16 * 1024 * 1024;
 
 export interface LoggerOptions {
   format: LogFormat;
@@ -19,7 +21,11 @@ export interface LoggerOptions {
 }
 
 export function createLogger({ format, level, destination }: LoggerOptions): Logger {
-  const out = destination ?? batched(pino.destination(STDOUT), STDOUT);
+  // Written on libuv's threads, not the event loop's: a slow or stopped reader of stdout (a pipe,
+  // a paused terminal) must not hold up requests. What it cannot take is held up to
+  // LOG_BUFFER_BYTES, past which lines are dropped rather than memory grown; at exit the rest is
+  // written synchronously (pino registers that).
+  const out = destination ?? batched(pino.destination({ dest: STDOUT, sync: false, maxLength: LOG_BUFFER_BYTES }), STDOUT);
   return pino(
     {
       level,
