@@ -37,6 +37,8 @@ interface Timed {
   create: number;
   wait: number;
   exec: number;
+  /** The exec's durationMs: the node, the line into the container and the command. */
+  execNode: number;
   /** The server's own lease to ready. */
   readyMs: number;
   error?: string;
@@ -58,7 +60,7 @@ async function firstCommand(client: BerthClient): Promise<Timed> {
       body: '{"command":["echo","hi"]}',
     });
     const lines = (await res.text()).trim().split('\n');
-    const out = lines.map((l) => JSON.parse(l) as { data?: string; exitCode?: number });
+    const out = lines.map((l) => JSON.parse(l) as { data?: string; exitCode?: number; exec?: { durationMs: number } });
     const said = Buffer.concat(out.filter((l) => l.data).map((l) => Buffer.from(l.data!, 'base64'))).toString();
     if (said !== 'hi\n' || out.at(-1)?.exitCode !== 0) throw new Error(`echo hi answered ${lines.join(' ')}`);
     const end = performance.now();
@@ -68,10 +70,11 @@ async function firstCommand(client: BerthClient): Promise<Timed> {
       create: created - start,
       wait: readyAt - created,
       exec: end - readyAt,
+      execNode: out.at(-1)?.exec?.durationMs ?? 0,
       readyMs: ready.readyMs ?? 0,
     };
   } catch (error) {
-    return { ok: false, total: performance.now() - start, create: 0, wait: 0, exec: 0, readyMs: 0, error: String(error) };
+    return { ok: false, total: performance.now() - start, create: 0, wait: 0, exec: 0, execNode: 0, readyMs: 0, error: String(error) };
   } finally {
     if (id) await client.delete(`/v1/environments/${id}`).catch(() => undefined);
   }
@@ -131,7 +134,7 @@ async function main() {
     if (good.length > 0) {
       console.log(
         `  create → ready → echo hi: p50 ${f(pct(total, 50))} ms, p95 ${f(pct(total, 95))} ms, p99 ${f(pct(total, 99))} ms ` +
-          `(p50 of its parts: create ${f(pct(of('create'), 50))}, wait ${f(pct(of('wait'), 50))}, exec ${f(pct(of('exec'), 50))} ms; the server's readyMs ${f(pct(of('readyMs'), 50))} ms)`,
+          `(p50 of its parts: create ${f(pct(of('create'), 50))}, wait ${f(pct(of('wait'), 50))}, exec ${f(pct(of('exec'), 50))} ms (on the node ${f(pct(of('execNode'), 50))}); the server's readyMs ${f(pct(of('readyMs'), 50))} ms)`,
       );
       console.log(`  podman run --rm IMAGE echo hi (n=${peer.length}): p50 ${f(pct(peer, 50))} ms, p95 ${f(pct(peer, 95))} ms`);
       console.log(
