@@ -4,6 +4,7 @@ import { createHash, randomInt } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { type IncomingMessage, request } from 'node:http';
+import { type AddressInfo, createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
@@ -27,6 +28,15 @@ import { BOOTSTRAP, client, startServer, type TestServer, untilState } from './h
 import { recorded } from './helpers/states';
 
 const MISSING_IMAGE = 'localhost/berth-test/no-such-image:1';
+/**
+ * A port of this machine's loopback with a listener that answers: were a tunnel ever dialled from
+ * the node's own network namespace (src/node/netns-dial.ts), it would reach this.
+ */
+const hostListener = createServer((socket) => socket.end('this-machine\n')).listen(0, '127.0.0.1');
+await once(hostListener, 'listening');
+const HOST_PORT = (hostListener.address() as AddressInfo).port;
+afterAll(() => void hostListener.close());
+
 /** How long vi.waitFor waits on something a loaded machine may take its time over. */
 const WAIT = { timeout: 30_000, interval: 50 };
 
@@ -41,7 +51,10 @@ const TEMPLATES = [
       { name: 'src', direction: 'in', envPath: '/workspace/src' },
       { name: 'out', direction: 'out', envPath: '/workspace/out' },
     ],
-    services: [{ service: 'web', target: '127.0.0.1:8080' }],
+    services: [
+      { service: 'web', target: '127.0.0.1:8080' },
+      { service: 'host', target: `127.0.0.1:${HOST_PORT}` },
+    ],
   },
   { name: 'user', image: TEST_USER_IMAGE, shares: [{ name: 'src', direction: 'in', envPath: '/workspace/src' }] },
   { name: 'egress', image: TEST_IMAGE, network: 'egress' },
@@ -517,6 +530,15 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       const early = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'web' });
       const closed = await new Promise<string>((resolve) => early.once('close', (_code, reason) => resolve(reason.toString())));
       expect(closed).toMatch(/cannot reach port 8080/);
+      // A port this machine's loopback answers on is the environment's own port, where nothing listens.
+      const toHost = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'host' });
+      let leaked = '';
+      toHost.on('message', (data: Buffer, binary: boolean) => {
+        if (binary) leaked += data.toString();
+      });
+      const refused = await new Promise<string>((resolve) => toHost.once('close', (_code, reason) => resolve(reason.toString())));
+      expect(refused).toMatch(new RegExp(`cannot reach port ${HOST_PORT}`));
+      expect(leaked).toBe('');
       let served: Promise<Ran> | undefined;
       await new Promise<void>((resolve) => {
         served = run(env.id, ['sh', '-c', 'echo ready; echo inside-the-environment | nc -l -p 8080'], undefined, (t) => {

@@ -23,7 +23,11 @@ export interface ContainerUsage {
 }
 
 export interface ContainerState {
+  /** The container's full id. */
+  id: string;
   running: boolean;
+  /** Its first process's pid as the engine's machine numbers it (0 when not running). */
+  pid: number;
   exitCode: number;
   oomKilled: boolean;
   labels: Record<string, string>;
@@ -108,6 +112,11 @@ export class Engine {
     readonly url: string,
     private readonly docker: Dockerode,
   ) {}
+
+  /** Whether it is reached through a socket file of this machine (so its containers are likely this machine's processes). */
+  get local(): boolean {
+    return connection(this.url).socketPath !== undefined;
+  }
 
   private async timed<T>(operation: string, work: () => Promise<T>): Promise<T> {
     if (!this.observe) return work();
@@ -324,7 +333,9 @@ export class Engine {
       }
       const networks = Object.values(info.NetworkSettings?.Networks ?? {});
       return {
+        id: info.Id,
         running: info.State.Running,
+        pid: info.State.Pid ?? 0,
         exitCode: info.State.ExitCode,
         oomKilled: info.State.OOMKilled,
         labels: info.Config?.Labels ?? {},

@@ -40,6 +40,7 @@ import {
   runLifecycle,
   START_PHASES,
 } from './lifecycle';
+import { type DialProcess, dialInNamespace } from './netns-dial';
 
 /**
  * The folder mounted read-only at /.berth in every container: berth-envd alone, as `envd`
@@ -884,7 +885,11 @@ export class NodeRuntime {
   /** A byte stream to `port` on the environment's own loopback, dialled from inside its network. */
   async dial(id: string, port: number): Promise<Duplex> {
     const engine = this.requireEngine();
-    const run = await engine.exec(await this.named(id), { cmd: [ENVD_PATH, 'dial', String(port)] });
+    const name = await this.named(id);
+    // Entered by the node where it can (netns-dial.ts), else through the engine.
+    const run: DialProcess =
+      (await dialInNamespace(engine, name, join(ENVD_DIR, 'envd'), port)) ??
+      (await engine.exec(name, { cmd: [ENVD_PATH, 'dial', String(port)] }));
     let problem = '';
     run.stderr.on('data', (d: Buffer) => (problem += d.toString()));
     const stream = new Duplex({
@@ -907,7 +912,10 @@ export class NodeRuntime {
         // for DIAL_WIND_DOWN_MS at most.
         run.stdin.end();
         run.resume();
-        const cut = setTimeout(() => run.stdin.destroy(), DIAL_WIND_DOWN_MS);
+        const cut = setTimeout(() => {
+          run.stdin.destroy();
+          run.kill?.();
+        }, DIAL_WIND_DOWN_MS);
         cut.unref();
         run.exited.finally(() => clearTimeout(cut)).catch(() => undefined);
         done(error);

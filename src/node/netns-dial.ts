@@ -1,0 +1,79 @@
+// A connection to a port of a container's own loopback without the engine: berth-envd's `dial`
+// run by the node in the container's network namespace and nothing else of it (not its files, its
+// users or its processes), as nobody. Through the engine's exec stream (Podman's service, conmon)
+// a tunnel's bytes capped at ~0.1x of loopback and each new connection cost an exec's round trips
+// (docs/benchmarks.md, "Agents"); here they cross two pipes and a process start.
+//
+// Only where the engine's containers are this machine's processes: the namespace is taken from
+// the container's first process by pid, and kept only if that process is still in the container's
+// own control group once the namespace is held, so a pid that ended and was reused (or one of
+// another pid namespace) is never entered. Otherwise (a remote engine, no nsenter) the caller uses
+// the engine's exec.
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
+import type { Engine } from './engine';
+
+const NSENTER = ['/usr/bin/nsenter', '/bin/nsenter'].find((path) => existsSync(path));
+/** Who the dialler runs as: it needs no privilege to connect to a loopback port. */
+const NOBODY = '65534';
+
+/** A running dial: berth-envd's input and output, its exit, and a way to stop reading it. */
+export interface DialProcess {
+  stdin: Writable;
+  stdout: Readable;
+  stderr: Readable;
+  exited: Promise<number>;
+  pause(): void;
+  resume(): void;
+  /** Ends it outright when winding down took too long. */
+  kill?(): void;
+}
+
+/**
+ * `envd dial PORT` (the host's copy at `envdPath`) in the network namespace of container `name`,
+ * or undefined when it cannot be entered from here.
+ */
+export async function dialInNamespace(engine: Engine, name: string, envdPath: string, port: number): Promise<DialProcess | undefined> {
+  if (!NSENTER || !engine.local) return undefined;
+  const state = await engine.inspect(name);
+  if (!state?.running || state.pid <= 0) return undefined;
+  let namespace: number;
+  try {
+    namespace = openSync(`/proc/${state.pid}/ns/net`, 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    if (!readFileSync(`/proc/${state.pid}/cgroup`, 'utf8').includes(state.id)) return undefined;
+    const child = spawn(
+      NSENTER,
+      ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--', envdPath, 'dial', String(port)],
+      {
+        stdio: ['pipe', 'pipe', 'pipe', namespace],
+        env: {},
+      },
+    );
+    // All three are pipes (stdio above). A pipe's error (EPIPE once the dialler ended) is no more
+    // than its end, which `exited` reports.
+    const stdout = child.stdout as Readable;
+    for (const pipe of [child.stdin, child.stdout, child.stderr]) pipe?.on('error', () => undefined);
+    const exited = new Promise<number>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('close', (code) => resolve(code ?? 1));
+    });
+    return {
+      stdin: child.stdin as Writable,
+      stdout,
+      stderr: child.stderr as Readable,
+      exited,
+      pause: () => stdout.pause(),
+      resume: () => stdout.resume(),
+      kill: () => child.kill('SIGKILL'),
+    };
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(namespace);
+  }
+}
