@@ -10,6 +10,8 @@
  *   The built-in pool runs on a Podman service of its own (BENCH_ENGINE names another).
  * - Round-trip latency: BENCH_ROUNDS (2000) sequential 64-byte echoes on one connection, p50/p99,
  *   through the tunnel (to an echo in the environment) and direct (to one on this machine).
+ * - New connections: BENCH_CONNECTIONS (100) connections one after another, each from its connect
+ *   to its first echoed byte, p50/p99, through the tunnel and direct.
  * - Initial sync: a BENCH_FILES (10,000)-file tree sent into an `in` share (this process plays the
  *   sandbox side with the agent's own code: the relay socket and sendFolder, until the node side
  *   acknowledged the whole batch) against `tar c | tar x` of the same tree on this machine.
@@ -34,6 +36,7 @@ const num = (name: string, fallback: number) => Number(process.env[name] ?? fall
 const TUNNEL_MIB = num('BENCH_TUNNEL_MIB', 256);
 const ROUNDS = num('BENCH_ROUNDS', 2000);
 const FILES = num('BENCH_FILES', 10_000);
+const CONNECTIONS = num('BENCH_CONNECTIONS', 100);
 const run = promisify(execFile);
 
 /** Counts what a connection sends until it half-closes, then answers the count (8 bytes). */
@@ -132,6 +135,27 @@ function roundTrips(port: number, rounds: number): Promise<number[]> {
     socket.on('error', reject);
     socket.on('connect', send);
   });
+}
+
+/** `count` connections one after another: each from its connect to its first echoed byte, closed after; microseconds each. */
+async function firstBytes(port: number, count: number): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    times.push(
+      await new Promise<number>((resolve, reject) => {
+        const started = process.hrtime.bigint();
+        const socket = net.connect({ port, host: '127.0.0.1' });
+        socket.setNoDelay(true);
+        socket.once('connect', () => socket.write('x'));
+        socket.once('data', () => {
+          resolve(Number(process.hrtime.bigint() - started) / 1e3);
+          socket.end();
+        });
+        socket.once('error', reject);
+      }),
+    );
+  }
+  return times;
 }
 
 function percentile(values: number[], p: number): number {
@@ -247,6 +271,8 @@ async function main() {
 
     const directRtt = await roundTrips(portOf(echo), ROUNDS);
     const tunnelRtt = await roundTrips(listen('echo'), ROUNDS);
+    const directFirst = await firstBytes(portOf(echo), CONNECTIONS);
+    const tunnelFirst = await firstBytes(listen('echo'), CONNECTIONS);
 
     // Initial sync: a second sandbox, played by this process with the agent's code.
     const tree = join(base, 'tree');
@@ -291,6 +317,12 @@ async function main() {
     console.log(
       `  through the relay     p50 ${f(percentile(tunnelRtt, 50), 0)} µs   p99 ${f(percentile(tunnelRtt, 99), 0)} µs   ` +
         `(p50 ${f(percentile(tunnelRtt, 50) / percentile(directRtt, 50), 1)}x direct)`,
+    );
+    console.log(`new connection to its first echoed byte, ${CONNECTIONS} one after another:`);
+    console.log(`  direct                p50 ${f(percentile(directFirst, 50), 0)} µs   p99 ${f(percentile(directFirst, 99), 0)} µs`);
+    console.log(
+      `  through the relay     p50 ${f(percentile(tunnelFirst, 50) / 1000, 1)} ms   p99 ${f(percentile(tunnelFirst, 99) / 1000, 1)} ms   ` +
+        `(p50 ${f(percentile(tunnelFirst, 50) / percentile(directFirst, 50), 1)}x direct; goal <= 3x)`,
     );
     console.log(`initial sync, ${FILES} files, ${f(bytes / MIB)} MiB:`);
     console.log(`  tar c | tar x         ${f(tarSeconds, 2)} s`);
