@@ -495,6 +495,7 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
         const session = open(envId, commandQuery('echo before; read a; echo "after $a"; sleep 306'));
         await session.waitFor(/before/);
         const id = await session.id;
+        const before = node?.output().length ?? 0;
         await s.restart();
         await session.ended;
         if (kind === 'built-in pool') {
@@ -502,9 +503,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
           expect((await listed(envId)).map((x) => x.id)).not.toContain(id);
           return;
         }
-        await expect
-          .poll(async () => (await admin.get('/v1/nodes')).body.nodes.find((n: any) => n.name === 'builder')?.state)
-          .toBe('online');
+        // Online again with the new server (the node list may still show the state the old one left).
+        await node!.waitFor(/online as builder/, before);
         const again = attach(envId, id);
         await again.waitFor(/before\n/);
         again.send('restart\n');
