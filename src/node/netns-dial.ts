@@ -7,8 +7,8 @@
 // Only where the engine's containers are this machine's processes: the namespace is taken from
 // the container's first process by pid, and kept only if that process is still in the container's
 // own control group once the namespace is held, so a pid that ended and was reused (or one of
-// another pid namespace) is never entered. Otherwise (a remote engine, no nsenter) the caller uses
-// the engine's exec.
+// another pid namespace) is never entered. Otherwise (a remote engine, no nsenter, a node not run
+// as root) the caller uses the engine's exec.
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
@@ -35,7 +35,9 @@ export interface DialProcess {
  * or undefined when it cannot be entered from here.
  */
 export async function dialInNamespace(engine: Engine, name: string, envdPath: string, port: number): Promise<DialProcess | undefined> {
-  if (!NSENTER || !engine.local) return undefined;
+  // Entering another namespace and dropping to nobody take root (a rootless engine's containers
+  // are in a user namespace a non-root node could not enter either).
+  if (!NSENTER || !engine.local || process.getuid?.() !== 0) return undefined;
   const state = await engine.inspect(name);
   if (!state?.running || state.pid <= 0) return undefined;
   let namespace: number;
