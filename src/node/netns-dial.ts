@@ -30,6 +30,19 @@ export interface DialProcess {
   kill?(): void;
 }
 
+const ENTER = ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
+/** Whether this machine lets the node enter (a hardened kernel or a seccomp profile may refuse setns): tried once. */
+let enters: Promise<boolean> | undefined;
+
+function canEnter(namespace: number): Promise<boolean> {
+  enters ??= new Promise<boolean>((resolve) => {
+    const probe = spawn(NSENTER!, [...ENTER, '/bin/true'], { stdio: ['ignore', 'ignore', 'ignore', namespace], env: {} });
+    probe.once('error', () => resolve(false));
+    probe.once('close', (code) => resolve(code === 0));
+  });
+  return enters;
+}
+
 /**
  * `envd dial PORT` (the host's copy at `envdPath`) in the network namespace of container `name`,
  * or undefined when it cannot be entered from here.
@@ -48,14 +61,8 @@ export async function dialInNamespace(engine: Engine, name: string, envdPath: st
   }
   try {
     if (!readFileSync(`/proc/${state.pid}/cgroup`, 'utf8').includes(state.id)) return undefined;
-    const child = spawn(
-      NSENTER,
-      ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--', envdPath, 'dial', String(port)],
-      {
-        stdio: ['pipe', 'pipe', 'pipe', namespace],
-        env: {},
-      },
-    );
+    if (!(await canEnter(namespace))) return undefined;
+    const child = spawn(NSENTER, [...ENTER, envdPath, 'dial', String(port)], { stdio: ['pipe', 'pipe', 'pipe', namespace], env: {} });
     // All three are pipes (stdio above). A pipe's error (EPIPE once the dialler ended) is no more
     // than its end, which `exited` reports.
     const stdout = child.stdout as Readable;
