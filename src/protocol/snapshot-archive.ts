@@ -202,6 +202,9 @@ export async function extractArchive(stream: Readable, root: string): Promise<Ar
     }
     return stats;
   } catch (err) {
+    // The folder failing under it (a build that swaps a name while it is written: ENOTDIR, ELOOP,
+    // …) is not the archive's fault, and says so as it is.
+    if ((err as NodeJS.ErrnoException).syscall) throw err;
     throw archiveError(err as Error);
   } finally {
     beneath.close();
