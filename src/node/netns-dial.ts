@@ -8,7 +8,7 @@
 // the container's first process by pid, and kept only if that process is still in the container's
 // own control group once the namespace is held, so a pid that ended and was reused (or one of
 // another pid namespace) is never entered. Otherwise (a remote engine, no nsenter, a node not run
-// as root) the caller uses the engine's exec.
+// as root, a machine that refuses setns) the caller uses the engine's exec.
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
