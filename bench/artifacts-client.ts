@@ -24,10 +24,15 @@ import { limitMs } from './limit';
 // download can be checked against what an earlier process uploaded.
 const BLOCK = createCipheriv('aes-256-ctr', Buffer.alloc(32, 7), Buffer.alloc(16)).update(Buffer.alloc(4 * 1024 * 1024));
 
-/** SHA-256 of what upload sends: `size` bytes of BLOCK repeated. */
+/** What upload sends, `size` bytes: BLOCK repeated, the last piece cut short. */
+function* pieces(size: number): Generator<Buffer> {
+  for (let n = 0; n < size; n += BLOCK.length) yield BLOCK.subarray(0, Math.min(BLOCK.length, size - n));
+}
+
+/** SHA-256 of what upload sends. */
 function expectedSha256(size: number): string {
   const hash = createHash('sha256');
-  for (let sent = 0; sent < size; sent += BLOCK.length) hash.update(BLOCK.subarray(0, Math.min(BLOCK.length, size - sent)));
+  for (const piece of pieces(size)) hash.update(piece);
   return hash.digest('hex');
 }
 
@@ -61,12 +66,10 @@ function upload(size: number): Promise<Record<string, unknown>> {
         resolve({ status: res.statusCode, ms, sha256, body: JSON.parse(body) });
       });
     });
-    let sent = 0;
+    const sending = pieces(size);
     const pump = () => {
-      while (sent < size) {
-        const piece = BLOCK.subarray(0, Math.min(BLOCK.length, size - sent));
-        sent += piece.length;
-        if (!req.write(piece)) return void req.once('drain', pump);
+      for (let next = sending.next(); !next.done; next = sending.next()) {
+        if (!req.write(next.value)) return void req.once('drain', pump);
       }
       req.end();
     };
@@ -79,9 +82,7 @@ async function curlUpload(size: number): Promise<Record<string, unknown>> {
   const dir = await mkdtemp(join(tmpdir(), 'berth-bench-curl-'));
   try {
     const file = join(dir, 'bench.bin');
-    const blocks: Buffer[] = [];
-    for (let n = 0; n < size; n += BLOCK.length) blocks.push(BLOCK.subarray(0, Math.min(BLOCK.length, size - n)));
-    await writeFile(file, blocks);
+    await writeFile(file, [...pieces(size)]);
     const sha256 = expectedSha256(size);
     const times = join(dir, 'times');
     const started = process.hrtime.bigint();
@@ -127,8 +128,8 @@ async function diskMs(dir: string, size: number): Promise<number> {
   try {
     const fd = openSync(join(folder, 'segment'), 'wx');
     const started = process.hrtime.bigint();
-    for (let written = 0; written < size; ) {
-      const piece = BLOCK.subarray(0, Math.min(BLOCK.length, size - written));
+    let written = 0;
+    for (const piece of pieces(size)) {
       writeSync(fd, piece);
       written += piece.length;
       if (written % SEGMENT === 0 || written === size) fdatasyncSync(fd);
