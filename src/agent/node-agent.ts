@@ -515,7 +515,7 @@ export class NodeAgent {
     const restore = async (root: string) => {
       if (restores === false) return;
       const planned = await this.call('GET', `/v1/environments/${env.id}/restore`);
-      if (planned.status === 204) return planned.discard();
+      if (planned.status === 204) return;
       const plan = (await planned.json()) as { key: string; root: string; shares: { share: string; snapshot: string }[] };
       const saved = plan.shares.map(({ share, snapshot }) => ({
         share,
@@ -525,12 +525,10 @@ export class NodeAgent {
         },
       }));
       const files = await restoreShares(root, env.shares, saved);
-      (
-        await this.call('POST', `/v1/environments/${env.id}/restored`, {
-          body: JSON.stringify({ root: plan.root, files }),
-          type: 'application/json',
-        })
-      ).discard();
+      await this.call('POST', `/v1/environments/${env.id}/restored`, {
+        body: JSON.stringify({ root: plan.root, files }),
+        type: 'application/json',
+      });
       this.log(`${env.id}: ${files} files restored from ${plan.key}`);
     };
     if (warm) this.warm.delete(warm.slot);
@@ -563,9 +561,7 @@ export class NodeAgent {
         env.saved,
         async (share, archive) => {
           try {
-            (
-              await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share)}`, { body: archive, type: ARCHIVE_CONTENT_TYPE })
-            ).discard();
+            await this.call('PUT', `/v1/snapshots/${env.id}/${encodeURIComponent(share)}`, { body: archive, type: ARCHIVE_CONTENT_TYPE });
           } catch (error) {
             // Its project was shredded since it began: nothing of it is saved, and the release goes on.
             if (!(error instanceof ApiError && error.code === 'shredded')) throw error;

@@ -76,12 +76,10 @@ export class NodeBuilds {
     }
     if (error) out(`\nerror: ${error}\n`);
     try {
-      (
-        await this.call('POST', `/v1/template-builds/${build.id}`, {
-          type: 'application/json',
-          body: JSON.stringify({ log: output.slice(-MAX_OUTPUT), ...(error ? { error } : {}) }),
-        })
-      ).discard();
+      await this.call('POST', `/v1/template-builds/${build.id}`, {
+        type: 'application/json',
+        body: JSON.stringify({ log: output.slice(-MAX_OUTPUT), ...(error ? { error } : {}) }),
+      });
       this.log(`build ${build.id} of ${build.image}: ${error ? `failed: ${error}` : 'done'}`);
     } catch (failure) {
       // The server hears of it again: the build is sent anew at the node's next hello.

@@ -53,11 +53,6 @@ export class Answer {
   async json<T>(): Promise<T> {
     return JSON.parse(await this.text()) as T;
   }
-
-  /** Reads and drops the body: until it is read, the connection is not free for the next request. */
-  discard(): void {
-    this.body.resume();
-  }
 }
 
 /** Sends a request; resolves with the answer once its head arrived, rejects when none can come. */
