@@ -10,7 +10,9 @@
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -331,6 +333,30 @@ async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
   }
   return hits;
 }
+/** The processes `berth node` (pid `node`) started to dial into an environment: berth-envd's `dial`. */
+function diallersOf(node: number): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === node && alive(pid);
+      } catch {
+        return false;
+      }
+    });
+}
+
+/** Whether `pid` is still a berth-envd dial (not ended, and not reused by another program). */
+function alive(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('dial');
+  } catch {
+    return false;
+  }
+}
+
 /** How long the agents may take to sync a file or clean up an environment (containers end). */
 const E2E_WAIT = { timeout: 60_000, interval: 200 };
 
@@ -493,7 +519,7 @@ for (const backend of backends) {
       await reaches(nodeSide.url, BOOTSTRAP, envId, 'stopped');
       expect(await readFile(join(sandboxDir, 'results', 'result.txt'), 'utf8')).toBe('built on the node\n');
 
-      const next = await api().post('/v1/environments', { template: 'dev', snapshot: `e2e-${backend}` });
+      const next = await api().post('/v1/environments', { template: 'dev', sandbox: 'laptop', snapshot: `e2e-${backend}` });
       const restored = await reaches(nodeSide.url, BOOTSTRAP, next.body.environment.id, 'ready');
       expect(restored.restored).toMatchObject({ key: `e2e-${backend}` });
       expect(await readFile(join(nodeDir, restored.id, 'workspace', 'out', 'result.txt'), 'utf8')).toBe('built on the node\n');
@@ -503,13 +529,38 @@ for (const backend of backends) {
       // and none of them is stored there in the clear: not in its blobs, not in its database files.
       expect(await filesContaining(join(base, 'data'), Buffer.from(marker))).toEqual([]);
       envId = restored.id;
+      listen = Object.fromEntries(
+        next.body.environment.exports.map((e: { service: string; listen: string }) => [e.service, Number(e.listen.split(':')[1])]),
+      );
     });
 
     it('killing the node agent fails its environments with the reason; the restarted agent removes their containers', {
       timeout: 120_000,
     }, async () => {
       expect(await containersOf(envId)).toHaveLength(1);
+      // A service that keeps its connection after its input ended and never sends: only the
+      // dialler itself can notice that the node is gone.
+      const mute = 'setsid sh -c "nc -l -p 5432 -e sh -c \'cat >/dev/null; exec sleep 600\' </dev/null >/dev/null 2>&1 &"; echo started';
+      expect(await berthExec(sandboxSide.url, BOOTSTRAP, envId, 'sh', '-c', mute)).toMatchObject({ code: 0, stdout: 'started\n' });
+      await forwarding(sandboxAgent!, envId, 'postgres', listen.postgres!);
+      const held = net.connect({ port: listen.postgres!, host: '127.0.0.1' });
+      held.on('error', () => undefined);
+      const closed = new Promise<void>((ended) => held.once('close', () => ended()));
+      const node = nodeAgent!.proc.pid!;
+      // The node dials a container's port itself (as root, on this machine's engine) or through the engine.
+      const dialling =
+        process.getuid?.() === 0
+          ? await vi.waitFor(() => {
+              const found = diallersOf(node);
+              expect(found).not.toEqual([]);
+              return found;
+            }, WAIT)
+          : [];
       await nodeAgent!.kill('SIGKILL');
+      // Both ends of the tunnel end with the node: the client's connection, and the node's dialler
+      // (which holds the environment's network namespace) instead of outliving it.
+      await closed;
+      await vi.waitFor(() => expect(dialling.filter(alive)).toEqual([]), WAIT);
       const failed = await reaches(nodeSide.url, BOOTSTRAP, envId, 'failed');
       expect(failed.error).toMatch(/^node builder was lost/);
       // The container outlived the killed agent; the restarted one finds it ended on the server.

@@ -20,7 +20,8 @@
 //                        output is read only as far as the node's credit goes. The line's end (the
 //                        node went away) kills every command it started.
 //   envd dial PORT       Connects to PORT on the environment's loopback and copies standard input
-//                        to it and what it sends to standard output (a service tunnel).
+//                        to it and what it sends to standard output (a service tunnel). Ends as
+//                        soon as nothing reads its output any more (the node went away).
 //   envd id              Prints the user's uid:gid.
 //   envd guard PREFIX... Adds policy-routing "prohibit" rules for each destination prefix (the
 //                        egress guard; needs NET_ADMIN, so the node runs it as a privileged exec).
@@ -556,12 +557,24 @@ static int serve_main(void) {
 struct copy {
   int from, to;
   int shutdown_to;
+  int watch_reader;
 };
 
 static void *copy_bytes(void *arg) {
   struct copy *c = arg;
   static __thread char buffer[65536];
   for (;;) {
+    if (c->watch_reader) {
+      // An idle service sends nothing, so a write would never find out that the node went away
+      // (killed: no EOF, no close): the output pipe's reader gone shows as POLLERR, and the
+      // connection (and, for a node's own dialler, the environment's network namespace) ends.
+      struct pollfd fds[2] = {{.fd = c->from, .events = POLLIN}, {.fd = c->to, .events = 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL)) _exit(0);
+    }
     ssize_t n = read(c->from, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -599,8 +612,8 @@ static int dial_main(const char *port_text) {
   }
   int one = 1;
   setsockopt(sock, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
-  struct copy in = {.from = 0, .to = sock, .shutdown_to = 1};
-  struct copy out = {.from = sock, .to = 1, .shutdown_to = 0};
+  struct copy in = {.from = 0, .to = sock, .shutdown_to = 1, .watch_reader = 0};
+  struct copy out = {.from = sock, .to = 1, .shutdown_to = 0, .watch_reader = 1};
   pthread_t thread;
   pthread_create(&thread, NULL, copy_bytes, &in);
   copy_bytes(&out);
