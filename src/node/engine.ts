@@ -4,9 +4,10 @@
 // Every call that is not a stream is bounded (CALL_MS): an engine that hangs fails the one
 // operation, with the engine named, instead of holding a lease or a command forever.
 import { existsSync } from 'node:fs';
-import { type Duplex, PassThrough } from 'node:stream';
+import { type Duplex, PassThrough, type Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { beforeDeadline } from '../kernel/deadline';
+import { ContainerDeaths } from './container-deaths';
 
 /** The most one engine call (not a stream) may take. Pulls are streams and are not bounded here. */
 export const CALL_MS = 20_000;
@@ -107,6 +108,14 @@ export class Engine {
   observe: EngineObserver | undefined;
   /** Pulls under way, by reference (bounded by the references asked for: templates' images). */
   private readonly pulls = new Map<string, Promise<void>>();
+  /** Every wait, on one stream of the engine's events (not the engine's own wait: container-deaths.ts says why). */
+  private readonly deaths = new ContainerDeaths(
+    {
+      events: () => this.docker.getEvents({ filters: JSON.stringify({ type: ['container'] }) }) as Promise<Readable>,
+      look: (name) => this.inspect(name),
+    },
+    (why) => new EngineError(why),
+  );
 
   private constructor(
     readonly url: string,
@@ -389,10 +398,12 @@ export class Engine {
     });
   }
 
-  /** Resolves with the exit code when the container ends (after a restart too: call it again). */
-  async wait(id: string): Promise<number> {
-    const result = (await this.docker.getContainer(id).wait()) as { StatusCode: number };
-    return result.StatusCode;
+  /**
+   * Resolves with the exit code when the container ends (after a restart too: call it again);
+   * rejects when there is no such container or the engine went away meanwhile.
+   */
+  wait(id: string): Promise<number> {
+    return this.deaths.wait(id);
   }
 
   /** Starts a command in the container with its streams attached (stdin kept open). */
