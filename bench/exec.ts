@@ -17,11 +17,14 @@
  *   `node -e 0`, alternated: wall time p50. Goal ≤ 2x. Its input is /dev/null, as `berth exec` from a
  *   terminal or `… </dev/null` in a script (one POST); beside it the same with a pipe for input,
  *   which the command passes on, so it is a session over a WebSocket (docs/agents.md, "Exec").
+ * - The engine: the CPU its service (the one started for the run) uses while the environment idles,
+ *   which every figure after it competes with.
  * BENCH_PROFILE=DIR writes a CPU profile of the server into DIR
  * (summarize with `tsx bench/cpuprofile-summary.ts DIR/*.cpuprofile`).
  * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
  */
 import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { TEST_IMAGE } from '../test/helpers/engine-setup';
 import type { BerthProc } from '../test/helpers/processes';
 import { benchBerth } from './berth';
@@ -65,6 +68,21 @@ async function execOnce(berth: BerthProc, id: string): Promise<number> {
   return elapsed;
 }
 
+const IDLE_MS = 3_000;
+
+/** The cores process `pid` used over the next `ms` (its user and system time, from /proc). */
+async function coresOf(pid: number, ms: number): Promise<number> {
+  const ticks = async () => {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  };
+  const before = await ticks();
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  // /proc counts in clock ticks, 100 a second on Linux.
+  return ((await ticks()) - before) / 100 / (ms / 1000);
+}
+
 /** `argv` started from Node and waited for; milliseconds. */
 function started(argv: string[]): Promise<number> {
   const start = performance.now();
@@ -97,6 +115,8 @@ async function main() {
       await execOnce(berth, id);
       await started(['true']);
     }
+    // What the engine spends while nothing happens is taken from everything measured after it.
+    const engineIdle = bench.enginePid ? await coresOf(bench.enginePid, IDLE_MS) : undefined;
     const berthExec: number[] = [];
     const host: number[] = [];
     onNode.length = 0;
@@ -142,6 +162,8 @@ async function main() {
         `p50 ${ratio(pct(berthExec, 50), pct(host, 50))} (goal ≤ 1.5x), p99 ${ratio(pct(berthExec, 99), pct(host, 50))} of its p50 (goal ≤ 5x)`,
     );
     console.log(`    of which the server's durationMs (to the node, the command, back): p50 ${nodePart} ms`);
+    if (engineIdle !== undefined)
+      console.log(`  the engine's service while the environment idles (${IDLE_MS / 1000} s): ${engineIdle.toFixed(2)} cores`);
     console.log(`  ${CLIENTS} clients for ${SECONDS} s: ${rate.toFixed(0)} execs/s (goal ≥ 150)`);
     console.log(
       `  berth exec ENV -- true (n=${CLI_RUNS}): p50 ${f(pct(cli, 50))} ms; node -e 0: p50 ${f(pct(bare, 50))} ms; ` +

@@ -159,15 +159,18 @@ export async function ownPodman(dir: string): Promise<{ engine: string; stop: ()
   return { engine: `unix://${socket}`, stop, start };
 }
 
-/** A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its own; `stop` ends what was started. */
-export async function benchEngine(): Promise<{ engine: string; stop: () => void }> {
+/**
+ * A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its
+ * own (`pid`: that service's process); `stop` ends what was started.
+ */
+export async function benchEngine(): Promise<{ engine: string; pid?: number; stop: () => void }> {
   if (process.env.BENCH_ENGINE) {
     buildImages();
     return { engine: process.env.BENCH_ENGINE, stop: () => undefined };
   }
   const started = await startPodman();
   if (!('engine' in started)) throw new Error(started.missing);
-  return { engine: started.engine, stop: stopPodman };
+  return { engine: started.engine, pid: service?.pid, stop: stopPodman };
 }
 
 /** Stops the service startPodman started. */
