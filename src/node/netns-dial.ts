@@ -44,6 +44,45 @@ function canEnter(namespace: number): Promise<boolean> {
 }
 
 /**
+ * Each container's first process as last seen (by container name), so that a new connection asks
+ * the engine nothing: the check in held() tells when it is out of date. Bounded by the containers
+ * of this node (an entry goes when it proves wrong, or the oldest when there are too many).
+ */
+const firstProcesses = new Map<string, { id: string; pid: number }>();
+const REMEMBERED = 1024;
+
+async function lookUp(engine: Engine, name: string): Promise<{ id: string; pid: number } | undefined> {
+  firstProcesses.delete(name);
+  const state = await engine.inspect(name);
+  if (!state?.running || state.pid <= 0) return undefined;
+  const first = { id: state.id, pid: state.pid };
+  firstProcesses.set(name, first);
+  if (firstProcesses.size > REMEMBERED) firstProcesses.delete(firstProcesses.keys().next().value!);
+  return first;
+}
+
+/**
+ * The network namespace of `first`'s pid, held by a descriptor, if that pid is still in the
+ * container's control group once it is held (else it ended, and the pid may be another's).
+ */
+async function held(first: { id: string; pid: number } | undefined): Promise<number | undefined> {
+  if (!first) return undefined;
+  let namespace: number;
+  try {
+    namespace = openSync(`/proc/${first.pid}/ns/net`, 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    if (readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id)) return namespace;
+  } catch {
+    // ended meanwhile
+  }
+  closeSync(namespace);
+  return undefined;
+}
+
+/**
  * `envd dial PORT` (the host's copy at `envdPath`) in the network namespace of container `name`,
  * or undefined when it cannot be entered from here.
  */
@@ -51,16 +90,9 @@ export async function dialInNamespace(engine: Engine, name: string, envdPath: st
   // Entering another namespace and dropping to nobody take root (a rootless engine's containers
   // are in a user namespace a non-root node could not enter either).
   if (!NSENTER || !engine.local || process.getuid?.() !== 0) return undefined;
-  const state = await engine.inspect(name);
-  if (!state?.running || state.pid <= 0) return undefined;
-  let namespace: number;
+  const namespace = (await held(firstProcesses.get(name))) ?? (await held(await lookUp(engine, name)));
+  if (namespace === undefined) return undefined;
   try {
-    namespace = openSync(`/proc/${state.pid}/ns/net`, 'r');
-  } catch {
-    return undefined;
-  }
-  try {
-    if (!readFileSync(`/proc/${state.pid}/cgroup`, 'utf8').includes(state.id)) return undefined;
     if (!(await canEnter(namespace))) return undefined;
     const child = spawn(NSENTER, [...ENTER, envdPath, 'dial', String(port)], { stdio: ['pipe', 'pipe', 'pipe', namespace], env: {} });
     // All three are pipes (stdio above). A pipe's error (EPIPE once the dialler ended) is no more
