@@ -333,7 +333,7 @@ async function main() {
     sink.close();
     echo.close();
     await rm(base, { recursive: true, force: true });
-    stop();
+    await stop();
   }
 }
 

@@ -7,7 +7,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { Engine } from '../src/node/engine';
 import { writeCatalog } from '../test/helpers/catalog';
 import { benchEngine } from '../test/helpers/engine-setup';
 import { type BerthProc, startBerth } from '../test/helpers/processes';
@@ -32,11 +31,6 @@ export async function benchBerth(opts: {
   nodeArgs?: string[];
 }): Promise<BenchBerth> {
   const { engine, pid: enginePid, stop } = await benchEngine();
-  const containers = await Engine.open(engine);
-  // Berth's containers outlive it by design (its next start takes them back); this one's data goes
-  // with the benchmark, so its containers must too, or each run leaves more for the next to share the machine with.
-  const made = async () => (await containers.list({})).filter((c) => 'berth.owner' in c.labels).map((c) => c.id);
-  const before = new Set(await made());
   const base = await mkdtemp(join(tmpdir(), `berth-bench-${opts.name}-`));
   const url = process.env.BENCH_DATABASE_URL;
   const schema = url ? `berth_bench_${randomBytes(4).toString('hex')}` : undefined;
@@ -57,7 +51,6 @@ export async function benchBerth(opts: {
     database: schema ? 'PostgreSQL' : 'PGlite',
     async stop() {
       await berth.kill();
-      for (const id of await made()) if (!before.has(id)) await containers.remove(id);
       if (schema) {
         const client = new pg.Client({ connectionString: url });
         await client.connect();
@@ -65,7 +58,7 @@ export async function benchBerth(opts: {
         await client.end();
       }
       await rm(base, { recursive: true, force: true });
-      stop();
+      await stop();
     },
   };
 }

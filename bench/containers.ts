@@ -138,7 +138,7 @@ async function main() {
     }
     await berth.kill();
     await rm(base, { recursive: true, force: true });
-    stop();
+    await stop();
   }
 }
 

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { TestProject } from 'vitest/node';
+import { Engine } from '../../src/node/engine';
 import { poll } from './wait';
 
 export const TEST_IMAGE = 'localhost/berth-test/busybox:1';
@@ -161,16 +162,31 @@ export async function ownPodman(dir: string): Promise<{ engine: string; stop: ()
 
 /**
  * A benchmark's engine: BENCH_ENGINE (the test images built for it), else a Podman service of its
- * own (`pid`: that service's process); `stop` ends what was started.
+ * own (`pid`: that service's process). `stop` removes the Berth containers made since (Berth's
+ * containers outlive it by design, its next start takes them back; a benchmark's Berth goes with
+ * its data, and what it left would share the machine with every later run), then ends what was started.
  */
-export async function benchEngine(): Promise<{ engine: string; pid?: number; stop: () => void }> {
-  if (process.env.BENCH_ENGINE) {
-    buildImages();
-    return { engine: process.env.BENCH_ENGINE, stop: () => undefined };
+export async function benchEngine(): Promise<{ engine: string; pid?: number; stop: () => Promise<void> }> {
+  let engine = process.env.BENCH_ENGINE;
+  let end: () => void = () => undefined;
+  if (engine) buildImages();
+  else {
+    const started = await startPodman();
+    if (!('engine' in started)) throw new Error(started.missing);
+    engine = started.engine;
+    end = stopPodman;
   }
-  const started = await startPodman();
-  if (!('engine' in started)) throw new Error(started.missing);
-  return { engine: started.engine, pid: service?.pid, stop: stopPodman };
+  const containers = await Engine.open(engine);
+  const made = async () => (await containers.list({})).filter((c) => 'berth.owner' in c.labels).map((c) => c.id);
+  const before = new Set(await made());
+  return {
+    engine,
+    pid: end === stopPodman ? service?.pid : undefined,
+    async stop() {
+      for (const id of await made()) if (!before.has(id)) await containers.remove(id);
+      end();
+    },
+  };
 }
 
 /** Stops the service startPodman started. */
