@@ -10,7 +10,7 @@
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/containers';
+import { podman } from './helpers/engine-setup';
 import {
   answers,
   type BerthProc,
@@ -556,6 +557,15 @@ for (const backend of backends) {
               return found;
             }, WAIT)
           : [];
+      // The dialler is in the container's network and mount namespaces (it sees the container's
+      // files, not the host's), though a process of the node.
+      const [container] = await containersOf(envId);
+      const first = (await podman('inspect', '--format', '{{.State.Pid}}', container!)).trim();
+      const namespace = (pid: number | string, kind: string) => readlinkSync(`/proc/${pid}/ns/${kind}`);
+      for (const pid of dialling) {
+        for (const kind of ['net', 'mnt']) expect(namespace(pid, kind)).toBe(namespace(first, kind));
+        expect(namespace(pid, 'mnt')).not.toBe(namespace(process.pid, 'mnt'));
+      }
       await nodeAgent!.kill('SIGKILL');
       // Both ends of the tunnel end with the node: the client's connection, and the node's dialler
       // (which holds the environment's network namespace) instead of outliving it.

@@ -1,6 +1,7 @@
 // A connection to a port of a container's own loopback without the engine: berth-envd's `dial`
-// run by the node in the container's network namespace and nothing else of it (not its files, its
-// users or its processes), as nobody. Through the engine's exec stream (Podman's service, conmon)
+// run by the node in the container's network and mount namespaces (the container's own copy at
+// /.berth, a read-only mount nothing inside can replace; so the dialler sees none of the host's
+// files), as nobody, and nothing else of the container (not its users, processes or limits). Through the engine's exec stream (Podman's service, conmon)
 // a tunnel's bytes capped at ~0.1x of loopback and each new connection cost an exec's round trips
 // (docs/benchmarks.md, "Agents"); here they cross two pipes and a process start.
 //
@@ -30,13 +31,15 @@ export interface DialProcess {
   kill?(): void;
 }
 
-const ENTER = ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
+/** Probing: the network namespace alone, and the host's /bin/true. */
+const PROBE = ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
+const ENTER = ['--net=/proc/self/fd/3', '--mount=/proc/self/fd/4', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
 /** Whether this machine lets the node enter (a hardened kernel or a seccomp profile may refuse setns): tried once. */
 let enters: Promise<boolean> | undefined;
 
 function canEnter(namespace: number): Promise<boolean> {
   enters ??= new Promise<boolean>((resolve) => {
-    const probe = spawn(NSENTER!, [...ENTER, '/bin/true'], { stdio: ['ignore', 'ignore', 'ignore', namespace], env: {} });
+    const probe = spawn(NSENTER!, [...PROBE, '/bin/true'], { stdio: ['ignore', 'ignore', 'ignore', namespace], env: {} });
     probe.once('error', () => resolve(false));
     probe.once('close', (code) => resolve(code === 0));
   });
@@ -61,40 +64,45 @@ async function lookUp(engine: Engine, name: string): Promise<{ id: string; pid: 
   return first;
 }
 
+/** A container's namespaces, held by descriptors. */
+interface Namespaces {
+  net: number;
+  mnt: number;
+}
+
 /**
- * The network namespace of `first`'s pid, held by a descriptor, if that pid is still in the
- * container's control group once it is held (else it ended, and the pid may be another's).
+ * The network and mount namespaces of `first`'s pid, held by descriptors, if that pid is still in
+ * the container's control group once they are held (else it ended, and the pid may be another's).
  */
-async function held(first: { id: string; pid: number } | undefined): Promise<number | undefined> {
+async function held(first: { id: string; pid: number } | undefined): Promise<Namespaces | undefined> {
   if (!first) return undefined;
-  let namespace: number;
+  const opened: number[] = [];
   try {
-    namespace = openSync(`/proc/${first.pid}/ns/net`, 'r');
-  } catch {
-    return undefined;
-  }
-  try {
-    if (readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id)) return namespace;
+    for (const kind of ['net', 'mnt']) opened.push(openSync(`/proc/${first.pid}/ns/${kind}`, 'r'));
+    if (readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id)) return { net: opened[0]!, mnt: opened[1]! };
   } catch {
     // ended meanwhile
   }
-  closeSync(namespace);
+  for (const fd of opened) closeSync(fd);
   return undefined;
 }
 
 /**
- * `envd dial PORT` (the host's copy at `envdPath`) in the network namespace of container `name`,
- * or undefined when it cannot be entered from here.
+ * `envd dial PORT` (`envdPath`: where the container has it) in the network and mount namespaces
+ * of container `name`, or undefined when they cannot be entered from here.
  */
 export async function dialInNamespace(engine: Engine, name: string, envdPath: string, port: number): Promise<DialProcess | undefined> {
   // Entering another namespace and dropping to nobody take root (a rootless engine's containers
   // are in a user namespace a non-root node could not enter either).
   if (!NSENTER || !engine.local || process.getuid?.() !== 0) return undefined;
-  const namespace = (await held(firstProcesses.get(name))) ?? (await held(await lookUp(engine, name)));
-  if (namespace === undefined) return undefined;
+  const namespaces = (await held(firstProcesses.get(name))) ?? (await held(await lookUp(engine, name)));
+  if (namespaces === undefined) return undefined;
   try {
-    if (!(await canEnter(namespace))) return undefined;
-    const child = spawn(NSENTER, [...ENTER, envdPath, 'dial', String(port)], { stdio: ['pipe', 'pipe', 'pipe', namespace], env: {} });
+    if (!(await canEnter(namespaces.net))) return undefined;
+    const child = spawn(NSENTER, [...ENTER, envdPath, 'dial', String(port)], {
+      stdio: ['pipe', 'pipe', 'pipe', namespaces.net, namespaces.mnt],
+      env: {},
+    });
     // All three are pipes (stdio above). A pipe's error (EPIPE once the dialler ended) is no more
     // than its end, which `exited` reports.
     const stdout = child.stdout as Readable;
@@ -115,6 +123,7 @@ export async function dialInNamespace(engine: Engine, name: string, envdPath: st
   } catch {
     return undefined;
   } finally {
-    closeSync(namespace);
+    closeSync(namespaces.net);
+    closeSync(namespaces.mnt);
   }
 }

@@ -888,7 +888,7 @@ export class NodeRuntime {
     const name = await this.named(id);
     // Entered by the node where it can (netns-dial.ts), else through the engine.
     const run: DialProcess =
-      (await dialInNamespace(engine, name, ENVD_BINARY, port)) ?? (await engine.exec(name, { cmd: [ENVD_PATH, 'dial', String(port)] }));
+      (await dialInNamespace(engine, name, ENVD_PATH, port)) ?? (await engine.exec(name, { cmd: [ENVD_PATH, 'dial', String(port)] }));
     let problem = '';
     run.stderr.on('data', (d: Buffer) => (problem += d.toString()));
     const stream = new Duplex({
