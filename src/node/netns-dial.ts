@@ -1,9 +1,10 @@
 // A connection to a port of a container's own loopback without the engine: berth-envd's `dial`
 // run by the node in the container's network and mount namespaces (the container's own copy at
 // /.berth, a read-only mount nothing inside can replace; so the dialler sees none of the host's
-// files), as nobody, and nothing else of the container (not its users, processes or limits). Through the engine's exec stream (Podman's service, conmon)
-// a tunnel's bytes capped at ~0.1x of loopback and each new connection cost an exec's round trips
-// (docs/benchmarks.md, "Agents"); here they cross two pipes and a process start.
+// files), as nobody, and nothing else of the container (not its users, processes or limits).
+// Through the engine's exec stream (Podman's service, conmon) a tunnel's bytes capped at ~0.1x of
+// loopback and each new connection cost an exec's round trips (docs/benchmarks.md, "Agents");
+// here they cross two pipes and a process start.
 //
 // Only where the engine's containers are this machine's processes: the namespace is taken from
 // the container's first process by pid, and kept only if that process is still in the container's
@@ -74,7 +75,7 @@ interface Namespaces {
  * The network and mount namespaces of `first`'s pid, held by descriptors, if that pid is still in
  * the container's control group once they are held (else it ended, and the pid may be another's).
  */
-async function held(first: { id: string; pid: number } | undefined): Promise<Namespaces | undefined> {
+function held(first: { id: string; pid: number } | undefined): Namespaces | undefined {
   if (!first) return undefined;
   const opened: number[] = [];
   try {
@@ -95,7 +96,7 @@ export async function dialInNamespace(engine: Engine, name: string, envdPath: st
   // Entering another namespace and dropping to nobody take root (a rootless engine's containers
   // are in a user namespace a non-root node could not enter either).
   if (!NSENTER || !engine.local || process.getuid?.() !== 0) return undefined;
-  const namespaces = (await held(firstProcesses.get(name))) ?? (await held(await lookUp(engine, name)));
+  const namespaces = held(firstProcesses.get(name)) ?? held(await lookUp(engine, name));
   if (namespaces === undefined) return undefined;
   try {
     if (!(await canEnter(namespaces.net))) return undefined;
