@@ -587,14 +587,6 @@ export class NodeAgent {
     if (!this.held.has(job.environment)) {
       return this.log(`refused a relay for ${job.environment}: not an environment of this node`);
     }
-    // A connection's dial starts with the socket's upgrade instead of after it (a new connection
-    // waits for both); it is dropped if the socket never opens.
-    const dialled = job.kind === 'import' || job.kind === 'preview' ? this.runtime.dial(job.environment, job.port) : undefined;
-    dialled?.catch(() => undefined);
-    let opened = false;
-    const drop = () => {
-      if (!opened) void dialled?.then((socket) => socket.destroy()).catch(() => undefined);
-    };
     const ws = new WebSocket(message.url, {
       headers: { authorization: `Bearer ${this.opts.token}` },
       ...RELAY_SOCKET_OPTIONS,
@@ -604,16 +596,11 @@ export class NodeAgent {
     ws.once('unexpected-response', (_req, res) => {
       this.log(`relay ${message.relay}: the server answered ${res.statusCode}`);
       ws.terminate();
-      drop();
     });
-    ws.once('error', (error) => {
-      this.log(`relay ${message.relay}: ${error.message}`);
-      drop();
-    });
+    ws.once('error', (error) => this.log(`relay ${message.relay}: ${error.message}`));
     ws.once('open', () => {
-      opened = true;
       heartbeat(ws);
-      void serveRelay(ws, job, this.root(job.environment), () => dialled!).catch((error: Error) =>
+      void serveRelay(ws, job, this.root(job.environment), (j) => this.runtime.dial(j.environment, j.port)).catch((error: Error) =>
         this.log(`relay ${message.relay}: ${error.message}`),
       );
     });
