@@ -18,7 +18,7 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,6 +28,7 @@ import { duplexPair, sendFolder } from '../src/dataplane/folder-sync';
 import { bridge } from '../src/dataplane/ws-bridge';
 import { benchEngine, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
 import { type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
+import { cpuSeconds } from './process-cpu';
 import { restCalls } from './rest';
 
 const TOKEN = 'bct_bench-agents-0123456789abcdef0123';
@@ -62,14 +63,6 @@ async function echoServer(): Promise<net.Server> {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   return server;
-}
-
-/** CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat (Linux). */
-async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the command name (which is in parentheses): utime is the 14th field, stime the 15th.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 const portOf = (s: net.Server) => (s.address() as net.AddressInfo).port;

@@ -13,16 +13,15 @@
 // from curl (-T, streamed from a file written first), as a user sends one. The server process's CPU
 // (every thread, from /proc) and peak RSS (sampled every 50 ms) are measured over each transfer.
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Azurite, startAzurite } from '../test/helpers/azurite';
 import { kib, npmStart, tree } from './environments/startup';
+import { cpuSeconds } from './process-cpu';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
-// Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these.
-const TICKS_PER_SECOND = 100;
 const MiB = 1024 * 1024;
 const GOAL_RATIO = 0.8;
 const sizes = (process.argv.length > 2 ? process.argv.slice(2) : ['256', '1024']).map((s) => Number(s) * MiB);
@@ -39,23 +38,16 @@ interface Measured<T> {
   cpuMs: number;
 }
 
-/** CPU time (user + system, every thread) of process `pid` so far, in ms. */
-async function cpuMsOf(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND;
-}
-
 /** Runs `work` while sampling the server's RSS; returns its result, the peak and the server's CPU. */
 async function measured<T>(pid: number, work: () => Promise<T>): Promise<Measured<T>> {
   const rss = () => kib(`/proc/${pid}/status`, 'VmRSS');
   const before = await rss();
-  const cpuBefore = await cpuMsOf(pid);
+  const cpuBefore = (await cpuSeconds(pid)) * 1000;
   let peak = before;
   const timer = setInterval(() => void rss().then((r) => (peak = Math.max(peak, r))), 50);
   try {
     const result = await work();
-    return { result, peak: Math.max(peak, await rss()), before, cpuMs: (await cpuMsOf(pid)) - cpuBefore };
+    return { result, peak: Math.max(peak, await rss()), before, cpuMs: (await cpuSeconds(pid)) * 1000 - cpuBefore };
   } finally {
     clearInterval(timer);
   }

@@ -24,12 +24,12 @@
  * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
  */
 import { spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import { TEST_IMAGE } from '../test/helpers/engine-setup';
 import type { BerthProc } from '../test/helpers/processes';
 import { benchBerth } from './berth';
 import { knob, pct } from './environments/common';
+import { cpuSeconds } from './process-cpu';
 import { restCalls } from './rest';
 
 /** Runs a command to its end, its input /dev/null or an empty pipe; fails unless it exits 0. */
@@ -96,17 +96,11 @@ async function execOnce(berth: BerthProc, id: string): Promise<number> {
 
 const IDLE_MS = 3_000;
 
-/** The cores process `pid` used over the next `ms` (its user and system time, from /proc). */
+/** The cores process `pid` used over the next `ms`. */
 async function coresOf(pid: number, ms: number): Promise<number> {
-  const ticks = async () => {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(fields[11]) + Number(fields[12]);
-  };
-  const before = await ticks();
+  const before = await cpuSeconds(pid);
   await new Promise((resolve) => setTimeout(resolve, ms));
-  // /proc counts in clock ticks, 100 a second on Linux.
-  return ((await ticks()) - before) / 100 / (ms / 1000);
+  return ((await cpuSeconds(pid)) - before) / (ms / 1000);
 }
 
 /** `argv` started from Node and waited for; milliseconds. */
