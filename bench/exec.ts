@@ -24,7 +24,7 @@
  * It exits 1 when a command fails; goals missed are reported, not fatal (the machine is shared).
  */
 import { spawn } from 'node:child_process';
-import http from 'node:http';
+import { request } from '../src/cli/http';
 import { TEST_IMAGE } from '../test/helpers/engine-setup';
 import type { BerthProc } from '../test/helpers/processes';
 import { benchBerth } from './berth';
@@ -54,41 +54,18 @@ const api = restCalls(TOKEN);
 /** The server's durationMs of each exec (node, line and command: what the request adds is the rest). */
 const onNode: number[] = [];
 
-/**
- * The clients' connections: node:http with keep-alive, as a script's client would hold them.
- * Node's fetch took ~3 ms of CPU a request here, a third of a core at 110 execs/s on the two
- * cores Berth is measured on.
- */
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-
-/** POST `body` to `url`; the answer's status and text. */
-function post(url: string, body: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      {
-        method: 'POST',
-        agent,
-        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
 /** One exec of `true` through Berth, read to its last line; milliseconds. */
 async function execOnce(berth: BerthProc, id: string): Promise<number> {
   const start = performance.now();
-  const { status, text } = await post(`${berth.url}/v1/environments/${id}/exec`, '{"command":["true"]}');
-  if (!text.includes('"exitCode":0')) throw new Error(`exec failed: ${status} ${text}`);
+  // The CLI's node:http requests (Node's global agent keeps connections alive): fetch took ~3 ms
+  // of CPU a request here, a third of a core at 110 execs/s on the two cores Berth is measured on.
+  const answer = await request(new URL(`/v1/environments/${id}/exec`, berth.url), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+    body: '{"command":["true"]}',
+  });
+  const text = await answer.text();
+  if (!text.includes('"exitCode":0')) throw new Error(`exec failed: ${answer.status} ${text}`);
   const elapsed = performance.now() - start;
   onNode.push((JSON.parse(text) as { exec: { durationMs: number } }).exec.durationMs);
   return elapsed;
@@ -173,7 +150,6 @@ async function main() {
       await timed(bare, ['-e', '0']);
     }
     await api(berth, 'DELETE', `/v1/environments/${id}`);
-    agent.destroy();
     const f = (n: number) => n.toFixed(1);
     const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
     console.log(`exec benchmark (${bench.database}, ${engine}, image ${TEST_IMAGE})`);
