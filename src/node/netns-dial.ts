@@ -6,10 +6,10 @@
 // loopback and each new connection cost an exec's round trips (docs/benchmarks.md, "Agents");
 // here they cross two pipes and a process start.
 //
-// Only where the engine's containers are this machine's processes: the namespace is taken from
+// Only where the engine's containers are this machine's processes: the namespaces are taken from
 // the container's first process by pid, and kept only if that process is still in the container's
-// own control group once the namespace is held, so a pid that ended and was reused (or one of
-// another pid namespace) is never entered. Otherwise (a remote engine, no nsenter, a node not run
+// own control group once they are held, so a pid that ended and was reused (or one of another pid
+// namespace) is never entered. Otherwise (a remote engine, no nsenter, a node not run
 // as root, a machine that refuses setns) the caller uses the engine's exec.
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';

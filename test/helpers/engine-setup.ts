@@ -168,12 +168,14 @@ export async function ownPodman(dir: string): Promise<{ engine: string; stop: ()
  */
 export async function benchEngine(): Promise<{ engine: string; pid?: number; stop: () => Promise<void> }> {
   let engine = process.env.BENCH_ENGINE;
+  let pid: number | undefined;
   let end: () => void = () => undefined;
   if (engine) buildImages();
   else {
     const started = await startPodman();
     if (!('engine' in started)) throw new Error(started.missing);
     engine = started.engine;
+    pid = service?.pid;
     end = stopPodman;
   }
   const containers = await Engine.open(engine);
@@ -181,7 +183,7 @@ export async function benchEngine(): Promise<{ engine: string; pid?: number; sto
   const before = new Set(await made());
   return {
     engine,
-    pid: end === stopPodman ? service?.pid : undefined,
+    pid,
     async stop() {
       for (const id of await made()) if (!before.has(id)) await containers.remove(id);
       end();
