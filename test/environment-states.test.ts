@@ -17,7 +17,7 @@ import {
   STATES,
   STOPPABLE,
 } from '../src/kernel/environment-states';
-import { transition } from '../src/modules/environments/service';
+import { transition } from '../src/modules/environments/transitions';
 
 // Written out apart from the table, as docs/environments.md lists them.
 const EXPECTED = new Set([

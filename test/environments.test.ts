@@ -56,6 +56,17 @@ describeBackends('environments', (backend) => {
     expect(Date.parse(ready.ready) - Date.parse(ready.created)).toBe(ready.readyMs);
     const byName = await admin.get(`/v1/environments/${env.name}`);
     expect(byName.body).toEqual(ready);
+    // Nothing waited ahead of it, so its create placed it on a node in the create's own
+    // transaction (its first two versions were written by one: the rows' xmin), pending first.
+    const log = await s.app.deps.prisma.$queryRaw<{ version: number; state: string; tx: string }[]>`
+      SELECT version, state, xmin::text AS tx FROM "EnvironmentEvent" WHERE "environmentId" = ${env.id} ORDER BY seq`;
+    expect(log.map((e) => [e.version, e.state])).toEqual([
+      [1, 'pending'],
+      [2, 'starting'],
+      [3, 'ready'],
+    ]);
+    expect(log[1]!.tx).toBe(log[0]!.tx);
+    expect(log[2]!.tx).not.toBe(log[1]!.tx);
   });
 
   it('validates creation input with 404 and 422', async () => {

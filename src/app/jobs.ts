@@ -3,7 +3,7 @@ import { AUDIT_PRUNE_JOB } from '../kernel/job-names';
 import { artifactSweeper } from '../modules/artifacts';
 import { pruneAuditEvents } from '../modules/audit';
 import { pruneAuthFailures } from '../modules/credentials';
-import { claimJob, environmentJob, eventPruneJob } from '../modules/environments';
+import { claimJob, environmentJob, eventPruneJob, warmClaimJob } from '../modules/environments';
 import { nodeJob, nodeProvider, warmJob } from '../modules/nodes';
 import { shredJob } from '../modules/projects';
 import { webhookJob, webhookPruneJob } from '../modules/webhooks';
@@ -12,6 +12,7 @@ import { webhookJob, webhookPruneJob } from '../modules/webhooks';
 export const backgroundJobs: BackgroundJob[] = [
   environmentJob(nodeProvider),
   claimJob(nodeProvider),
+  warmClaimJob(nodeProvider),
   nodeJob,
   eventPruneJob,
   warmJob,

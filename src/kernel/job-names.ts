@@ -5,6 +5,8 @@
 export const ENVIRONMENT_JOB = 'environments';
 /** Claims queued leases apart from ENVIRONMENT_JOB's releases and preparations. */
 export const CLAIM_JOB = 'environment-claims';
+/** Readies the leases that took a warm container when they were created. */
+export const WARM_CLAIM_JOB = 'environment-warm-claims';
 /** Keeps templates' warm containers (src/modules/nodes/warm-job.ts). */
 export const WARM_JOB = 'warm-containers';
 /** Liveness and draining of nodes (src/modules/nodes/remote-nodes.ts). */

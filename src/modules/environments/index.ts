@@ -1,5 +1,5 @@
 export { attachSession, commandEnvironment, execRecord, runCommand, startCommand } from './exec';
-export { claimJob, environmentJob, eventPruneJob } from './job';
+export { claimJob, environmentJob, eventPruneJob, warmClaimJob } from './job';
 export { appendEnvironmentLog, readEnvironmentLog } from './log';
 export {
   authorizePreview,

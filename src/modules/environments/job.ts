@@ -3,244 +3,15 @@ import type { Environment } from '../../generated/prisma/client';
 import type { BackgroundJob } from '../../kernel/background';
 import { formatDuration } from '../../kernel/durations';
 import { isEnded, pushedIdleUntil, type SourceOf, STOPPABLE } from '../../kernel/environment-states';
-import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_JOB } from '../../kernel/job-names';
-import { lockFor } from '../../platform/db';
-import type { Capacity } from '../../protocol/capacity';
-import { EnvironmentFaultError, QuestionAbandonedError, sendToNode } from '../../protocol/node-bus';
-import {
-  fits,
-  headroom,
-  NO_WARM,
-  NODE_TAKES_WORK,
-  NOTHING,
-  type NodeProvider,
-  needOf,
-  type Room,
-  roomsOf,
-  startBound,
-  warmAllocation,
-} from '../nodes';
-import { notifySandboxConfig } from '../sandboxes';
-import { BUILT_IMAGE_PREFIX, builtOn } from '../templates';
-import { nudgeWebhooks } from '../webhooks';
-import { announceEnvironment } from './events';
+import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_CLAIM_JOB, WARM_JOB } from '../../kernel/job-names';
+import { EnvironmentFaultError, QuestionAbandonedError } from '../../protocol/node-bus';
+import { type NodeProvider, startBound } from '../nodes';
+import { claimQueued } from './claim';
 import { pruneEnvironmentLogs } from './log';
 import { awaitingOutSync } from './relay';
-import { transition, transitionIn } from './service';
+import { transition } from './transitions';
 import { HISTORY_MS } from './usage';
 import { explainWaiting } from './waiting';
-
-/**
- * Claims queued environments onto free slots, oldest first per pool; SKIP LOCKED keeps instances
- * apart. A hot node (a slot of the built-in node) serves every organization; another node's slot
- * only its own organization's leases. Only while its node takes work (NODE_TAKES_WORK).
- */
-async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
-  const claimed: Environment[] = [];
-  const evicted: Slot[] = [];
-  let hooked = false;
-  for (const pool of deps.catalog.pools) {
-    for (;;) {
-      const env = await deps.prisma.$transaction(async (tx) => {
-        // One claim of a pool at a time (across jobs and instances): the share of the hot nodes an
-        // organization holds is counted from committed claims, which two at once would each miss.
-        await lockFor(tx, `berth:claim:${pool.name}`);
-        // Only leases a free slot could take, oldest first: their organization's own free node,
-        // or a free hot node while the organization holds less than its share of the pool's hot
-        // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
-        const share = deps.config.poolOrgShare;
-        const envs = await tx.$queryRaw<Pending[]>`
-          SELECT e.id, e."orgId", e.template, e."specHash", e.resources, e.image, hot.room AS "hotRoom"
-            FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
-           CROSS JOIN LATERAL (
-                 SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
-                    FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
-                  WHERE h.pool = e.pool AND hr.builtin AND x."orgId" = e."orgId") hot
-           WHERE e.pool = ${pool.name} AND e.state = 'pending'
-             -- (a lease of a template whose image is being built waits for the build)
-             AND NOT EXISTS (SELECT 1 FROM "Template" t WHERE t."orgId" = e."orgId" AND t.name = e.template AND t.status = 'building')
-             AND EXISTS (SELECT 1 FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
-                          WHERE n.pool = e.pool AND n."environmentId" IS NULL
-                            AND ${NODE_TAKES_WORK}
-                            AND ((r.builtin AND hot.room) OR r."orgId" = e."orgId"))
-           ORDER BY e."queueSeq" LIMIT 50 FOR UPDATE OF e SKIP LOCKED`;
-        if (envs.length === 0) return null;
-        // Every free slot of the pool whose node may take work; row locks keep other instances off them.
-        const slots = await tx.$queryRaw<Slot[]>`
-          SELECT n.id, n."remoteId", CASE WHEN r.builtin THEN n.id ELSE r.name END AS name, r."orgId", r.builtin, r.images,
-                 n."warmTemplate", n."warmOrg", n."warmSpec", n."warmState", n."warmCpus", n."warmMemory"
-            FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"
-           WHERE n.pool = ${pool.name} AND n."environmentId" IS NULL
-             AND ${NODE_TAKES_WORK}
-           ORDER BY n.id FOR UPDATE OF n SKIP LOCKED`;
-        // What each of their nodes has free, under the nodes' locks (placement.ts).
-        const rooms = await roomsOf(
-          tx,
-          slots.map((n) => n.remoteId),
-        );
-        // Built images (a devcontainer's build) are on the nodes that built them, never pulled.
-        const built = await builtOn(
-          tx,
-          envs.map((e) => e.image),
-        );
-        for (const pending of envs) {
-          const need = needOf(pending.resources);
-          const holdsBuilt = (n: Slot) => !pending.image?.startsWith(BUILT_IMAGE_PREFIX) || built.has(`${n.remoteId}\n${pending.image}`);
-          const mayTake = (n: Slot) => (n.orgId === pending.orgId || (pending.hotRoom && n.builtin)) && holdsBuilt(n);
-          // A ready warm container of its template and spec (the catalog's, or its organization's own)...
-          const warm = slots.find(
-            (n) =>
-              mayTake(n) &&
-              n.warmState === 'ready' &&
-              pending.specHash !== null &&
-              n.warmSpec === pending.specHash &&
-              n.warmTemplate === pending.template &&
-              (n.warmOrg === '' || n.warmOrg === pending.orgId) &&
-              fits(rooms.get(n.remoteId)!, need, warmAllocation(n)),
-          );
-          // ...else its organization's own nodes before the hot ones, where it fits (placeOn).
-          const placed = warm
-            ? { slot: warm, evict: [] }
-            : (placeOn(
-                slots.filter((n) => n.orgId === pending.orgId && holdsBuilt(n)),
-                need,
-                rooms,
-                pending.image,
-              ) ??
-              (pending.hotRoom
-                ? placeOn(
-                    slots.filter((n) => n.builtin && holdsBuilt(n)),
-                    need,
-                    rooms,
-                    pending.image,
-                  )
-                : undefined));
-          if (!placed) continue;
-          const { slot } = placed;
-          // Its node is read again under a share lock: a drain, a cordon or a lost mark that
-          // committed meanwhile is seen, and one that comes later waits for this claim.
-          const takes = await tx.$queryRaw<{ id: string }[]>`
-            SELECT r.id FROM "RemoteNode" r WHERE r.id = ${slot.remoteId} AND ${NODE_TAKES_WORK} FOR SHARE`;
-          if (takes.length === 0) {
-            slots.splice(slots.indexOf(slot), 1);
-            continue;
-          }
-          const now = deps.clock.now();
-          // The state machine's pending → starting, in this transaction: the lease and its node
-          // change together. The lock taken above keeps it pending until then. A warm claim is
-          // readied at once by this instance (readyNow), so its node work is taken here too.
-          const moved = await transitionIn(deps, tx, pending.id, ['pending'], 'starting', (_at, current) => ({
-            node: slot.name,
-            nodeId: slot.remoteId,
-            starting: now,
-            warmSlot: slot.warmState ? slot.id : null,
-            warmClaimed: slot === warm,
-            ...(slot === warm && current.startMs === 0 ? { workClaim: now } : {}),
-          }));
-          if (!moved) continue;
-          await tx.node.update({ where: { id: slot.id }, data: { environmentId: pending.id, updated: now, ...NO_WARM } });
-          // Warm containers of its node's other free slots that had to make room: their node removes them.
-          for (const other of placed.evict) await tx.node.update({ where: { id: other.id }, data: NO_WARM });
-          evicted.push(...placed.evict);
-          hooked = moved.hooked || hooked;
-          return moved.env;
-        }
-        return null;
-      });
-      for (const slot of evicted.splice(0)) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
-      if (!env) break;
-      claimed.push(env);
-      await announceEnvironment(deps, env.orgId);
-      await notifySandboxConfig(deps, env.orgId, env.sandboxId);
-      await onClaim?.(env);
-    }
-  }
-  nudgeWebhooks(deps, hooked);
-  return claimed;
-}
-
-interface Slot {
-  id: string;
-  remoteId: string;
-  name: string;
-  orgId: string;
-  /** A slot of the built-in node: a hot node, for every organization. */
-  builtin: boolean;
-  /** Of its pool's images, those its node's engine holds, as the node last said. */
-  images: string[] | null;
-  warmTemplate: string | null;
-  warmOrg: string | null;
-  warmSpec: string | null;
-  warmState: string | null;
-  warmCpus: number | null;
-  warmMemory: bigint | null;
-}
-
-interface Pending {
-  id: string;
-  orgId: string;
-  template: string;
-  specHash: string | null;
-  resources: Parameters<typeof needOf>[0];
-  image: string | null;
-  /** It may take a hot node: its organization holds less than its share of them. */
-  hotRoom: boolean;
-}
-
-const warmRank = (n: Slot) => (n.warmState === null ? 0 : n.warmState === 'ready' ? 2 : 1);
-
-/** Of `slots`, one keeping no warm container, else a failed or starting one, else a ready one. */
-function leastWarm(slots: Slot[]): Slot | undefined {
-  return slots.reduce<Slot | undefined>((best, n) => (!best || warmRank(n) < warmRank(best) ? n : best), undefined);
-}
-
-/** A place for a lease: the slot, the warm containers removed to make room, whether its engine holds the image, what is left free. */
-interface Option {
-  slot: Slot;
-  evict: Slot[];
-  holds: boolean;
-  headroom: number;
-}
-
-/**
- * Where among `slots` a lease needing `need` goes (docs/agents.md, "Capacity and placement"): on a
- * node whose free capacity fits it, on its slot keeping the least (whose warm container it
- * replaces). A node full only of warm containers makes room by removing some of them (a lease never
- * waits for warm containers), but a node that fits without removing any comes first; then one whose
- * engine holds the lease's `image` (no pull); then the node left with the most free capacity (the
- * scarcer of CPU and memory, as a share); ties at random.
- */
-function placeOn(slots: Slot[], need: Capacity, rooms: Map<string, Room>, image: string | null): { slot: Slot; evict: Slot[] } | undefined {
-  const byNode = new Map<string, Slot[]>();
-  for (const n of slots) byNode.set(n.remoteId, [...(byNode.get(n.remoteId) ?? []), n]);
-  let best: Option[] = [];
-  for (const [remoteId, free] of byNode) {
-    const room = rooms.get(remoteId)!;
-    const slot = leastWarm(free)!;
-    let freed = warmAllocation(slot);
-    const evict: Slot[] = [];
-    // Starting ones before ready ones, as leastWarm ranks them.
-    for (const other of free.filter((n) => n !== slot && warmAllocation(n) !== NOTHING).sort((a, b) => warmRank(a) - warmRank(b))) {
-      if (fits(room, need, freed)) break;
-      evict.push(other);
-      const w = warmAllocation(other);
-      freed = { cpus: freed.cpus + w.cpus, memory: freed.memory + w.memory };
-    }
-    if (!fits(room, need, freed)) continue;
-    const option = { slot, evict, holds: image !== null && (slot.images ?? []).includes(image), headroom: headroom(room, need, freed) };
-    const better = best.length === 0 ? 1 : compare(option, best[0]!);
-    if (better > 0) best = [option];
-    else if (better === 0) best.push(option);
-  }
-  return best.length ? best[Math.floor(Math.random() * best.length)] : undefined;
-}
-
-/** > 0: `a` is the better place (fewer warm containers removed, then holding the image, then more left free); 0: as good. */
-function compare(a: Option, b: Option): number {
-  if (a.evict.length !== b.evict.length) return b.evict.length - a.evict.length;
-  if (a.holds !== b.holds) return a.holds ? 1 : -1;
-  return Math.abs(a.headroom - b.headroom) < 1e-9 ? 0 : a.headroom - b.headroom;
-}
 
 /** A node's work on one environment (prepare, release) takes minutes at most; older claims are from a dead instance. */
 const CLAIM_MS = 10 * 60_000;
@@ -321,11 +92,15 @@ async function prepareOne(deps: Deps, provider: NodeProvider, id: string, now: D
   }));
   if (ready?.readyMs != null) deps.metrics.environmentStart.observe({ template: ready.template, pool: ready.pool }, ready.readyMs / 1000);
   // A claimed or evicted warm container is made again on another free slot: only now, so making it
-  // does not compete with the claim for the engine.
-  if (env.warmSlot) deps.background.nudge(WARM_JOB);
+  // does not compete with the claim for the engine, and a moment later, so the refill's
+  // transaction does not hold up the lease's first command on the database (PGlite's one connection).
+  if (env.warmSlot) deps.background.nudge(WARM_JOB, REFILL_AFTER_MS);
   // Stopped while it was being prepared: what the preparation wrote after the release is wiped.
   if (!ready) await discardIfEnded(deps, provider, id);
 }
+
+/** How long after a warm claim's ready its slot's refill is looked at (the warm job's own round is 2 s). */
+const REFILL_AFTER_MS = 250;
 
 /** Ends an environment as failed, then wipes what its node holds of it. */
 async function fail(deps: Deps, provider: NodeProvider, env: Environment, error: string, from: SourceOf<'failed'>): Promise<void> {
@@ -447,6 +222,30 @@ export function claimJob(provider: NodeProvider): BackgroundJob {
         if (readyNow(env)) await prepareOne(deps, provider, env.id, deps.clock.now(), env);
         else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
       });
+    },
+  };
+}
+
+/**
+ * Readies the leases that took a warm container in their create's own transaction (claimIn with
+ * `only`): nudged by the create, and at start for any an instance that stopped did not ready. Each
+ * is taken with claimWork, so it and the environment job never prepare one twice.
+ */
+export function warmClaimJob(provider: NodeProvider): BackgroundJob {
+  return {
+    name: WARM_CLAIM_JOB,
+    intervalMs: 60_000,
+    async run(deps) {
+      const claimed = await deps.prisma.environment.findMany({
+        where: { state: 'starting', warmClaimed: true, startMs: 0, workClaim: null },
+      });
+      await Promise.all(
+        claimed.map((env) =>
+          prepareOne(deps, provider, env.id, deps.clock.now(), env).catch((error: unknown) =>
+            deps.log(`preparing environment ${env.id} failed`, error),
+          ),
+        ),
+      );
     },
   };
 }

@@ -1,20 +1,11 @@
 import type { Actor, Deps } from '../../app/context';
-import type { Environment, Exec, Prisma as P } from '../../generated/prisma/client';
+import type { Environment, Exec } from '../../generated/prisma/client';
 import { principalOf, requireMember, requireOwner } from '../../kernel/access';
 import { parseDuration } from '../../kernel/durations';
 import type { EnvironmentEnds } from '../../kernel/environment-ends';
-import {
-  assertTransitions,
-  type EnvironmentState,
-  isEnded,
-  isStoppable,
-  pushedIdleUntil,
-  type SourceOf,
-  STOPPABLE,
-} from '../../kernel/environment-states';
+import { isStoppable, pushedIdleUntil, STOPPABLE } from '../../kernel/environment-states';
 import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from '../../kernel/errors';
-import type { AuditAction } from '../../kernel/event-names';
-import { CLAIM_JOB, ENVIRONMENT_JOB } from '../../kernel/job-names';
+import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_CLAIM_JOB } from '../../kernel/job-names';
 import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from '../../kernel/labels';
 import { generateName, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
@@ -26,9 +17,11 @@ import { orgLimits } from '../organizations';
 import { admitUnderQuota, quotasFor } from '../quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from '../sandboxes';
 import { findTemplate, MAX_HARD_MS, poolOf, warmSpecHash } from '../templates';
-import { emitEnvironmentState, emitWebhookEvent, environmentData, nudgeWebhooks } from '../webhooks';
+import { emitWebhookEvent, environmentData, nudgeWebhooks } from '../webhooks';
+import { afterClaim, claimIn } from './claim';
 import { announceEnvironment, recordEvent } from './events';
 import { type EnvironmentFilterInput, environmentFilter } from './filter';
+import { logTransition, transition } from './transitions';
 import { buildingText, waitingOfNew } from './waiting';
 
 export const DEFAULT_PROJECT = 'default';
@@ -86,7 +79,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   const pool = poolOf(deps, template.pool);
 
   let hooked = false;
-  const env = await deps.prisma.$transaction(async (tx) => {
+  const { env, claim } = await deps.prisma.$transaction(async (tx) => {
     const wiring = await planWiring(tx, actor, template, input);
     await admitUnderQuota(tx, actor.orgId, template.name, quotas);
     // Admissions to one pool take turns so `maxQueued` holds across instances.
@@ -94,15 +87,15 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     if (pool.hotNodes > 0) await admitUnderPoolShare(deps, tx, actor.orgId, pool);
     const queued = await tx.environment.count({ where: { pool: pool.name, state: 'pending' } });
     const full = queued >= pool.maxQueued;
+    // With nothing waiting ahead of it in its pool, the lease is claimed in this transaction
+    // (a warm container of its template, else a free slot), instead of by the claim job after it.
+    const claimNow = !full && queued === 0 && template.status !== 'building';
     // Why it waits, from the start (the environment job keeps it up to date): written with the
     // lease, one version, instead of a second one a moment later.
-    const waiting = full
-      ? null
-      : template.status === 'building'
-        ? buildingText(template)
-        : await waitingOfNew(deps, tx, pool, actor.orgId, queued, needOf(template.resources));
+    const waitingNow = () => waitingOfNew(deps, tx, pool, actor.orgId, queued, needOf(template.resources));
+    const waiting = full || claimNow ? null : template.status === 'building' ? buildingText(template) : await waitingNow();
     const now = deps.clock.now();
-    const created = await tx.environment.create({
+    let created = await tx.environment.create({
       data: {
         id: newId('env'),
         orgId: actor.orgId,
@@ -143,25 +136,36 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
         version: 1,
       },
     });
+    // The claim's locks come before the event log's, in the order the claim job takes them.
+    const claim = claimNow ? await claimIn(deps, tx, pool, created) : null;
+    if (claimNow && !claim) created = await tx.environment.update({ where: { id: created.id }, data: { waiting: await waitingNow() } });
     await recordEvent(tx, created);
     hooked = await emitWebhookEvent(tx, created.orgId, 'environment.created', environmentData(created), now, created.id);
+    if (claim) hooked = (await logTransition(tx, claim.env, now)) || hooked;
     await recordAudit(deps, tx, actor, {
       action: 'environment.create',
       target: { kind: 'environment', id: created.id },
       detail: { name: created.name, template: created.template, project, state: created.state },
     });
-    return created;
+    return { env: created, claim };
   });
-  // The claim first: a warm container is claimed while the rest of this request goes on.
-  if (env.state !== 'failed') deps.background.nudge(CLAIM_JOB);
-  await announceEnvironment(deps, env.orgId);
-  nudgeWebhooks(deps, hooked);
-  if (env.state === 'failed') {
-    throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
+  if (claim) {
+    await afterClaim(deps, { ...claim, hooked: claim.hooked || hooked });
+    // A warm container is readied at once, by its own job; a lease placed cold is prepared once its start time is due.
+    if (claim.env.warmClaimed && claim.env.startMs === 0) deps.background.nudge(WARM_CLAIM_JOB);
+    else deps.background.nudge(ENVIRONMENT_JOB, claim.env.startMs);
+  } else {
+    if (env.state !== 'failed') deps.background.nudge(CLAIM_JOB);
+    await announceEnvironment(deps, env.orgId);
+    nudgeWebhooks(deps, hooked);
+    if (env.state === 'failed') {
+      throw new UnavailableError(`${env.error}; environment ${env.id} (${env.name}) was marked failed`, 'queue_full');
+    }
+    deps.background.nudge(ENVIRONMENT_JOB);
+    if (env.sandboxId) await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   }
-  deps.background.nudge(ENVIRONMENT_JOB);
+  // As accepted (pending, version 1), also when claimed since: its later versions are watched or read.
   if (!env.sandboxId) return { environment: env, sandboxConfig: null };
-  await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   return { environment: env, sandboxConfig: await sandboxConfig(deps, env.orgId, env.sandboxId, { keyring: false }) };
 }
 
@@ -250,83 +254,12 @@ export async function findCommandEnvironment(
   return { env, engineError };
 }
 
-/**
- * Moves an environment from one of `from` to `to` in one transaction (the UPDATE's WHERE is the
- * guard: a transition that no longer applies changes nothing) and logs the new version, and
- * `audit`'s event when a caller asked for it. Every state change goes through here or, for one
- * that commits with other writes, transitionIn. `from` → `to` must be in the state machine's table
- * (src/kernel/environment-states.ts): a pair it lacks does not compile, or throws at once.
- */
-export async function transition<To extends EnvironmentState>(
-  deps: Deps,
-  id: string,
-  from: readonly NoInfer<SourceOf<To>>[],
-  to: To,
-  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
-  audit?: { actor: Actor; action: AuditAction },
-): Promise<Environment | null> {
-  assertTransitions(from, to);
-  let hooked = false;
-  const env = await deps.prisma.$transaction(async (tx) => {
-    const moved = await transitionIn(deps, tx, id, from, to, data);
-    if (!moved) return null;
-    hooked = moved.hooked;
-    if (audit) {
-      await recordAudit(deps, tx, audit.actor, {
-        action: audit.action,
-        target: { kind: 'environment', id },
-        detail: { name: moved.env.name },
-      });
-    }
-    return moved.env;
-  });
-  if (env) {
-    nudgeWebhooks(deps, hooked);
-    await announceEnvironment(deps, env.orgId);
-    // The sandbox's config shows each wired environment's state and node.
-    await notifySandboxConfig(deps, env.orgId, env.sandboxId);
-  }
-  return env;
-}
-
 /** What the node side may do to environments (src/kernel/environment-ends.ts), for `deps.ends`. */
 export function environmentEnds(deps: Deps): EnvironmentEnds {
   return {
     fail: (id, from, error) => transition(deps, id, from, 'failed', (at) => ({ error, stopped: at })),
     stop: (id, from, error) => transition(deps, id, from, 'stopping', () => ({ error })),
   };
-}
-
-/**
- * transition() inside the caller's transaction, for a change of state that must commit with other
- * writes (the claim of a queued environment takes its node in the same transaction). The caller
- * announces it once committed: announceEnvironment, notifySandboxConfig, and nudgeWebhooks with
- * `hooked`.
- */
-export async function transitionIn<To extends EnvironmentState>(
-  deps: Deps,
-  tx: Tx,
-  id: string,
-  from: readonly NoInfer<SourceOf<To>>[],
-  to: To,
-  data: (now: Date, env: Environment) => P.EnvironmentUpdateInput = () => ({}),
-): Promise<{ env: Environment; hooked: boolean } | null> {
-  assertTransitions(from, to);
-  // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
-  // then sees the state it left instead of silently missing it.
-  await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
-  const current = await tx.environment.findUnique({ where: { id } });
-  if (!current || !(from as readonly string[]).includes(current.state)) return null;
-  const now = deps.clock.now();
-  const updated = await tx.environment.update({
-    where: { id },
-    // Only a pending environment waits: every transition leads out of pending. The node work taken
-    // for the state it leaves ends with it, unless `data` takes it for the new one.
-    data: { workClaim: null, ...data(now, current), state: to, version: { increment: 1 }, waiting: null },
-  });
-  if (isEnded(to)) await tx.node.updateMany({ where: { environmentId: id }, data: { environmentId: null } });
-  await recordEvent(tx, updated);
-  return { env: updated, hooked: await emitEnvironmentState(tx, updated, now) };
 }
 
 /** DELETE /v1/environments/{id}: asks it to stop; answers the environment as it then is. */

@@ -18,7 +18,8 @@ import { parseSize } from '../../kernel/sizes';
 import { topics } from '../../platform/events';
 import type { UsageReport } from '../../protocol/node-channel';
 import { joinEnvironmentFeed } from './feed';
-import { findEnvironment, transition } from './service';
+import { findEnvironment } from './service';
+import { transition } from './transitions';
 
 /** One sample as nodes send it and the API shows it. */
 export interface Usage {

@@ -332,7 +332,12 @@ export async function waitingOfNew(
   need: Capacity,
 ): Promise<string | null> {
   if (queued >= EXPLAINED) return farBehind(pool.name);
-  const pending = await tx.environment.groupBy({ by: ['orgId'], where: { pool: pool.name, state: 'pending' }, _count: { _all: true } });
+  // None queued (under the queue's lock, so none came since): nothing to count, not even the new
+  // lease itself when its transaction has inserted it already (createEnvironment's claim).
+  const pending =
+    queued === 0
+      ? []
+      : await tx.environment.groupBy({ by: ['orgId'], where: { pool: pool.name, state: 'pending' }, _count: { _all: true } });
   const view = await viewPool(deps, tx, pool, [...new Set([orgId, ...pending.map((p) => p.orgId)])], []);
   const mayHot = view.mayHot(orgId);
   const ahead = pending.reduce((n, p) => n + (p.orgId === orgId || (mayHot && view.mayHot(p.orgId)) ? p._count._all : 0), 0);
