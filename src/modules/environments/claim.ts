@@ -43,15 +43,26 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
   // Only leases a free slot could take, oldest first: their organization's own free node,
   // or a free hot node while the organization holds less than its share of the pool's hot
   // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
-  const share = deps.config.poolOrgShare;
-  const envs = await tx.$queryRaw<Pending[]>`
+  // Whether the lease's organization (its row `o`) holds less than its share of the pool's hot nodes.
+  const hotRoom = P.sql`
+      SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${deps.config.poolOrgShare}::float8) * ${pool.hotNodes})) AS room
+        FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
+       WHERE h.pool = ${pool.name} AND hr.builtin AND x."orgId" = o.id`;
+  // A create's own lease is not building (the create checked) and is its own row: only its
+  // organization's room is read. Placement below finds whether any slot fits it.
+  const envs = only
+    ? (
+        await tx.$queryRaw<{ hotRoom: boolean }[]>`
+          SELECT hot.room AS "hotRoom" FROM "Organization" o CROSS JOIN LATERAL (${hotRoom}) hot WHERE o.id = ${only.orgId}`
+      ).map(({ hotRoom }): Pending => {
+        const { id, orgId, template, specHash, image } = only;
+        return { id, orgId, template, specHash, image, resources: only.resources as Pending['resources'], hotRoom };
+      })
+    : await tx.$queryRaw<Pending[]>`
       SELECT e.id, e."orgId", e.template, e."specHash", e.resources, e.image, hot.room AS "hotRoom"
         FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
-       CROSS JOIN LATERAL (
-             SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${share}::float8) * ${pool.hotNodes})) AS room
-                FROM "Node" h JOIN "RemoteNode" hr ON hr.id = h."remoteId" JOIN "Environment" x ON x.id = h."environmentId"
-              WHERE h.pool = e.pool AND hr.builtin AND x."orgId" = e."orgId") hot
-       WHERE e.pool = ${pool.name} AND e.state = 'pending' ${only ? P.sql`AND e.id = ${only.id}` : P.empty}
+       CROSS JOIN LATERAL (${hotRoom}) hot
+       WHERE e.pool = ${pool.name} AND e.state = 'pending'
          -- (a lease of a template whose image is being built waits for the build)
          AND NOT EXISTS (SELECT 1 FROM "Template" t WHERE t."orgId" = e."orgId" AND t.name = e.template AND t.status = 'building')
          AND EXISTS (SELECT 1 FROM "Node" n JOIN "RemoteNode" r ON r.id = n."remoteId"

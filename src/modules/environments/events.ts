@@ -1,19 +1,24 @@
 import type { Deps } from '../../app/context';
-import type { Environment } from '../../generated/prisma/client';
+import { type Environment, Prisma as P } from '../../generated/prisma/client';
 import { environmentPayload } from '../../kernel/json-columns';
-import { lockFor, type Tx } from '../../platform/db';
+import { lockSql, type Tx } from '../../platform/db';
 import { topics } from '../../platform/events';
 
 /**
- * Appends the environment's new version to the event log, inside the transition's transaction.
- * The per-organization lock makes sequence order equal commit order, so a subscriber reading
- * `seq > last` never skips an event that commits late.
+ * Appends the environment's new version to the event log, inside the transition's transaction,
+ * and with it `deliveries` (its webhook's, webhookDeliveries), in one statement. The
+ * per-organization lock makes sequence order equal commit order, so a subscriber reading
+ * `seq > last` never skips an event that commits late. Answers whether a delivery was queued.
  */
-export async function recordEvent(tx: Tx, env: Environment): Promise<void> {
-  await lockFor(tx, `berth:events:${env.orgId}`);
-  await tx.environmentEvent.create({
-    data: { orgId: env.orgId, environmentId: env.id, version: env.version, state: env.state, payload: environmentPayload(env) },
-  });
+export async function recordEvent(tx: Tx, env: Environment, deliveries?: P.Sql): Promise<boolean> {
+  const payload = JSON.stringify(environmentPayload(env));
+  const [row] = await tx.$queryRaw<{ hooked: number }[]>`
+    WITH locked AS (SELECT ${lockSql(`berth:events:${env.orgId}`)}),
+         logged AS (INSERT INTO "EnvironmentEvent" ("orgId", "environmentId", version, state, payload)
+                    SELECT ${env.orgId}, ${env.id}, ${env.version}, ${env.state}, ${payload}::jsonb FROM locked RETURNING seq)
+         ${deliveries ? P.sql`, hooked AS (${deliveries} RETURNING 1)` : P.empty}
+    SELECT (SELECT count(*) FROM logged)::int AS logged, ${deliveries ? P.sql`(SELECT count(*) FROM hooked)::int` : P.sql`0`} AS hooked`;
+  return (row?.hooked ?? 0) > 0;
 }
 
 /** Wakes subscribers (on every instance) after the transaction committed. */

@@ -17,7 +17,7 @@ import { orgLimits } from '../organizations';
 import { admitUnderQuota, quotasFor } from '../quotas';
 import { notifySandboxConfig, planWiring, sandboxConfig, type WiringInput } from '../sandboxes';
 import { findTemplate, MAX_HARD_MS, poolOf, warmSpecHash } from '../templates';
-import { emitWebhookEvent, environmentData, nudgeWebhooks } from '../webhooks';
+import { environmentData, nudgeWebhooks, webhookDeliveries } from '../webhooks';
 import { afterClaim, claimIn } from './claim';
 import { announceEnvironment, recordEvent } from './events';
 import { type EnvironmentFilterInput, environmentFilter } from './filter';
@@ -139,8 +139,11 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
     // The claim's locks come before the event log's, in the order the claim job takes them.
     const claim = claimNow ? await claimIn(deps, tx, pool, created) : null;
     if (claimNow && !claim) created = await tx.environment.update({ where: { id: created.id }, data: { waiting: await waitingNow() } });
-    await recordEvent(tx, created);
-    hooked = await emitWebhookEvent(tx, created.orgId, 'environment.created', environmentData(created), now, created.id);
+    hooked = await recordEvent(
+      tx,
+      created,
+      webhookDeliveries(created.orgId, 'environment.created', environmentData(created), now, created.id),
+    );
     if (claim) hooked = (await logTransition(tx, claim.env, now)) || hooked;
     await recordAudit(deps, tx, actor, {
       action: 'environment.create',

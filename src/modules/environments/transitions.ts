@@ -7,7 +7,7 @@ import type { AuditAction } from '../../kernel/event-names';
 import type { Tx } from '../../platform/db';
 import { recordAudit } from '../audit';
 import { notifySandboxConfig } from '../sandboxes';
-import { emitEnvironmentState, nudgeWebhooks } from '../webhooks';
+import { environmentStateDeliveries, nudgeWebhooks } from '../webhooks';
 import { announceEnvironment, recordEvent } from './events';
 
 /**
@@ -79,9 +79,10 @@ export async function transitionIn<To extends EnvironmentState>(
   let current = opts.current;
   if (!current) {
     // The row lock makes a racing transition (a claim, a time-out) finish first, so this one
-    // then sees the state it left instead of silently missing it.
-    await tx.$queryRaw`SELECT id FROM "Environment" WHERE id = ${id} FOR UPDATE`;
-    current = (await tx.environment.findUnique({ where: { id } })) ?? undefined;
+    // then sees the state it left instead of silently missing it. Locked and read in one statement.
+    const [row] = await tx.$queryRaw<Environment[]>`SELECT * FROM "Environment" WHERE id = ${id} FOR UPDATE`;
+    // As Prisma's own read gives it: a list column never written is an empty list, not null.
+    current = row && { ...row, outSynced: row.outSynced ?? [] };
   }
   if (!current || !(from as readonly string[]).includes(current.state)) return null;
   const now = deps.clock.now();
@@ -96,7 +97,6 @@ export async function transitionIn<To extends EnvironmentState>(
 }
 
 /** A new version's row of the event log and its webhook (`environment.state`); true when a delivery was queued. */
-export async function logTransition(tx: Tx, env: Environment, at: Date): Promise<boolean> {
-  await recordEvent(tx, env);
-  return emitEnvironmentState(tx, env, at);
+export function logTransition(tx: Tx, env: Environment, at: Date): Promise<boolean> {
+  return recordEvent(tx, env, environmentStateDeliveries(env, at));
 }

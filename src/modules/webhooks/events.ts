@@ -2,7 +2,7 @@
 // endpoint, inside the transaction that makes the event, so a committed event is never lost and a
 // rolled-back one is never sent (docs/operations.md#webhooks). The delivery job sends them.
 
-import type { Artifact, Environment, Snapshot } from '../../generated/prisma/client';
+import { type Artifact, type Environment, Prisma as P, type Snapshot } from '../../generated/prisma/client';
 import { formatDuration } from '../../kernel/durations';
 import type { WebhookEvent } from '../../kernel/event-names';
 import { labelsOf } from '../../kernel/json-columns';
@@ -23,16 +23,20 @@ export async function emitWebhookEvent(
   now: Date,
   orderingKey: string | null = null,
 ): Promise<boolean> {
+  return (await tx.$executeRaw(webhookDeliveries(orgId, type, data, now, orderingKey))) > 0;
+}
+
+/** emitWebhookEvent's statement, for a caller that makes it part of one of its own (a CTE). */
+export function webhookDeliveries(orgId: string, type: WebhookEvent, data: unknown, now: Date, orderingKey: string | null = null): P.Sql {
   const body = JSON.stringify({ type, timestamp: now.toISOString(), data });
   // `msg_` and 20 characters of the ids' base32 alphabet, from a random UUID's hex (0, 1, 8, 9 mapped into it).
-  const count = await tx.$executeRaw`
+  return P.sql`
     INSERT INTO "WebhookDelivery" (id, "webhookId", "orgId", event, body, "orderingKey", "nextAttempt", created)
     SELECT 'msg_' || translate(substr(replace(gen_random_uuid()::text, '-', ''), 1, 20), '0189', 'wxyz'),
            w.id, w."orgId", ${type}, ${body}, ${orderingKey}, ${now}, ${now}
       FROM "Webhook" w
      WHERE w."orgId" = ${orgId} AND ${type} = ANY(w.events)
        FOR KEY SHARE`;
-  return count > 0;
 }
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -68,9 +72,9 @@ export function environmentData(env: Environment) {
   };
 }
 
-/** environment.state for a transition just written in `tx`: ordered per environment. */
-export function emitEnvironmentState(tx: Tx, env: Environment, now: Date): Promise<boolean> {
-  return emitWebhookEvent(tx, env.orgId, 'environment.state', environmentData(env), now, env.id);
+/** The deliveries of environment.state for a transition just written (webhookDeliveries): ordered per environment. */
+export function environmentStateDeliveries(env: Environment, now: Date): P.Sql {
+  return webhookDeliveries(env.orgId, 'environment.state', environmentData(env), now, env.id);
 }
 
 /** An artifact as GET /v1/artifacts/{id} shows its main fields. */

@@ -1,2 +1,9 @@
-export { artifactData, emitEnvironmentState, emitWebhookEvent, environmentData, snapshotData } from './events';
+export {
+  artifactData,
+  emitWebhookEvent,
+  environmentData,
+  environmentStateDeliveries,
+  snapshotData,
+  webhookDeliveries,
+} from './events';
 export { nudgeWebhooks, webhookJob, webhookPruneJob } from './service';

@@ -4,7 +4,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
-import { PrismaClient } from '../../generated/prisma/client';
+import { Prisma as P, PrismaClient } from '../../generated/prisma/client';
 import { applyMigrations } from './migrate';
 
 export type Prisma = PrismaClient;
@@ -148,5 +148,10 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
 
 /** Serialises transactions on a named lock, held until commit (PostgreSQL advisory lock). */
 export async function lockFor(tx: Tx, name: string): Promise<void> {
-  await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtextextended(${name}, 0))`;
+  await tx.$executeRaw`SELECT ${lockSql(name)}`;
+}
+
+/** lockFor's lock as an expression, for a statement that takes it and goes on (a CTE). */
+export function lockSql(name: string): P.Sql {
+  return P.sql`pg_advisory_xact_lock(hashtextextended(${name}, 0))`;
 }
