@@ -175,7 +175,7 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
 /**
  * On a pool every organization leases from (it has hot nodes), one organization may have at most
  * its share (POOL_ORG_SHARE, or its own) of the pool's queue waiting: 429 pool_share past it. Its
- * share of the hot nodes is kept by the claim (src/modules/environments/job.ts).
+ * share of the hot nodes is kept by the claim (src/modules/environments/claim.ts).
  */
 async function admitUnderPoolShare(deps: Deps, tx: Tx, orgId: string, pool: { name: string; maxQueued: number }): Promise<void> {
   const { poolShare } = await orgLimits(deps, tx, orgId);

@@ -2,12 +2,14 @@
 // (its hello's: declared with `--capacity`, else its machine's less a reserve); what it has
 // allocated is the CPU and memory limits of its live environments and of its warm containers
 // (starting or ready). A lease or a warm container goes only where its limits fit what is free,
-// so for every node allocated ≤ capacity. The claim (environments/job.ts) and the warm job
+// so for every node allocated ≤ capacity. The claim (environments/claim.ts) and the warm job
 // (warm-job.ts) both read a node's room under the node's advisory lock, taken in id order by both,
 // so racing claims, warm jobs and instances never count the same room twice.
+
+import { Prisma as P } from '../../generated/prisma/client';
 import { LIVE_STATES } from '../../kernel/environment-states';
 import { formatSize, parseSize } from '../../kernel/sizes';
-import { lockFor, type Tx } from '../../platform/db';
+import { lockSql, type Tx } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
 
 export const NOTHING: Capacity = { cpus: 0, memory: 0 };
@@ -35,34 +37,51 @@ const cents = (cpus: number) => Math.round(cpus * 100);
 
 /**
  * Locks the nodes (in id order, as every caller does) and reads each one's room: its capacity,
- * and its live environments' and its warm containers' limits added up.
+ * and its live environments' and its warm containers' limits added up. Two statements: the locks,
+ * then one read, whose snapshot (taken as it starts) follows the locks.
  */
 export async function roomsOf(tx: Tx, nodeIds: Iterable<string>): Promise<Map<string, Room>> {
   const ids = [...new Set(nodeIds)].sort();
   const rooms = new Map<string, Room>();
   if (ids.length === 0) return rooms;
-  for (const id of ids) await lockFor(tx, `berth:node-room:${id}`);
-  const nodes = await tx.remoteNode.findMany({ where: { id: { in: ids } }, select: { id: true, cpus: true, memory: true } });
-  for (const n of nodes) {
-    rooms.set(n.id, { capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null, used: NOTHING });
+  const keys = ids.map((id) => `berth:node-room:${id}`);
+  await tx.$executeRaw`SELECT ${lockSql(P.sql`k`)} FROM (SELECT k FROM unnest(${keys}::text[]) k ORDER BY k) sorted`;
+  const rows = await tx.$queryRaw<RoomRow[]>`
+    SELECT 'node' AS kind, id AS node, cpus, memory, NULL::jsonb AS resources, NULL AS "warmState"
+      FROM "RemoteNode" WHERE id = ANY(${ids}::text[])
+    UNION ALL
+    SELECT 'environment', "nodeId", NULL, NULL, resources, NULL
+      FROM "Environment" WHERE "nodeId" = ANY(${ids}::text[]) AND state = ANY(${[...LIVE_STATES]}::text[])
+    UNION ALL
+    SELECT 'warm', "remoteId", "warmCpus", "warmMemory", NULL, "warmState"
+      FROM "Node" WHERE "remoteId" = ANY(${ids}::text[]) AND "environmentId" IS NULL AND "warmState" IN ('starting', 'ready')`;
+  for (const n of rows) {
+    if (n.kind !== 'node') continue;
+    rooms.set(n.node, {
+      capacity: n.cpus !== null && n.memory !== null ? { cpus: n.cpus, memory: Number(n.memory) } : null,
+      used: NOTHING,
+    });
   }
-  const envs = await tx.environment.findMany({
-    where: { nodeId: { in: ids }, state: { in: [...LIVE_STATES] } },
-    select: { nodeId: true, resources: true },
-  });
-  for (const env of envs) {
-    const room = rooms.get(env.nodeId!);
-    if (room) room.used = plus(room.used, needOf(env.resources as Parameters<typeof needOf>[0]));
-  }
-  const warm = await tx.node.findMany({
-    where: { remoteId: { in: ids }, environmentId: null, warmState: { in: ['starting', 'ready'] } },
-    select: { remoteId: true, warmState: true, warmCpus: true, warmMemory: true },
-  });
-  for (const w of warm) {
-    const room = rooms.get(w.remoteId!);
-    if (room) room.used = plus(room.used, warmAllocation(w));
+  for (const row of rows) {
+    const room = rooms.get(row.node);
+    if (!room || row.kind === 'node') continue;
+    const used =
+      row.kind === 'environment'
+        ? needOf(row.resources as Parameters<typeof needOf>[0])
+        : warmAllocation({ warmState: row.warmState, warmCpus: row.cpus, warmMemory: row.memory });
+    room.used = plus(room.used, used);
   }
   return rooms;
+}
+
+/** One row of roomsOf's read: a node's capacity, a live environment's limits, or a warm container's. */
+interface RoomRow {
+  kind: 'node' | 'environment' | 'warm';
+  node: string;
+  cpus: number | null;
+  memory: bigint | null;
+  resources: unknown;
+  warmState: string | null;
 }
 
 /** Whether `need` fits what `room` has free once `freed` (a warm container it replaces) is given back. */

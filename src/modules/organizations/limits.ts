@@ -19,7 +19,7 @@ type Db = Pick<Tx, '$queryRaw'>;
 
 /**
  * How many of a pool's `hotNodes` built-in nodes one organization may hold at once at `share` (a
- * fraction up to 1): at least one. The claim (claimQueued, src/modules/environments/job.ts) says the same in SQL.
+ * fraction up to 1): at least one. The claim (claimIn, src/modules/environments/claim.ts) says the same in SQL.
  */
 export function hotNodesFor(share: number, hotNodes: number): number {
   return hotNodes === 0 ? 0 : Math.max(1, Math.ceil(share * hotNodes));

@@ -151,7 +151,7 @@ export async function lockFor(tx: Tx, name: string): Promise<void> {
   await tx.$executeRaw`SELECT ${lockSql(name)}`;
 }
 
-/** lockFor's lock as an expression, for a statement that takes it and goes on (a CTE). */
-export function lockSql(name: string): P.Sql {
+/** lockFor's lock as an expression (of a name, or of an SQL expression giving names), for a statement that takes it and goes on. */
+export function lockSql(name: string | P.Sql): P.Sql {
   return P.sql`pg_advisory_xact_lock(hashtextextended(${name}, 0))`;
 }
