@@ -7,7 +7,7 @@ import { requireMember } from '../../kernel/access';
 import { Channel } from '../../kernel/channel';
 import { isEnded as isEndedState } from '../../kernel/environment-states';
 import { SharedSource } from '../../kernel/shared-source';
-import { joinEnvironmentFeed } from './feed';
+import { type FeedEvent, joinEnvironmentFeed } from './feed';
 import { type EnvironmentFilterInput, environmentFilter } from './filter';
 import { findEnvironment } from './service';
 
@@ -20,7 +20,6 @@ const isEnded = (env: Environment) => isEndedState(env.state);
  */
 export async function watchEnvironment(deps: Deps, actor: Actor, idOrName: string): Promise<AsyncIterable<Environment>> {
   requireMember(actor);
-  const { id, orgId } = await findEnvironment(deps, actor, idOrName);
   let leave: () => void = () => undefined;
   const channel = new Channel<Environment>(() => leave());
   let sent = 0;
@@ -30,18 +29,19 @@ export async function watchEnvironment(deps: Deps, actor: Actor, idOrName: strin
     channel.push(env);
     if (isEnded(env)) channel.end();
   };
-  let waiting: Environment[] | undefined = [];
-  leave = await joinEnvironmentFeed(deps, orgId, (events) => {
-    for (const { environmentId, environment } of events) {
-      if (environmentId !== id) continue;
-      if (waiting) waiting.push(environment);
-      else send(environment);
-    }
+  // Until the read below names the environment, its organization's events wait here.
+  let waiting: FeedEvent[] | undefined = [];
+  let id: string | undefined;
+  leave = await joinEnvironmentFeed(deps, actor.orgId, (events) => {
+    if (waiting) waiting.push(...events);
+    else for (const { environmentId, environment } of events) if (environmentId === id) send(environment);
   });
   try {
-    const current = await deps.prisma.environment.findUniqueOrThrow({ where: { id } });
+    // Read once listening: it is the first version sent, and says who may watch it.
+    const current = await findEnvironment(deps, actor, idOrName);
+    id = current.id;
     send(current);
-    for (const env of waiting) send(env);
+    for (const { environmentId, environment } of waiting) if (environmentId === id) send(environment);
     waiting = undefined;
   } catch (error) {
     channel.end();
