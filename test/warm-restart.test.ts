@@ -15,6 +15,7 @@ import { reaches } from './helpers/states';
 /** How long a server may take to start, keep or remove warm containers (the engine answers each). */
 const WAIT = { timeout: 60_000, interval: 100 };
 const POOLS = [{ name: 'tiny', hotNodes: 3, maxQueued: 10 }];
+const METRICS = 'warm-restart-metrics-0123456789abcdef';
 
 describeContainers('warm containers across a kill -9 of the server', () => {
   let dir: string;
@@ -26,10 +27,22 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   const ours = async () => (await ownedBy(owner)).sort();
   const warm = async () => (await ours()).filter((n) => n.startsWith('berth-warm-'));
   const catalog = (n: number) => writeCatalog(dir, [{ name: 'box', image: TEST_IMAGE, pool: 'tiny', warm: n }], POOLS);
+  /** Until the server counts a ready warm container of box (its node said so, not only the engine): a lease then claims it. */
+  const readyWarm = () =>
+    vi.waitFor(async () => {
+      const res = await fetch(`${berth.url}/metrics`, { headers: { authorization: `Bearer ${METRICS}` } });
+      expect(await res.text()).toMatch(/^berth_warm_containers\{pool="tiny",template="box",state="ready"\} 1$/m);
+    }, WAIT);
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'berth-warm-restart-'));
-    env = { DATA_DIR: join(dir, 'data'), BOOTSTRAP_TOKEN: BOOTSTRAP, TEMPLATES_FILE: await catalog(2), DOCKER_HOST: engine() };
+    env = {
+      DATA_DIR: join(dir, 'data'),
+      BOOTSTRAP_TOKEN: BOOTSTRAP,
+      TEMPLATES_FILE: await catalog(2),
+      DOCKER_HOST: engine(),
+      METRICS_TOKEN: METRICS,
+    };
     berth = await startBerth(env);
   });
   afterAll(async () => {
@@ -56,6 +69,7 @@ describeContainers('warm containers across a kill -9 of the server', () => {
     expect(await ours()).toHaveLength(1);
     expect(names).toContain((await warm())[0]);
 
+    await readyWarm();
     const made = await api().post('/v1/environments', { template: 'box' });
     const id = made.body.environment.id as string;
     await reaches(berth.url, BOOTSTRAP, id, 'ready');
@@ -71,6 +85,7 @@ describeContainers('warm containers across a kill -9 of the server', () => {
   });
 
   it('finishes the rename of a claimed warm container its node did not live to do', { timeout: 120_000 }, async () => {
+    await readyWarm();
     const made = await api().post('/v1/environments', { template: 'box' });
     const id = made.body.environment.id as string;
     await reaches(berth.url, BOOTSTRAP, id, 'ready');
