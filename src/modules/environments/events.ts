@@ -12,12 +12,13 @@ import { topics } from '../../platform/events';
  */
 export async function recordEvent(tx: Tx, env: Environment, deliveries?: P.Sql): Promise<boolean> {
   const payload = JSON.stringify(environmentPayload(env));
+  // A data-modifying CTE runs whether or not anything reads it: the event row is written unread.
   const [row] = await tx.$queryRaw<{ hooked: number }[]>`
     WITH locked AS (SELECT ${lockSql(`berth:events:${env.orgId}`)}),
          logged AS (INSERT INTO "EnvironmentEvent" ("orgId", "environmentId", version, state, payload)
-                    SELECT ${env.orgId}, ${env.id}, ${env.version}, ${env.state}, ${payload}::jsonb FROM locked RETURNING seq)
+                    SELECT ${env.orgId}, ${env.id}, ${env.version}, ${env.state}, ${payload}::jsonb FROM locked)
          ${deliveries ? P.sql`, hooked AS (${deliveries} RETURNING 1)` : P.empty}
-    SELECT (SELECT count(*) FROM logged)::int AS logged, ${deliveries ? P.sql`(SELECT count(*) FROM hooked)::int` : P.sql`0`} AS hooked`;
+    SELECT ${deliveries ? P.sql`(SELECT count(*) FROM hooked)::int` : P.sql`0`} AS hooked`;
   return (row?.hooked ?? 0) > 0;
 }
 
