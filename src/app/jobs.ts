@@ -11,7 +11,7 @@ import { webhookJob, webhookPruneJob } from '../modules/webhooks';
 /** Every periodic job of a Berth instance. */
 export const backgroundJobs: BackgroundJob[] = [
   environmentJob(nodeProvider),
-  claimJob(nodeProvider),
+  claimJob,
   warmClaimJob(nodeProvider),
   nodeJob,
   eventPruneJob,

@@ -4,6 +4,7 @@
 // transaction when nothing waits ahead of it (createEnvironment).
 import type { Deps } from '../../app/context';
 import { type Environment, Prisma as P } from '../../generated/prisma/client';
+import { ENVIRONMENT_JOB, WARM_CLAIM_JOB } from '../../kernel/job-names';
 import { lockFor, type Tx } from '../../platform/db';
 import type { Capacity } from '../../protocol/capacity';
 import { sendToNode } from '../../protocol/node-bus';
@@ -29,20 +30,17 @@ export interface Claim {
  * Claims one queued lease of `pool` in `tx`, the oldest a free slot fits; SKIP LOCKED keeps
  * instances apart. A hot node (a slot of the built-in node) serves every organization; another
  * node's slot only its own organization's leases. Only while its node takes work
- * (NODE_TAKES_WORK). A warm claim of a lease that starts at once takes its node work too: the
- * claimer readies it (readyNow).
+ * (NODE_TAKES_WORK). A claim takes no node work: once committed, the warm-claim job readies a
+ * warm claim and the environment job prepares the rest (afterClaim), and both find it again in the
+ * database after a restart.
  *
- * `only`: the lease this transaction has just inserted (createEnvironment), claimed or not; it
- * then takes no node work (the warm-claim job readies it, a job that also finds it after a
- * restart), and the caller logs the new version after the lease's own first one (logTransition).
+ * `only`: the lease this transaction has just inserted (createEnvironment), claimed or not; the
+ * caller logs the new version after the lease's own first one (logTransition).
  */
 export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes: number }, only?: Environment): Promise<Claim | null> {
   // One claim of a pool at a time (across jobs and instances): the share of the hot nodes an
   // organization holds is counted from committed claims, which two at once would each miss.
   await lockFor(tx, `berth:claim:${pool.name}`);
-  // Only leases a free slot could take, oldest first: their organization's own free node,
-  // or a free hot node while the organization holds less than its share of the pool's hot
-  // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
   // Whether the lease's organization (its row `o`) holds less than its share of the pool's hot nodes.
   const hotRoom = P.sql`
       SELECT count(*) < GREATEST(1, ceil(COALESCE(o."poolShare", ${deps.config.poolOrgShare}::float8) * ${pool.hotNodes})) AS room
@@ -58,7 +56,10 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
         const { id, orgId, template, specHash, image } = only;
         return { id, orgId, template, specHash, image, resources: only.resources as Pending['resources'], hotRoom };
       })
-    : await tx.$queryRaw<Pending[]>`
+    : // Only leases a free slot could take, oldest first: their organization's own free node,
+      // or a free hot node while the organization holds less than its share of the pool's hot
+      // nodes (POOL_ORG_SHARE). Leases no slot fits never hold back those behind them.
+      await tx.$queryRaw<Pending[]>`
       SELECT e.id, e."orgId", e.template, e."specHash", e.resources, e.image, hot.room AS "hotRoom"
         FROM "Environment" e JOIN "Organization" o ON o.id = e."orgId"
        CROSS JOIN LATERAL (${hotRoom}) hot
@@ -133,22 +134,19 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
     }
     const now = deps.clock.now();
     // The state machine's pending → starting, in this transaction: the lease and its node
-    // change together. The lock taken above keeps it pending until then. A warm claim is
-    // readied at once: by the claim job, whose node work is taken here (readyNow), or, for a
-    // create's claim, by the warm-claim job.
+    // change together. The lock taken above keeps it pending until then.
     const moved = await transitionIn(
       deps,
       tx,
       pending.id,
       ['pending'],
       'starting',
-      (_at, current) => ({
+      () => ({
         node: slot.name,
         nodeId: slot.remoteId,
         starting: now,
         warmSlot: slot.warmState ? slot.id : null,
         warmClaimed: slot === warm,
-        ...(slot === warm && current.startMs === 0 && !only ? { workClaim: now } : {}),
       }),
       only ? { current: only, deferLog: true } : {},
     );
@@ -166,11 +164,8 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
   return null;
 }
 
-/**
- * Claims queued environments onto free slots, oldest first per pool (claimIn), each in a
- * transaction of its own; `onClaim` sees each once committed and announced.
- */
-export async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Promise<void>): Promise<Environment[]> {
+/** Claims queued environments onto free slots, oldest first per pool (claimIn), each in a transaction of its own. */
+export async function claimQueued(deps: Deps): Promise<Environment[]> {
   const claimed: Environment[] = [];
   for (const pool of deps.catalog.pools) {
     for (;;) {
@@ -178,7 +173,6 @@ export async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Pr
       if (!claim) break;
       await afterClaim(deps, claim);
       claimed.push(claim.env);
-      await onClaim?.(claim.env);
       // Another look only while others were waiting: a lease created since nudges this job itself.
       if (!claim.more) break;
     }
@@ -186,11 +180,18 @@ export async function claimQueued(deps: Deps, onClaim?: (env: Environment) => Pr
   return claimed;
 }
 
-/** What follows a committed claim: the evicted warm containers' nodes told, watchers and webhooks woken. */
+/**
+ * What follows a committed claim: its preparation woken (a warm container is readied at once by
+ * its own job, apart from the environment job's longer work; a lease placed cold once its start
+ * time is due), the evicted warm containers' nodes told, watchers and webhooks woken.
+ */
 export async function afterClaim(deps: Deps, claim: Claim): Promise<void> {
+  const { env } = claim;
+  if (env.warmClaimed && env.startMs === 0) deps.background.nudge(WARM_CLAIM_JOB);
+  else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
   for (const slot of claim.evicted) await sendToNode(deps, slot.remoteId, { type: 'warm-drop', slot: slot.id });
-  await announceEnvironment(deps, claim.env.orgId);
-  await notifySandboxConfig(deps, claim.env.orgId, claim.env.sandboxId);
+  await announceEnvironment(deps, env.orgId);
+  await notifySandboxConfig(deps, env.orgId, env.sandboxId);
   nudgeWebhooks(deps, claim.hooked);
 }
 

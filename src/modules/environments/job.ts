@@ -183,9 +183,6 @@ async function pruneEvents(deps: Deps): Promise<void> {
   await pruneEnvironmentLogs(deps);
 }
 
-/** A claimed warm container is ready in milliseconds: its claim took the node work to ready it at once. */
-const readyNow = (env: Environment) => env.workClaim !== null && env.warmClaimed && env.startMs === 0;
-
 export function environmentJob(provider: NodeProvider): BackgroundJob {
   return {
     name: ENVIRONMENT_JOB,
@@ -193,43 +190,32 @@ export function environmentJob(provider: NodeProvider): BackgroundJob {
     async run(deps) {
       await enforceTimeouts(deps);
       const outSync = await finishStopping(deps, provider);
-      const claimed = await claimQueued(deps);
-      // A claimed warm container is ready in milliseconds: before anything else waits on it.
-      for (const env of claimed) if (readyNow(env)) await prepareOne(deps, provider, env.id, deps.clock.now(), env);
+      await claimQueued(deps);
       // Before the (possibly long) preparations: what still waits says why at once.
       await explainWaiting(deps, outSync);
       await advanceStarting(deps, provider);
-      // The database holds every deadline; this only wakes the job near the next one.
-      for (const env of claimed) deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
     },
   };
 }
 
 /**
- * Claims queued leases the moment one is created or a warm container is ready, and readies at once
- * those that took a warm container: apart from the environment job, whose release of another lease
- * (seconds on a busy engine) would otherwise hold up a claim of milliseconds. A claim is the same
- * SKIP LOCKED transaction as between instances, a preparation is taken with claimWork; the
- * environment job still claims every second, so this interval is only a backstop.
+ * Claims queued leases the moment one is created or a warm container is ready: apart from the
+ * environment job, whose release of another lease (seconds on a busy engine) would otherwise hold
+ * up a claim of milliseconds. A claim is the same SKIP LOCKED transaction as between instances;
+ * the environment job still claims every second, so this interval is only a backstop.
  */
-export function claimJob(provider: NodeProvider): BackgroundJob {
-  return {
-    name: CLAIM_JOB,
-    intervalMs: 60_000,
-    async run(deps) {
-      // Each one as it is claimed: a warm container is ready before the next claim is looked for.
-      await claimQueued(deps, async (env) => {
-        if (readyNow(env)) await prepareOne(deps, provider, env.id, deps.clock.now(), env);
-        else deps.background.nudge(ENVIRONMENT_JOB, env.startMs);
-      });
-    },
-  };
-}
+export const claimJob: BackgroundJob = {
+  name: CLAIM_JOB,
+  intervalMs: 60_000,
+  async run(deps) {
+    await claimQueued(deps);
+  },
+};
 
 /**
- * Readies the leases that took a warm container in their create's own transaction (claimIn with
- * `only`): nudged by the create, and at start for any an instance that stopped did not ready. Each
- * is taken with claimWork, so it and the environment job never prepare one twice.
+ * Readies the leases that took a warm container (claimIn), apart from the environment job's longer
+ * work: nudged by each claim, and at start for any an instance that stopped did not ready. Each is
+ * taken with claimWork, so it and the environment job never prepare one twice.
  */
 export function warmClaimJob(provider: NodeProvider): BackgroundJob {
   return {

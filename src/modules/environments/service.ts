@@ -5,7 +5,7 @@ import { parseDuration } from '../../kernel/durations';
 import type { EnvironmentEnds } from '../../kernel/environment-ends';
 import { isStoppable, pushedIdleUntil, STOPPABLE } from '../../kernel/environment-states';
 import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from '../../kernel/errors';
-import { CLAIM_JOB, ENVIRONMENT_JOB, WARM_CLAIM_JOB } from '../../kernel/job-names';
+import { CLAIM_JOB, ENVIRONMENT_JOB } from '../../kernel/job-names';
 import { validateLabels, validateProjectName, validateRestoreKeys, validateSnapshotKey } from '../../kernel/labels';
 import { generateName, newId } from '../../kernel/names';
 import { type Page, type PageArgs, pageOf, pageQuery } from '../../kernel/paging';
@@ -154,9 +154,6 @@ export async function createEnvironment(deps: Deps, actor: Actor, input: CreateE
   });
   if (claim) {
     await afterClaim(deps, { ...claim, hooked: claim.hooked || hooked });
-    // A warm container is readied at once, by its own job; a lease placed cold is prepared once its start time is due.
-    if (claim.env.warmClaimed && claim.env.startMs === 0) deps.background.nudge(WARM_CLAIM_JOB);
-    else deps.background.nudge(ENVIRONMENT_JOB, claim.env.startMs);
   } else {
     if (env.state !== 'failed') deps.background.nudge(CLAIM_JOB);
     await announceEnvironment(deps, env.orgId);
