@@ -1,11 +1,11 @@
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { Prisma as P, PrismaClient } from '../../generated/prisma/client';
 import { applyMigrations } from './migrate';
+import { PGliteSession } from './pglite-stream';
 
 export type Prisma = PrismaClient;
 /** The client inside `prisma.$transaction(async (tx) => …)`. */
@@ -49,9 +49,8 @@ export function pgliteStartParams(): string[] {
  * A pg Pool whose `query()` keeps the connection after a failed statement. pg-pool's own `query()`
  * releases the client *with the error*, which destroys the connection, though a statement error
  * (an ErrorResponse followed by ReadyForQuery) leaves the session healthy. On PostgreSQL that only
- * costs a reconnect; on the embedded PGlite (one session behind one socket) the replacement
- * connection races the old one's close, the socket server refuses it, and every query queued
- * beside the bad one fails with `write EPIPE`. Connections that are really broken are still
+ * costs a reconnect; the embedded PGlite is one session, which a replacement connection must
+ * first reset (pglite-stream.ts), dropping every prepared statement. Connections that are really broken are still
  * dropped: pg-pool removes a released client that is no longer queryable.
  * Prisma's adapter sends every query outside a transaction through `pool.query()`.
  */
@@ -80,15 +79,14 @@ export class StatementSafePool extends pg.Pool {
 
 /**
  * Opens the configured database and applies pending migrations. Without a URL it embeds PGlite
- * under DATA_DIR and serves it on a loopback socket, so the same pg driver and Prisma adapter run
- * in both modes. PGlite is a single session, hence a pool of exactly one connection.
+ * under DATA_DIR, spoken to over an in-process stream (pglite-stream.ts), so the same pg driver and
+ * Prisma adapter run in both modes. PGlite is a single session, hence a pool of exactly one connection.
  */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.schema !== undefined && !SCHEMA_NAME.test(opts.schema)) {
     throw new Error(`DATABASE_SCHEMA "${opts.schema}" is not a plain lower-case identifier`);
   }
   let pglite: PGlite | undefined;
-  let socket: PGLiteSocketServer | undefined;
   let pool: pg.Pool;
   if (opts.databaseUrl) {
     pool = new StatementSafePool({
@@ -99,20 +97,12 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   } else {
     await mkdir(opts.dataDir, { recursive: true, mode: 0o700 });
     pglite = await PGlite.create(join(opts.dataDir, 'pg'), { startParams: pgliteStartParams() });
-    // A Unix socket inside DATA_DIR (mode 0700) keeps the database private to this user;
-    // paths too long for a socket name fall back to loopback TCP.
-    const path = join(opts.dataDir, '.s.PGSQL.5432');
-    const unix = path.length < 100;
-    socket = unix ? new PGLiteSocketServer({ db: pglite, path }) : new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0 });
-    await rm(path, { force: true });
-    await socket.start();
-    pool = unix
-      ? new StatementSafePool({ host: opts.dataDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 })
-      : new StatementSafePool({ connectionString: `postgres://postgres@${socket.getServerConn()}/postgres`, max: 1 });
+    const session = new PGliteSession(pglite);
+    // Not a socket: nothing outside this process reaches the embedded database.
+    pool = new StatementSafePool({ user: 'postgres', database: 'postgres', max: 1, stream: () => session.connect() });
   }
   const close = async () => {
     await pool.end().catch(() => undefined);
-    await socket?.stop().catch(() => undefined);
     await pglite?.close().catch(() => undefined);
   };
   try {
