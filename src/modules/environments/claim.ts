@@ -168,6 +168,10 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
 export async function claimQueued(deps: Deps): Promise<Environment[]> {
   const claimed: Environment[] = [];
   for (const pool of deps.catalog.pools) {
+    // One indexed read instead of a transaction, its lock and the queue scan, for a pool nothing
+    // waits in (most, most of the time): a lease created after it claims itself or wakes this job.
+    const waits = await deps.prisma.environment.findFirst({ where: { pool: pool.name, state: 'pending' }, select: { id: true } });
+    if (!waits) continue;
     for (;;) {
       const claim = await deps.prisma.$transaction((tx) => claimIn(deps, tx, pool));
       if (!claim) break;
