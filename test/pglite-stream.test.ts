@@ -6,7 +6,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../src/platform/db';
+import { type Database, openDatabase, statementNames } from '../src/platform/db';
 
 describe('the embedded database over its in-process stream', () => {
   let dataDir: string;
@@ -76,6 +76,34 @@ describe('the embedded database over its in-process stream', () => {
       expect((await again.query('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
     } finally {
       again.release();
+    }
+  });
+});
+
+describe("Prisma's statements, named", () => {
+  it('gives each text one name, and none past the bound', () => {
+    const name = statementNames(2);
+    const a = name({ sql: 'SELECT 1' });
+    const b = name({ sql: 'SELECT 2' });
+    expect(a).not.toBe(b);
+    expect(name({ sql: 'SELECT 1' })).toBe(a);
+    // Past the bound: unnamed (node-postgres sends an empty name as the unnamed statement).
+    expect(name({ sql: 'SELECT 3' })).toBe('');
+    expect(name({ sql: 'SELECT 2' })).toBe(b);
+  });
+
+  it('are prepared once on the connection and bound again after', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'berth-named-'));
+    const db = await openDatabase({ dataDir });
+    try {
+      for (const id of ['a', 'b', 'c']) await db.prisma.environment.findUnique({ where: { id } });
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name LIKE 'prisma\\_%' AND statement LIKE '%"Environment"%'`,
+      );
+      expect(rows[0]!.n).toBe(1);
+    } finally {
+      await db.close();
+      await rm(dataDir, { recursive: true, force: true });
     }
   });
 });

@@ -77,6 +77,29 @@ export class StatementSafePool extends pg.Pool {
   }
 }
 
+/** Distinct statement texts Prisma's statements are named for: each connection keeps each one prepared. */
+export const MAX_NAMED_STATEMENTS = 512;
+
+/**
+ * Names each of Prisma's statement texts (its query shapes: values are parameters), so a
+ * connection parses and plans one once and then only binds it, as Berth's hot raw statements
+ * already do (docs/benchmarks.md, "Named statements"). PostgreSQL keeps a prepared statement for
+ * the session's life: texts past MAX_NAMED_STATEMENTS (lists of every length inlined in raw SQL)
+ * go unnamed, so what each connection holds stays bounded.
+ */
+export function statementNames(max = MAX_NAMED_STATEMENTS): (query: { sql: string }) => string {
+  const names = new Map<string, string>();
+  return ({ sql }) => {
+    let name = names.get(sql);
+    if (name === undefined && names.size < max) {
+      name = `prisma_${names.size}`;
+      names.set(sql, name);
+    }
+    // An empty name: node-postgres sends it unnamed.
+    return name ?? '';
+  };
+}
+
 /**
  * Opens the configured database and applies pending migrations. Without a URL it embeds PGlite
  * under DATA_DIR, spoken to over an in-process stream (pglite-stream.ts), so the same pg driver and
@@ -115,7 +138,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       client.release();
     }
     const prisma = new PrismaClient({
-      adapter: new PrismaPg(pool, { schema: opts.schema }),
+      adapter: new PrismaPg(pool, { schema: opts.schema, statementNameGenerator: statementNames() }),
       // Prisma's defaults (2 s to get a connection, 5 s to finish) turn a burst of creates
       // waiting on the one PGlite connection, or on a quota lock, into errors instead of waits.
       transactionOptions: { maxWait: 30_000, timeout: 30_000 },
