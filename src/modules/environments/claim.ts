@@ -165,8 +165,7 @@ export async function claimIn(deps: Deps, tx: Tx, pool: { name: string; hotNodes
 }
 
 /** Claims queued environments onto free slots, oldest first per pool (claimIn), each in a transaction of its own. */
-export async function claimQueued(deps: Deps): Promise<Environment[]> {
-  const claimed: Environment[] = [];
+export async function claimQueued(deps: Deps): Promise<void> {
   for (const pool of deps.catalog.pools) {
     // One indexed read instead of a transaction, its lock and the queue scan, for a pool nothing
     // waits in (most, most of the time): a lease created after it claims itself or wakes this job.
@@ -176,12 +175,10 @@ export async function claimQueued(deps: Deps): Promise<Environment[]> {
       const claim = await deps.prisma.$transaction((tx) => claimIn(deps, tx, pool));
       if (!claim) break;
       await afterClaim(deps, claim);
-      claimed.push(claim.env);
       // Another look only while others were waiting: a lease created since nudges this job itself.
       if (!claim.more) break;
     }
   }
-  return claimed;
 }
 
 /**

@@ -83,7 +83,7 @@ export const MAX_NAMED_STATEMENTS = 512;
 /**
  * Names each of Prisma's statement texts (its query shapes: values are parameters), so a
  * connection parses and plans one once and then only binds it, as Berth's hot raw statements
- * already do (docs/benchmarks.md, "Named statements"). PostgreSQL keeps a prepared statement for
+ * already do (docs/benchmarks.md, "The embedded database's wire, and named statements"). PostgreSQL keeps a prepared statement for
  * the session's life: texts past MAX_NAMED_STATEMENTS (lists of every length inlined in raw SQL)
  * go unnamed, so what each connection holds stays bounded.
  */
