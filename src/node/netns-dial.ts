@@ -1,68 +1,74 @@
-// A connection to a port of a container's own loopback without the engine: berth-envd's `dial`
-// run by the node in the container's network and mount namespaces (the container's own copy at
-// /.berth, a read-only mount nothing inside can replace; so the dialler sees none of the host's
-// files), as nobody, and nothing else of the container (not its users, processes or limits).
-// Through the engine's exec stream (Podman's service, conmon) a tunnel's bytes capped at ~0.1x of
-// loopback and each new connection cost an exec's round trips (docs/benchmarks.md, "Agents");
-// here they cross two pipes and a process start.
+// A connection to a port of a container's own loopback without the engine: through the node's
+// standing dialler of that container, berth-envd's `dialer` (src/node/envd/berth-envd.c, which
+// says how it is kept to the node). The node starts one per container at its first connection,
+// from its own copy of berth-envd, with the container's network and mount namespaces held by
+// descriptors; it listens on an abstract Unix socket of the host (unreachable from any container),
+// then runs in those namespaces (seeing none of the host's files) as nobody, and nothing else of
+// the container (not its users, processes or limits). A connection is then a connect to that
+// socket and a fork inside the dialler, and the socket is the connection: no process start, and
+// no pipe, between the node and the service. Through the engine's exec stream (Podman's service,
+// conmon) a tunnel's bytes capped at ~0.1x of loopback and each new connection cost an exec's
+// round trips (docs/benchmarks.md, "Agents").
 //
 // Only where the engine's containers are this machine's processes: the namespaces are taken from
 // the container's first process by pid, and kept only if that process is still in the container's
 // own control group once they are held, so a pid that ended and was reused (or one of another pid
-// namespace) is never entered. Otherwise (a remote engine, no nsenter, a node not run
-// as root, a machine that refuses setns) the caller uses the engine's exec.
-import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
-import type { Readable, Writable } from 'node:stream';
+// namespace) is never entered. Otherwise (a remote engine, a node not run as root, a machine that
+// refuses setns) the caller uses the engine's exec.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import net from 'node:net';
 import type { Engine } from './engine';
 
-const NSENTER = ['/usr/bin/nsenter', '/bin/nsenter'].find((path) => existsSync(path));
-/** Who the dialler runs as: it needs no privilege to connect to a loopback port. */
-const NOBODY = '65534';
-
-/** A running dial: berth-envd's input and output, its exit, and a way to stop reading it. */
-export interface DialProcess {
-  stdin: Writable;
-  stdout: Readable;
-  stderr: Readable;
-  exited: Promise<number>;
-  pause(): void;
-  resume(): void;
-  /** Ends it outright when winding down took too long. */
-  kill?(): void;
-}
-
-/** Probing: the network namespace alone, and the host's /bin/true. */
-const PROBE = ['--net=/proc/self/fd/3', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
-const ENTER = ['--net=/proc/self/fd/3', '--mount=/proc/self/fd/4', `--setuid=${NOBODY}`, `--setgid=${NOBODY}`, '--'];
-/** Whether this machine lets the node enter (a hardened kernel or a seccomp profile may refuse setns): tried once. */
-let enters: Promise<boolean> | undefined;
-
-function canEnter(namespace: number): Promise<boolean> {
-  enters ??= new Promise<boolean>((resolve) => {
-    const probe = spawn(NSENTER!, [...PROBE, '/bin/true'], { stdio: ['ignore', 'ignore', 'ignore', namespace], env: {} });
-    probe.once('error', () => resolve(false));
-    probe.once('close', (code) => resolve(code === 0));
-  });
-  return enters;
-}
-
+/** berth-envd dialer's exit when this machine refuses to enter a namespace (a hardened kernel, a seccomp profile). */
+const CANNOT_ENTER = 3;
+/** Standing diallers at most; past it the oldest is stopped (its connections carry on, its next dial starts another). */
+const DIALERS_MAX = 1024;
+/** What each connection's answer starts with (berth-envd's DIALER_TOKEN_LENGTH, in hex). */
+const TOKEN_LENGTH = 32;
 /**
- * Each container's first process as last seen (by container name), so that a new connection asks
- * the engine nothing: the check in held() tells when it is out of date. Bounded by the containers
- * of this node (an entry goes when it proves wrong, or the oldest when there are too many).
+ * The hex characters of a dialler's socket name after its prefix, so that the name fills the whole
+ * sun_path (107 bytes after its NUL): Node.js 20 (libuv 1.46) pads an abstract name with NULs to
+ * the whole of it, later versions do not, and a name that fills it is the same to both.
  */
-const firstProcesses = new Map<string, { id: string; pid: number }>();
-const REMEMBERED = 1024;
+const NAME_HEX = 107 - 'berth-dial-'.length;
 
-async function lookUp(engine: Engine, name: string): Promise<{ id: string; pid: number } | undefined> {
-  firstProcesses.delete(name);
+interface FirstProcess {
+  id: string;
+  pid: number;
+}
+
+interface Dialer {
+  first: FirstProcess;
+  child: ChildProcess;
+  /** Its abstract socket's name (without the leading NUL). */
+  name: string;
+  /**
+   * What it answers first on every connection: so the node never takes whatever bound the name
+   * after the dialler ended (another user of this machine, who can read the name) for it.
+   */
+  token: Buffer;
+}
+
+/** Standing diallers by container name; a promise while one starts, so that first dials at once start one. */
+const dialers = new Map<string, Promise<Dialer | undefined>>();
+/** False once a dialler found that this machine refuses setns: the engine's exec from then on. */
+let enters = true;
+
+async function lookUp(engine: Engine, name: string): Promise<FirstProcess | undefined> {
   const state = await engine.inspect(name);
   if (!state?.running || state.pid <= 0) return undefined;
-  const first = { id: state.id, pid: state.pid };
-  firstProcesses.set(name, first);
-  if (firstProcesses.size > REMEMBERED) firstProcesses.delete(firstProcesses.keys().next().value!);
-  return first;
+  return { id: state.id, pid: state.pid };
+}
+
+/** Whether `first`'s pid is still in its container's control group (else it ended, and the pid may be another's). */
+function inContainer(first: FirstProcess): boolean {
+  try {
+    return readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id);
+  } catch {
+    return false;
+  }
 }
 
 /** A container's namespaces, held by descriptors. */
@@ -71,16 +77,12 @@ interface Namespaces {
   mnt: number;
 }
 
-/**
- * The network and mount namespaces of `first`'s pid, held by descriptors, if that pid is still in
- * the container's control group once they are held (else it ended, and the pid may be another's).
- */
-function held(first: { id: string; pid: number } | undefined): Namespaces | undefined {
-  if (!first) return undefined;
+/** The network and mount namespaces of `first`'s pid, held by descriptors, if it is still the container's once they are held. */
+function held(first: FirstProcess): Namespaces | undefined {
   const opened: number[] = [];
   try {
     for (const kind of ['net', 'mnt']) opened.push(openSync(`/proc/${first.pid}/ns/${kind}`, 'r'));
-    if (readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id)) return { net: opened[0]!, mnt: opened[1]! };
+    if (inContainer(first)) return { net: opened[0]!, mnt: opened[1]! };
   } catch {
     // ended meanwhile
   }
@@ -89,42 +91,114 @@ function held(first: { id: string; pid: number } | undefined): Namespaces | unde
 }
 
 /**
- * `envd dial PORT` (`envdPath`: where the container has it) in the network and mount namespaces
- * of container `name`, or undefined when they cannot be entered from here.
+ * A connection to `port` on the loopback of container `name` through its standing dialler
+ * (`envd`: the node's own berth-envd), or undefined when its namespaces cannot be entered from
+ * here. Rejects with the dialler's words when the port cannot be reached.
  */
-export async function dialInNamespace(engine: Engine, name: string, envdPath: string, port: number): Promise<DialProcess | undefined> {
+export async function dialInNamespace(engine: Engine, name: string, envd: string, port: number): Promise<net.Socket | undefined> {
   // Entering another namespace and dropping to nobody take root (a rootless engine's containers
   // are in a user namespace a non-root node could not enter either).
-  if (!NSENTER || !engine.local || process.getuid?.() !== 0) return undefined;
-  const namespaces = held(firstProcesses.get(name)) ?? held(await lookUp(engine, name));
-  if (namespaces === undefined) return undefined;
+  if (!enters || !engine.local || process.getuid?.() !== 0) return undefined;
+  const dialer = await dialerOf(engine, name, envd);
+  return dialer && connect(dialer, port);
+}
+
+/** The container's standing dialler: the one held while its first process is still the container's, else a new one. */
+async function dialerOf(engine: Engine, name: string, envd: string): Promise<Dialer | undefined> {
+  const holding = dialers.get(name);
+  const standing = await holding;
+  if (standing && standing.child.exitCode === null && standing.child.signalCode === null && inContainer(standing.first)) return standing;
+  // Another dial replaced it meanwhile: that one.
+  if (dialers.get(name) !== holding) return dialers.get(name);
+  standing?.child.kill('SIGKILL');
+  const forget = () => {
+    if (dialers.get(name) === starting) dialers.delete(name);
+  };
+  const starting = start(engine, name, envd, forget);
+  dialers.set(name, starting);
+  if (dialers.size > DIALERS_MAX) stopDialer(dialers.keys().next().value!);
+  // One that did not start is not kept: the next dial tries again (a failure is the dial's to report).
+  starting.then((dialer) => dialer ?? forget(), forget);
+  return starting;
+}
+
+async function start(engine: Engine, container: string, envd: string, forget: () => void): Promise<Dialer | undefined> {
+  const first = await lookUp(engine, container);
+  const namespaces = first && held(first);
+  if (!first || !namespaces) return undefined;
+  const name = `berth-dial-${randomBytes(NAME_HEX / 2).toString('hex')}`;
+  const token = randomBytes(TOKEN_LENGTH / 2).toString('hex');
+  let child: ChildProcess;
   try {
-    if (!(await canEnter(namespaces.net))) return undefined;
-    const child = spawn(NSENTER, [...ENTER, envdPath, 'dial', String(port)], {
-      stdio: ['pipe', 'pipe', 'pipe', namespaces.net, namespaces.mnt],
-      env: {},
+    child = spawn(envd, ['dialer', name, String(first.pid)], {
+      stdio: ['ignore', 'ignore', 'pipe', namespaces.net, namespaces.mnt],
+      env: { BERTH_DIALER_TOKEN: token },
     });
-    // All three are pipes (stdio above). A pipe's error (EPIPE once the dialler ended) is no more
-    // than its end, which `exited` reports.
-    const stdout = child.stdout as Readable;
-    for (const pipe of [child.stdin, child.stdout, child.stderr]) pipe?.on('error', () => undefined);
-    const exited = new Promise<number>((resolve, reject) => {
-      child.once('error', reject);
-      child.once('close', (code) => resolve(code ?? 1));
-    });
-    return {
-      stdin: child.stdin as Writable,
-      stdout,
-      stderr: child.stderr as Readable,
-      exited,
-      pause: () => stdout.pause(),
-      resume: () => stdout.resume(),
-      kill: () => child.kill('SIGKILL'),
-    };
-  } catch {
-    return undefined;
   } finally {
     closeSync(namespaces.net);
     closeSync(namespaces.mnt);
   }
+  child.once('exit', forget);
+  const code = await new Promise<number | undefined>((resolve) => {
+    let said = '';
+    child.stderr!.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+      if (said.startsWith('ready\n')) resolve(undefined);
+    });
+    child.once('error', () => resolve(1));
+    child.once('exit', (exit) => resolve(exit ?? 1));
+  });
+  if (code === CANNOT_ENTER) enters = false;
+  if (code !== undefined) return undefined;
+  // It ends with the node (berth-envd sees to it): it keeps no node from ending.
+  child.unref();
+  return { first, child, name, token: Buffer.from(token) };
+}
+
+/** A connection through `dialer` to `port`, once it answered that the port took it. */
+function connect(dialer: Dialer, port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    // Half-open: a client's end reaches the service as a half-close, and the service's the client.
+    const socket = net.connect({ path: `\0${dialer.name}`, allowHalfOpen: true });
+    const request = Buffer.alloc(2);
+    request.writeUInt16BE(port);
+    socket.write(request);
+    const fail = (error: Error) => {
+      socket.destroy();
+      reject(error);
+    };
+    const ended = () => fail(new Error('the dialler into the environment closed the connection'));
+    const answered = () => {
+      const head = socket.read(TOKEN_LENGTH + 1) as Buffer | null;
+      if (head === null) return;
+      socket.off('readable', answered);
+      socket.off('end', ended);
+      if (head.length <= TOKEN_LENGTH || !head.subarray(0, TOKEN_LENGTH).equals(dialer.token)) {
+        return fail(new Error('the dialler into the environment did not answer as itself'));
+      }
+      if (head[TOKEN_LENGTH] === 0) {
+        socket.off('error', fail);
+        return resolve(socket);
+      }
+      // Why, to its end.
+      let why = '';
+      socket.on('data', (chunk: Buffer) => (why += chunk.toString()));
+      socket.once('end', () => fail(new Error(why || 'the port cannot be reached in the environment')));
+    };
+    socket.on('readable', answered);
+    socket.once('end', ended);
+    socket.once('error', fail);
+  });
+}
+
+/** Stops the standing dialler of container `name`, if it has one (the container goes). */
+export function stopDialer(name: string): void {
+  const holding = dialers.get(name);
+  dialers.delete(name);
+  void holding?.then((dialer) => dialer?.child.kill('SIGKILL'));
+}
+
+/** Stops every standing dialler (the node stops). */
+export function stopDialers(): void {
+  for (const name of [...dialers.keys()]) stopDialer(name);
 }

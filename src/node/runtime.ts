@@ -13,8 +13,9 @@
 //   once the egress guard is in place.
 //
 // Commands and service tunnels run through berth-envd inside the container (`serve`, over one line
-// per container held open by src/node/envd-channel.ts, and `dial`), never on the node: the node
-// cannot be made to dial its own or another host's addresses.
+// per container held open by src/node/envd-channel.ts, and the node's standing `dialer` in its
+// network namespace, src/node/netns-dial.ts, or `dial`), never on the node: the node cannot be made
+// to dial its own or another host's addresses.
 import { existsSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -40,7 +41,7 @@ import {
   runLifecycle,
   START_PHASES,
 } from './lifecycle';
-import { type DialProcess, dialInNamespace } from './netns-dial';
+import { dialInNamespace, stopDialer, stopDialers } from './netns-dial';
 
 /**
  * The folder mounted read-only at /.berth in every container: berth-envd alone, as `envd`
@@ -81,7 +82,7 @@ export interface NodeUsage {
 const SAMPLED_AT_ONCE = 8;
 /** Lines to berth-envd an exec opens at most before it gives up (docs/environments.md, "Commands"). */
 const LINE_TRIES = 3;
-/** How long a tunnel cut short has to end inside its environment before its engine stream is closed regardless. */
+/** How long a tunnel through the engine cut short has to end inside its environment before its stream is closed regardless. */
 const DIAL_WIND_DOWN_MS = 5_000;
 /** In the node's folder: a note per claimed warm container not yet renamed (NodeRuntime.claimNote). */
 const CLAIMS_DIR = 'claims';
@@ -700,6 +701,7 @@ export class NodeRuntime {
     clearInterval(this.sampler);
     this.sampler = undefined;
     this.addresses.stop();
+    stopDialers();
   }
 
   /** One round: the environments are the folders under `dir`; a round still running skips the next. */
@@ -770,6 +772,7 @@ export class NodeRuntime {
     this.users.delete(name);
     this.removing.add(name);
     this.endLine(name);
+    stopDialer(name);
     try {
       await engine.remove(name);
     } finally {
@@ -882,13 +885,18 @@ export class NodeRuntime {
     );
   }
 
-  /** A byte stream to `port` on the environment's own loopback, dialled from inside its network. */
+  /**
+   * A byte stream to `port` on the environment's own loopback, dialled from inside its network:
+   * where the node can enter the container, its standing dialler's socket itself (netns-dial.ts;
+   * destroyed, the dialler's end sees it at once and ends the service's connection), else
+   * berth-envd `dial` through the engine.
+   */
   async dial(id: string, port: number): Promise<Duplex> {
     const engine = this.requireEngine();
     const name = await this.named(id);
-    // Entered by the node where it can (netns-dial.ts), else through the engine.
-    const run: DialProcess =
-      (await dialInNamespace(engine, name, ENVD_PATH, port)) ?? (await engine.exec(name, { cmd: [ENVD_PATH, 'dial', String(port)] }));
+    const entered = await dialInNamespace(engine, name, ENVD_BINARY, port);
+    if (entered) return entered;
+    const run = await engine.exec(name, { cmd: [ENVD_PATH, 'dial', String(port)] });
     let problem = '';
     run.stderr.on('data', (d: Buffer) => (problem += d.toString()));
     const stream = new Duplex({
@@ -911,10 +919,7 @@ export class NodeRuntime {
         // for DIAL_WIND_DOWN_MS at most.
         run.stdin.end();
         run.resume();
-        const cut = setTimeout(() => {
-          run.stdin.destroy();
-          run.kill?.();
-        }, DIAL_WIND_DOWN_MS);
+        const cut = setTimeout(() => run.stdin.destroy(), DIAL_WIND_DOWN_MS);
         cut.unref();
         run.exited.finally(() => clearTimeout(cut)).catch(() => undefined);
         done(error);
@@ -987,6 +992,7 @@ export class NodeRuntime {
       const id = idOf(container);
       if (!live.has(id)) {
         this.removing.add(container.id);
+        stopDialer(container.name);
         await engine.remove(container.id).finally(() => this.removing.delete(container.id));
         if (/^env_[A-Za-z0-9]+$/.test(id)) await removeTree(this.root(id));
         this.options.log(`removed the container of ${id || 'an unknown environment'}: it is not live`);

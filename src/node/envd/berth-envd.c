@@ -21,7 +21,14 @@
 //                        node went away) kills every command it started.
 //   envd dial PORT       Connects to PORT on the environment's loopback and copies standard input
 //                        to it and what it sends to standard output (a service tunnel). Ends as
-//                        soon as nothing reads its output any more (the node went away).
+//                        soon as nothing reads its output any more (the node went away). The
+//                        node runs it through the engine where it cannot enter the container.
+//   envd dialer NAME PID The node's standing dialler of one container, run by the node from its own
+//                        copy, as root with the container's network and mount namespaces on
+//                        descriptors 3 and 4: listens on the host's abstract Unix socket NAME, then
+//                        in those namespaces as nobody connects to a port there for each of the
+//                        node's connections (a child each). Ends with PID (the container's first
+//                        process) or the node.
 //   envd id              Prints the user's uid:gid.
 //   envd guard PREFIX... Adds policy-routing "prohibit" rules for each destination prefix (the
 //                        egress guard; needs NET_ADMIN, so the node runs it as a privileged exec).
@@ -29,6 +36,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -36,7 +44,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,6 +56,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -552,11 +564,12 @@ static int serve_main(void) {
   }
 }
 
-// ---- dial
+// ---- dial, and the node's standing dialler
 
 struct copy {
   int from, to;
   int shutdown_to;
+  // `to` is the node's end: once it is gone, so is the whole connection (its process ends).
   int watch_reader;
 };
 
@@ -566,8 +579,9 @@ static void *copy_bytes(void *arg) {
   for (;;) {
     if (c->watch_reader) {
       // An idle service sends nothing, so a write would never find out that the node went away
-      // (killed: no EOF, no close): the output pipe's reader gone shows as POLLERR, and the
-      // connection (and, for a node's own dialler, the environment's network namespace) ends.
+      // (killed: no EOF, no close): the reader gone (dial's output pipe, or a dialler's connection
+      // the node closed) shows as POLLERR or POLLHUP, and the connection, and the process holding
+      // the environment's network namespace, end.
       struct pollfd fds[2] = {{.fd = c->from, .events = POLLIN}, {.fd = c->to, .events = 0}};
       if (poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
@@ -581,6 +595,9 @@ static void *copy_bytes(void *arg) {
     for (ssize_t off = 0; off < n;) {
       ssize_t w = write(c->to, buffer + off, (size_t)(n - off));
       if (w < 0 && errno == EINTR) continue;
+      // The node's end gone: the connection ends now. The other way may never end by itself: it
+      // can wait on a service that reads no more until its echo is taken, here.
+      if (w <= 0 && c->watch_reader) _exit(0);
       if (w <= 0) return NULL;
       off += w;
     }
@@ -588,6 +605,30 @@ static void *copy_bytes(void *arg) {
   if (c->shutdown_to) shutdown(c->to, SHUT_WR);
   else close(c->to);
   return NULL;
+}
+
+// A TCP connection to port on this network namespace's loopback (127.0.0.1, else ::1), or -1 with
+// errno as the first try left it.
+static int connect_loopback(unsigned port) {
+  struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+  int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0 || connect(sock, (struct sockaddr *)&v4, sizeof v4) < 0) {
+    int error = errno;
+    if (sock >= 0) close(sock);
+    sock = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sock >= 0 && connect(sock, (struct sockaddr *)&v6, sizeof v6) < 0) {
+      close(sock);
+      sock = -1;
+    }
+    if (sock < 0) {
+      errno = error;
+      return -1;
+    }
+  }
+  int one = 1;
+  setsockopt(sock, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
+  return sock;
 }
 
 static int dial_main(const char *port_text) {
@@ -598,20 +639,11 @@ static int dial_main(const char *port_text) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(sock, (struct sockaddr *)&v4, sizeof v4) < 0) {
-    int error = errno;
-    close(sock);
-    sock = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    if (sock < 0 || connect(sock, (struct sockaddr *)&v6, sizeof v6) < 0) {
-      fprintf(stderr, "berth-envd: cannot reach port %ld in the environment: %s\n", port, strerror(error));
-      return 1;
-    }
+  int sock = connect_loopback((unsigned)port);
+  if (sock < 0) {
+    fprintf(stderr, "berth-envd: cannot reach port %ld in the environment: %s\n", port, strerror(errno));
+    return 1;
   }
-  int one = 1;
-  setsockopt(sock, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
   struct copy in = {.from = 0, .to = sock, .shutdown_to = 1, .watch_reader = 0};
   struct copy out = {.from = sock, .to = 1, .shutdown_to = 0, .watch_reader = 1};
   pthread_t thread;
@@ -619,6 +651,165 @@ static int dial_main(const char *port_text) {
   copy_bytes(&out);
   pthread_join(thread, NULL);
   return 0;
+}
+
+// The node's standing dialler of one container (`dialer NAME PID`, src/node/netns-dial.ts): started
+// by the node, as root in the host's namespaces, with the container's network namespace on
+// descriptor 3, its mount namespace on 4, and PID its first process. It listens on the abstract
+// Unix socket NAME, bound before it enters them: so in the host's network namespace, which nothing
+// in a container reaches, and no file to leave behind however it ends. Then, in the container's
+// namespaces as nobody, each connection of the node's own user (SO_PEERCRED: another user's is
+// closed at once) is served by a child of its own, so a slow one holds up no other:
+//   from the node: the port, 2 bytes big-endian;
+//   to the node:   BERTH_DIALER_TOKEN (how the node knows its dialler from whatever took NAME after
+//                  it ended), then 0 and the connection's bytes both ways, half-closes passed on;
+//                  or 1 and why, to the end.
+// It ends with PID (the container ended: it never holds the namespaces of one that is gone) and
+// with the node (PR_SET_PDEATHSIG); a connection's child ends with its connection.
+#define DIALER_TOKEN_LENGTH 32
+#define DIALER_CONNECTIONS_MAX 4096
+// Its exit when this machine refuses to enter a namespace or watch a process (a hardened kernel, a
+// seccomp profile): the node dials through the engine from then on.
+#define DIALER_CANNOT_ENTER 3
+#define NOBODY 65534
+
+static void on_dialer_child(int sig) {
+  (void)sig; // wakes ppoll, which reaps
+}
+
+// The token, then status and why (if any). A new connection's buffer takes it whole, at once.
+static int dialer_answer(int conn, const char *token, char status, const char *why) {
+  char reply[DIALER_TOKEN_LENGTH + 1 + 256];
+  memcpy(reply, token, DIALER_TOKEN_LENGTH);
+  reply[DIALER_TOKEN_LENGTH] = status;
+  size_t length = DIALER_TOKEN_LENGTH + 1;
+  if (why) {
+    size_t more = strnlen(why, sizeof reply - length);
+    memcpy(reply + length, why, more);
+    length += more;
+  }
+  return send(conn, reply, length, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)length ? 0 : -1;
+}
+
+static int dialer_connection(int conn, const char *token) {
+  unsigned char port[2];
+  for (size_t have = 0; have < sizeof port;) {
+    ssize_t n = read(conn, port + have, sizeof port - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 1;
+    have += (size_t)n;
+  }
+  unsigned number = (unsigned)port[0] << 8 | port[1];
+  int sock = connect_loopback(number);
+  if (sock < 0) {
+    char why[200];
+    snprintf(why, sizeof why, "cannot reach port %u in the environment: %s", number, strerror(errno));
+    dialer_answer(conn, token, 1, why);
+    return 1;
+  }
+  if (dialer_answer(conn, token, 0, NULL) < 0) return 1;
+  struct copy in = {.from = conn, .to = sock, .shutdown_to = 1, .watch_reader = 0};
+  struct copy out = {.from = sock, .to = conn, .shutdown_to = 1, .watch_reader = 1};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, copy_bytes, &in) != 0) return 1;
+  copy_bytes(&out);
+  pthread_join(thread, NULL);
+  return 0;
+}
+
+static int dialer_main(const char *name, const char *pid_text) {
+  pid_t parent = getppid();
+  // Who may use it: the node's own user, taken before it becomes nobody.
+  uid_t node = geteuid();
+  const char *token = getenv("BERTH_DIALER_TOKEN");
+  char *end;
+  long pid = strtol(pid_text, &end, 10);
+  size_t length = strlen(name);
+  struct sockaddr_un address = {.sun_family = AF_UNIX};
+  if (*end || pid < 1 || length == 0 || length >= sizeof address.sun_path || !token || strlen(token) != DIALER_TOKEN_LENGTH) {
+    fprintf(stderr, "berth-envd: dialer takes a name, a pid and BERTH_DIALER_TOKEN (%d characters)\n", DIALER_TOKEN_LENGTH);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  memcpy(address.sun_path + 1, name, length);
+  int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (null < 0 || listener < 0 || bind(listener, (struct sockaddr *)&address, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + length)) < 0 ||
+      listen(listener, SOMAXCONN) < 0) {
+    perror("berth-envd: the dialler's socket");
+    return 1;
+  }
+  int container = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (container < 0) {
+    int error = errno;
+    perror("berth-envd: watching the container's first process");
+    return error == ENOSYS ? DIALER_CANNOT_ENTER : 1;
+  }
+  if (setns(3, CLONE_NEWNET) < 0 || setns(4, CLONE_NEWNS) < 0) {
+    perror("berth-envd: entering the container's namespaces");
+    return DIALER_CANNOT_ENTER;
+  }
+  close(3);
+  close(4);
+  if (chdir("/") < 0 || setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0) {
+    perror("berth-envd: becoming nobody");
+    return 1;
+  }
+  // A change of user makes a process dumpable again where fs.suid_dumpable says so: then another
+  // process of nobody's on the host could trace this one, inside the container's network.
+  prctl(PR_SET_DUMPABLE, 0);
+  // The change of user cleared it: from here on the dialler ends with the node, and if the node
+  // ended meanwhile, now.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) return 1;
+  fputs("ready\n", stderr);
+  // The node's pipe is left to close: nothing more is said there, and no child holds it.
+  dup2(null, 2);
+  close(null);
+  sigset_t blocked, empty;
+  sigemptyset(&empty);
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &blocked, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_dialer_child;
+  sigaction(SIGCHLD, &sa, NULL);
+  int live = 0;
+  for (;;) {
+    struct pollfd fds[2] = {{.fd = listener, .events = POLLIN}, {.fd = container, .events = POLLIN}};
+    int ready = ppoll(fds, 2, NULL, &empty);
+    int error = errno;
+    while (waitpid(-1, NULL, WNOHANG) > 0) live--;
+    if (ready < 0) {
+      if (error == EINTR) continue;
+      return 1;
+    }
+    if (fds[1].revents) return 0;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    struct ucred peer;
+    socklen_t size = sizeof peer;
+    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &size) < 0 || peer.uid != node) {
+      close(conn);
+      continue;
+    }
+    if (live >= DIALER_CONNECTIONS_MAX) {
+      dialer_answer(conn, token, 1, "too many connections into the environment at once");
+      close(conn);
+      continue;
+    }
+    pid_t child = fork();
+    if (child == 0) {
+      close(listener);
+      close(container);
+      sigprocmask(SIG_SETMASK, &empty, NULL);
+      _exit(dialer_connection(conn, token));
+    }
+    if (child > 0) live++;
+    close(conn);
+  }
 }
 
 // ---- guard
@@ -717,12 +908,13 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return init_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve_main();
   if (argc == 3 && strcmp(argv[1], "dial") == 0) return dial_main(argv[2]);
+  if (argc == 4 && strcmp(argv[1], "dialer") == 0) return dialer_main(argv[2], argv[3]);
   if (argc == 2 && strcmp(argv[1], "id") == 0) {
     printf("%u:%u\n", (unsigned)getuid(), (unsigned)getgid());
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "guard") == 0) return guard_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "netcheck") == 0) return netcheck_main();
-  fprintf(stderr, "usage: berth-envd init [cmd...] | serve | dial PORT | id | guard PREFIX... | netcheck\n");
+  fprintf(stderr, "usage: berth-envd init [cmd...] | serve | dial PORT | dialer NAME PID | id | guard PREFIX... | netcheck\n");
   return 2;
 }
