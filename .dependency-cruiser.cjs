@@ -56,7 +56,10 @@ module.exports = {
       'server-not-node',
       'the API server never does a node\'s work (docs/agents.md, "The built-in node"): it holds no container engine and runs no file operation of the node runtime; of it, only its types and the command\'s plain shapes',
       { path: `${MODULES}|${EDGES}|${APP}|^src/observability/` },
-      { path: `^src/node/(?!command\\.ts$)|^src/dataplane/(?!ws-bridge\\.ts$)|dockerode`, dependencyTypesNot: ['type-only'] },
+      {
+        path: `^src/node/(?!command\\.ts$)|^src/dataplane/(?!ws-bridge\\.ts$|relay-mux\\.ts$)|dockerode`,
+        dependencyTypesNot: ['type-only'],
+      },
     ),
     rule(
       'modules-not-edges',

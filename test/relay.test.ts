@@ -3,9 +3,9 @@
 import { once } from 'node:events';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
-import { openRelay } from '../src/agent/sandbox-agent';
+import { openRelay, openRelayMux } from '../src/agent/sandbox-agent';
 import type { ApiError } from '../src/cli/client';
-import type { RelayQuery } from '../src/protocol/relay';
+import { RELAY_NODE_MUX_PATH, type RelayQuery } from '../src/protocol/relay';
 import { engine, TEST_ECHO_IMAGE } from './helpers/containers';
 import { berthExec } from './helpers/processes';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
@@ -87,6 +87,76 @@ describeBackends('relay checks', (backend) => {
     expect(JSON.parse(raw.body)).toMatchObject({ code: 'bad_request', error: expect.stringContaining('service: malformed') });
   });
 
+  it("checks each stream of a sandbox's mux as it checks a relay socket; a refused one leaves the mux and its other streams working", async (ctx) => {
+    if (!engine()) ctx.skip();
+    const admin = client(() => s.url, BOOTSTRAP);
+    const refused = (promise: Promise<unknown>) =>
+      promise.then(
+        () => 'opened',
+        (error: ApiError) => `${error.status} ${error.code}`,
+      );
+    // The mux itself: a sandbox's own credential only, refused before the upgrade.
+    expect(await refused(openRelayMux(s.url, 'bsc_nonsense'))).toBe('401 unauthorized');
+    expect(await refused(openRelayMux(s.url, BOOTSTRAP))).toBe('403 forbidden');
+    // A node's mux is a node's: a sandbox's credential is refused there.
+    const asNode = await new Promise<number>((resolve) => {
+      const ws = new WebSocket(`${s.url.replace('http', 'ws')}${RELAY_NODE_MUX_PATH}`, {
+        headers: { authorization: `Bearer ${credential}` },
+      });
+      ws.once('open', () => resolve(101));
+      ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      ws.once('error', () => undefined);
+    });
+    expect(asNode).toBe(403);
+
+    const pool = (await admin.get('/v1/templates')).body.templates.find((t: { name: string }) => t.name === 'default').pool;
+    const services = [{ service: 'echo', target: '127.0.0.1:7000' }];
+    expect(
+      (await admin.put('/v1/templates/echo-mux', { pool, startMs: 10, idle: '30m', hard: '1h', image: TEST_ECHO_IMAGE, services })).status,
+    ).toBe(201);
+    const id = (await admin.post('/v1/environments', { template: 'echo-mux', sandbox: 'mine' })).body.environment.id;
+    await untilState(s, BOOTSTRAP, id, 'ready');
+    const mux = await openRelayMux(s.url, credential);
+    const theirs = await openRelayMux(s.url, otherCredential);
+    /** What a stream answers to `payload` (its echo), or why it was cut. */
+    const ask = (on: typeof mux, request: object, payload = 'ping') =>
+      new Promise<string>((resolve) => {
+        const stream = on.open(request);
+        let got = '';
+        stream.on('data', (c: Buffer) => {
+          got += c.toString();
+          if (got.length >= payload.length) {
+            resolve(got);
+            stream.destroy();
+          }
+        });
+        stream.once('error', (error) => resolve(`cut: ${error.message}`));
+        stream.write(payload);
+      });
+    const answers = await Promise.all([
+      ask(theirs, { environment: id, service: 'echo' }),
+      ask(mux, { environment: id, service: 'redis' }),
+      ask(mux, { environment: 'env_unknown', service: 'echo' }),
+      ask(mux, { environment: 5, service: 'echo' }),
+      ask(mux, { environment: envId, service: 'postgres' }),
+      ...Array.from({ length: 10 }, (_, i) => ask(mux, { environment: id, service: 'echo' }, `echo ${i}`)),
+    ]);
+    // Another organization's sandbox: as if it did not exist.
+    expect(answers[0]).toBe(`cut: environment ${id} not found`);
+    expect(answers[1]).toMatch(/^cut: service redis of environment .* \(its services: echo\) not found$/);
+    expect(answers[2]).toBe('cut: environment env_unknown not found');
+    expect(answers[3]).toBe('cut: a relay stream names an environment and a service');
+    // Nothing listens on the other environment's postgres port: the node says so.
+    expect(answers[4]).toMatch(/^cut: cannot reach postgres on port 5432: /);
+    expect(answers.slice(5)).toEqual(Array.from({ length: 10 }, (_, i) => `echo ${i}`));
+    // The refusals cost neither mux its socket.
+    expect(mux.ws.readyState).toBe(mux.ws.OPEN);
+    expect(theirs.ws.readyState).toBe(theirs.ws.OPEN);
+    mux.close(1000, 'done');
+    theirs.close(1000, 'done');
+    expect((await admin.del(`/v1/environments/${id}`)).status).toBe(200);
+  });
+
   it('counts relay traffic as activity: a tunnel in use outlives the idle time-out, an environment without traffic ends idle', async (ctx) => {
     if (!engine()) ctx.skip();
     const admin = client(() => s.url, BOOTSTRAP);
@@ -160,16 +230,26 @@ describeBackends('relay checks', (backend) => {
       const echoed = new Promise<Buffer>((resolve) => ws.once('message', (data: Buffer) => resolve(data)));
       ws.send(Buffer.from('ping'), { binary: true });
       expect((await echoed).toString()).toBe('ping');
-      return { ws, closed };
+      return { ws, closed, id };
     };
     const theirs = await open('doomed', doomedCredential);
     const mine = await open('mine', credential);
+    // And a connection on their mux.
+    const theirMux = await openRelayMux(s.url, doomedCredential);
+    const muxClosed = new Promise<number>((resolve) => theirMux.ws.once('close', (code) => resolve(code)));
+    const onMux = theirMux.open({ environment: theirs.id, service: 'echo' });
+    const cut = new Promise<void>((resolve) => onMux.once('close', () => resolve()));
+    onMux.write('ping');
+    expect((await once(onMux, 'data')).toString()).toBe('ping');
     let mineClosed = false;
     void mine.closed.then(() => {
       mineClosed = true;
     });
     expect((await admin.del(`/v1/sandboxes/${doomed.body.sandbox.id}`)).status).toBe(200);
     expect(await theirs.closed).toBe(4401);
+    expect(await muxClosed).toBe(4401);
+    await cut;
+    expect(onMux.errored?.message).toBe('this sandbox was removed');
     expect(mineClosed).toBe(false);
     mine.ws.close();
   });

@@ -23,7 +23,8 @@ import type { Readable } from 'node:stream';
 import { WebSocket } from 'ws';
 import { ApiError, BerthClient } from '../cli/client';
 import type { Answer } from '../cli/http';
-import { serveRelay } from '../dataplane/relay-node';
+import { RelayMux } from '../dataplane/relay-mux';
+import { serveMuxStream, serveRelay } from '../dataplane/relay-node';
 import { heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
 import { DomainError } from '../kernel/errors';
@@ -39,6 +40,7 @@ import type { Capacity } from '../protocol/capacity';
 import { NODE_CHANNEL_PATH } from '../protocol/dataplane';
 import { MAX_ENVIRONMENT_LOG } from '../protocol/environment-log';
 import { MAX_ERROR, type NodeToServer, parseServerToNode, type ServerToNode, type ToNode } from '../protocol/node-channel';
+import { RELAY_NODE_MUX_PATH } from '../protocol/relay';
 import { ARCHIVE_CONTENT_TYPE } from '../protocol/snapshot-archive';
 import { NodeBuilds } from './node-builds';
 
@@ -78,6 +80,8 @@ export class NodeAgent {
   /** Environments this process holds (prepared or being prepared, not yet released or discarded). */
   readonly held = new Set<string>();
   private ws: WebSocket | undefined;
+  /** The standing mux to the server (docs/agents.md, "The relay"), while the channel is up. */
+  private mux: RelayMux | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private stopped = false;
   /** drain() was called: hellos say `leaving`, prepares are refused. */
@@ -228,6 +232,7 @@ export class NodeAgent {
     clearInterval(this.engineChecks);
     this.runtime.close();
     this.ws?.close(1000, 'node agent stopping');
+    this.mux?.close(1000, 'node agent stopping');
   }
 
   /** One connection: resolves with why it ended (a string), or a RefusedError when the server refused the credential. */
@@ -275,6 +280,7 @@ export class NodeAgent {
       });
       ws.on('close', (code, reason) => {
         this.connected = false;
+        this.mux?.close(1001, 'the channel closed');
         if (code === closeCodeOf('unauthorized'))
           done(new RefusedError(`the server closed the channel: ${reason.toString() || 'credential refused'}`));
         else done(`closed ${code}${reason.length ? ` ${reason.toString()}` : ''}`);
@@ -306,6 +312,7 @@ export class NodeAgent {
       case 'welcome': {
         onWelcome();
         this.connected = true;
+        this.openMux();
         const { node } = message;
         this.log(
           node.pool
@@ -579,6 +586,44 @@ export class NodeAgent {
   async discard(id: string): Promise<void> {
     await this.runtime.discard(id);
     this.held.delete(id);
+  }
+
+  /**
+   * The standing mux to the server, on which it opens a stream for each connection into one of this
+   * node's environments (no socket dialled back per connection). Opened with the channel; one that
+   * drops while the channel is up is opened again a second later.
+   */
+  private openMux(): void {
+    if (this.mux || this.stopped) return;
+    const ws = new WebSocket(`${this.server.replace(/^http/, 'ws')}${RELAY_NODE_MUX_PATH}`, {
+      headers: { authorization: `Bearer ${this.opts.token}` },
+      ...RELAY_SOCKET_OPTIONS,
+      // A zero mask: see openRelay in sandbox-agent.ts.
+      generateMask: (mask) => void mask.fill(0),
+    });
+    const mux = new RelayMux(ws, {
+      accept: (stream, request) => {
+        const environment = (request as { environment?: unknown } | null)?.environment;
+        if (typeof environment !== 'string' || !this.held.has(environment)) {
+          return void stream.destroy(new Error('not an environment of this node'));
+        }
+        void serveMuxStream(stream, request, (j) => this.runtime.dial(j.environment, j.port));
+      },
+    });
+    this.mux = mux;
+    ws.once('open', () => heartbeat(ws));
+    ws.once('unexpected-response', (_req, res) => {
+      this.log(`relay mux: the server answered ${res.statusCode}`);
+      ws.terminate();
+    });
+    ws.on('error', (error) => this.log(`relay mux: ${error.message}`));
+    ws.once('close', () => {
+      if (this.mux === mux) this.mux = undefined;
+      if (!this.connected || this.stopped) return;
+      setTimeout(() => {
+        if (this.connected) this.openMux();
+      }, 1000).unref();
+    });
   }
 
   /** A relay socket: dialled back to the instance holding the sandbox's end (docs/agents.md, "The relay"). */

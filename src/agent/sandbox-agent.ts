@@ -8,10 +8,11 @@ import { type Client, createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { type ApiError, errorFromText, reachError } from '../cli/client';
 import { duplexPair, receiveFolder, sendFolder } from '../dataplane/folder-sync';
+import { joinStreams, RelayMux } from '../dataplane/relay-mux';
 import { bridge, CLOSE, heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
 import { AGENT_FOLDER } from '../protocol/agent-folder';
-import { parseAddress, RELAY_PATH, type RelayQuery } from '../protocol/relay';
+import { type MuxImport, parseAddress, RELAY_MUX_PATH, RELAY_PATH, type RelayQuery } from '../protocol/relay';
 import { type ConfigEnvironment, type ConfigShare, configProblems, JoinAnswer, SandboxConfig } from '../protocol/sandbox-config';
 import { confine } from './confine';
 import { loadCredential, type StoredSandbox, saveCredential } from './sandbox-agent-credential';
@@ -99,6 +100,15 @@ const sleep = (ms: number, signal?: AbortSignal) =>
 export function openRelay(server: string, token: string, query: RelayQuery): Promise<WebSocket> {
   const url = new URL(`${wsBase(server)}${RELAY_PATH}`);
   for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
+  return openSocket(url, token);
+}
+
+/** Opens the agent's standing mux (src/dataplane/relay-mux.ts), which carries every import connection. */
+export async function openRelayMux(server: string, token: string): Promise<RelayMux> {
+  return new RelayMux(await openSocket(new URL(`${wsBase(server)}${RELAY_MUX_PATH}`), token));
+}
+
+function openSocket(url: URL, token: string): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, {
       headers: { authorization: `Bearer ${token}` },
@@ -186,15 +196,16 @@ class EnvironmentRunner {
     this.sockets.add(socket);
     socket.once('close', () => this.sockets.delete(socket));
     socket.on('error', () => undefined);
-    openRelay(this.agent.server, this.agent.token, { environment: this.env.id, kind: 'import', service })
-      .then((ws) => {
-        if (!this.running) return ws.close(CLOSE.goingAway);
-        this.sockets.add(ws);
-        ws.once('close', (code, reason) => {
-          this.sockets.delete(ws);
-          if (code !== CLOSE.normal && code !== CLOSE.goingAway && reason.length) this.log(`${service} connection ended: ${reason}`);
+    this.agent
+      .relayMux()
+      .then((mux) => {
+        if (!this.running) return void socket.destroy();
+        const request: MuxImport = { environment: this.env.id, service };
+        const stream = mux.open(request);
+        stream.once('error', (error) => {
+          if (this.running) this.log(`${service} connection ended: ${error.message}`);
         });
-        void bridge(ws, socket);
+        void joinStreams(socket, stream);
       })
       .catch((error: Error) => {
         this.log(`${service}: ${error.message}`);
@@ -333,6 +344,7 @@ export class SandboxAgent {
   private version = -1;
   private client?: Client;
   private heartbeat?: NodeJS.Timeout;
+  private muxing: Promise<RelayMux> | undefined;
   private done!: (result: { removed: boolean; error?: Error }) => void;
   /** Resolves when the agent ends: the sandbox was removed, its credential refused, or stop(). */
   readonly finished: Promise<{ removed: boolean; error?: Error }>;
@@ -352,6 +364,19 @@ export class SandboxAgent {
 
   get server() {
     return this.stored.server;
+  }
+
+  /** The standing mux to the server, opened at the first import connection and again after it closed. */
+  relayMux(): Promise<RelayMux> {
+    if (!this.muxing) {
+      const opening = openRelayMux(this.server, this.token);
+      const forget = () => {
+        if (this.muxing === opening) this.muxing = undefined;
+      };
+      opening.then((mux) => mux.closed.then(forget), forget);
+      this.muxing = opening;
+    }
+    return this.muxing;
   }
 
   get token() {
@@ -448,6 +473,11 @@ export class SandboxAgent {
     clearInterval(this.heartbeat);
     for (const runner of this.runners.values()) runner.stop();
     this.runners.clear();
+    void this.muxing?.then(
+      (mux) => mux.close(CLOSE.goingAway, 'the agent is stopping'),
+      () => undefined,
+    );
+    this.muxing = undefined;
     const client = this.client;
     this.client = undefined;
     void client?.dispose();

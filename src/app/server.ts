@@ -29,7 +29,7 @@ import { METRICS_PATH, sendMetrics } from '../observability/endpoint';
 import { createLogger, type Logger, logFunction, requestLogger } from '../observability/log';
 import { beginRequest, loggedPath, methodLabel, type RequestInfo, withinRequest } from '../observability/requests';
 import type { Clock } from '../platform/clock';
-import { RELAY_NODE_PATH, RELAY_PATH } from '../protocol/relay';
+import { RELAY_MUX_PATH, RELAY_NODE_MUX_PATH, RELAY_NODE_PATH, RELAY_PATH } from '../protocol/relay';
 import { type BuiltinSupervisor, superviseBuiltinNode } from './builtin-supervisor';
 import type { Config } from './config';
 import type { Deps } from './context';
@@ -202,6 +202,8 @@ export async function serve(deps: Deps, logger: Logger): Promise<App> {
     [NODE_CHANNEL_PATH]: nodeChannel.handleUpgrade,
     [RELAY_PATH]: relay.handleUpgrade,
     [RELAY_NODE_PATH]: relay.handleNodeUpgrade,
+    [RELAY_MUX_PATH]: relay.handleMuxUpgrade,
+    [RELAY_NODE_MUX_PATH]: relay.handleNodeMuxUpgrade,
   };
   const upgradeRoute = (path: string, req: IncomingMessage) =>
     previews?.route(req) !== undefined ? 'preview' : path === '/graphql' || endpoints[path] ? path : (sessionRoute(path) ?? 'other');

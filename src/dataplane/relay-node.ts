@@ -3,12 +3,14 @@
 // stream (ws-bridge.ts): for an import, the bytes of one TCP connection to a port of the
 // environment, dialled inside its container (src/node/runtime.ts), and so for a preview URL's
 // connection (any port of the environment, never an address off it); for a share, the folder sync of
-// folder-sync.ts (in: the node receives; out: the node sends).
+// folder-sync.ts (in: the node receives; out: the node sends). A connection can also come as a
+// stream of the node's standing mux (serveMuxStream), which costs no socket of its own.
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
-import type { DialJob, RelayJob } from '../protocol/relay';
+import { type DialJob, RelayJob } from '../protocol/relay';
 import { duplexPair, receiveFolder, sendFolder } from './folder-sync';
 import { shareDir } from './layout';
+import { joinStreams, type MuxStream } from './relay-mux';
 import { type BridgeEnd, bridge, CLOSE, closeReason } from './ws-bridge';
 
 /**
@@ -27,10 +29,9 @@ export async function serveRelay(
     ws.pause();
     let socket: Duplex;
     try {
-      socket = await dial(job);
+      socket = await dialed(job, dial);
     } catch (error) {
-      const what = job.kind === 'import' ? `${job.service} on port ${job.port}` : `port ${job.port}`;
-      const reason = `cannot reach ${what}: ${(error as Error).message}`;
+      const reason = (error as Error).message;
       ws.close(CLOSE.nodeFailed, closeReason(reason));
       return { code: CLOSE.nodeFailed, reason };
     }
@@ -50,4 +51,36 @@ export async function serveRelay(
     far.destroy();
   });
   return ended;
+}
+
+/** The job's connection, or an error that says which port could not be reached. */
+async function dialed(job: DialJob, dial: (job: DialJob) => Promise<Duplex>): Promise<Duplex> {
+  try {
+    return await dial(job);
+  } catch (error) {
+    const what = job.kind === 'import' ? `${job.service} on port ${job.port}` : `port ${job.port}`;
+    throw new Error(`cannot reach ${what}: ${(error as Error).message}`);
+  }
+}
+
+/**
+ * Serves one stream of the node's mux (src/dataplane/relay-mux.ts): the connection it asks for is
+ * dialled and joined to it; what came before the dial waits in the stream, within its window.
+ */
+export async function serveMuxStream(
+  stream: MuxStream,
+  request: unknown,
+  dial: (job: DialJob) => Promise<Duplex>,
+  onTraffic?: () => void,
+): Promise<void> {
+  const job = RelayJob.safeParse(request);
+  if (!job.success || job.data.kind === 'share') return void stream.destroy(new Error('a mux stream carries one connection to a port'));
+  let socket: Duplex;
+  try {
+    socket = await dialed(job.data, dial);
+  } catch (error) {
+    return void stream.destroy(error as Error);
+  }
+  if (stream.destroyed) return void socket.destroy();
+  await joinStreams(stream, socket, onTraffic);
 }

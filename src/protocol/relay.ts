@@ -14,6 +14,10 @@ export function parseAddress(address: string): { host: string; port: number } {
 export const RELAY_PATH = '/v1/relay';
 /** Where a remote node dials back to serve a relay socket (`?relay=<id>`, its node credential). */
 export const RELAY_NODE_PATH = '/v1/relay/node';
+/** Where a sandbox agent opens its standing mux (src/dataplane/relay-mux.ts): each stream one import connection. */
+export const RELAY_MUX_PATH = '/v1/relay/mux';
+/** Where a node opens its standing mux: the server opens a stream on it for each connection to one of its environments. */
+export const RELAY_NODE_MUX_PATH = '/v1/relay/node/mux';
 
 /** A relay socket's purpose, as the query of RELAY_PATH: an import of a service, or a share's folder sync. */
 export type RelayQuery =
@@ -22,6 +26,10 @@ export type RelayQuery =
   | { environment: string; kind: 'share'; share: string; final?: '1' };
 
 const name = z.string().max(200);
+
+/** What a sandbox agent's mux stream is for: a connection to an import of an environment wired to it. */
+export const MuxImport = z.object({ environment: name, service: name });
+export type MuxImport = z.infer<typeof MuxImport>;
 
 /** A relay socket's work on its node (src/dataplane/relay-node.ts): an import's port or a share's folder sync. */
 export const RelayJob = z.discriminatedUnion('kind', [

@@ -15,19 +15,29 @@
 // The sandbox's upgrade is answered only once the node joined (or 503 when it did not within
 // NODE_JOIN_MS). Pending rendezvous live in memory: they belong to the sockets of this instance.
 // Bytes pass through memory only, never to disk or the database.
+//
+//   GET /v1/relay/mux        a sandbox agent's standing mux (src/dataplane/relay-mux.ts): each
+//                            stream one import connection, `{environment, service}`, checked as above
+//   GET /v1/relay/node/mux   a node's standing mux: each stream one connection into one of its
+//                            environments (an import's or a preview's), opened here
+//
+// A connection on a mux costs no upgrade: its stream is checked, then joined to a stream this
+// instance opens on the node's mux, or, when the node holds none here, to a socket the node dials
+// back as above.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
+import { joinStreams, MUX_MAX_PAYLOAD, type MuxStream, RelayMux } from '../../dataplane/relay-mux';
 import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS, socketStream } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
-import { BadRequestError, DomainError, NotFoundError, UnavailableError } from '../../kernel/errors';
+import { BadRequestError, DomainError, ForbiddenError, NotFoundError, UnavailableError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
 import { activityRecorder, authorizeRelay, recordOutSynced, recordRelayed } from '../../modules/environments';
 import { tagUpgrades } from '../../observability/requests';
 import { sendToNode } from '../../protocol/node-bus';
-import { type PreviewJob, RELAY_NODE_PATH, type RelayJob } from '../../protocol/relay';
+import { type DialJob, MuxImport, type PreviewJob, RELAY_NODE_PATH, type RelayJob } from '../../protocol/relay';
 import { clientAddress } from '../http/client-address';
 import { endWithError } from '../http/protocol-errors';
 import { queryEncodingProblem } from '../http/text';
@@ -45,6 +55,10 @@ export interface RelayServer {
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   /** Handles an upgrade on RELAY_NODE_PATH (a remote node's end). */
   handleNodeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Handles an upgrade on RELAY_MUX_PATH (a sandbox agent's mux). */
+  handleMuxUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Handles an upgrade on RELAY_NODE_MUX_PATH (a node's mux). */
+  handleNodeMuxUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   /**
    * A byte stream to the job's port inside its environment, served by the environment's node like
    * an import's (a preview's connection, src/edges/channels/preview-proxy.ts; the caller checked the job).
@@ -55,9 +69,13 @@ export interface RelayServer {
 
 export function createRelayServer(deps: Deps, log: Log): RelayServer {
   const wss = new WebSocketServer({ noServer: true, ...RELAY_SOCKET_OPTIONS, maxPayload: 16 * 1024 * 1024 });
+  const muxes = new WebSocketServer({ noServer: true, ...RELAY_SOCKET_OPTIONS, maxPayload: MUX_MAX_PAYLOAD });
   tagUpgrades(wss);
+  tagUpgrades(muxes);
   const live = new Set<WebSocket>();
   const pending = new Map<string, Pending>();
+  /** Each node's mux to this instance, the newest when it opened more than one. */
+  const nodeMuxes = new Map<string, RelayMux>();
 
   /** The request's URL; a query that is not well-formed UTF-8 is refused, as on every route. */
   const urlOf = (req: IncomingMessage) => {
@@ -147,6 +165,57 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     });
   };
 
+  /** A byte stream to the job's port inside its environment: on the node's mux where this instance holds one, else dialled back. */
+  const nodeStream = async (nodeId: string, job: DialJob): Promise<Duplex> => {
+    const mux = nodeMuxes.get(nodeId);
+    return mux ? mux.open({ ...job }) : socketStream(await nodeJoins(nodeId, job));
+  };
+
+  const acceptMux = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    urlOf(req);
+    const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
+    // authorizeRelay checks each stream; a credential that could open none is refused here already.
+    if (actor.kind !== 'sandbox') throw new ForbiddenError("only a sandbox's own credential opens relay sockets (berth agent does)");
+    muxes.handleUpgrade(req, socket, head, (ws) => {
+      track(ws, actor);
+      new RelayMux(ws, { accept: (stream, request) => void serveImport(actor, stream, request) });
+    });
+  };
+
+  /** One import connection on a sandbox's mux: checked as a relay socket is, then joined to the environment's node. */
+  const serveImport = async (actor: Actor, stream: MuxStream, request: unknown) => {
+    try {
+      const asked = MuxImport.safeParse(request);
+      if (!asked.success) throw new BadRequestError('a relay stream names an environment and a service');
+      const { env, job } = await authorizeRelay(deps, actor, { ...asked.data, kind: 'import' });
+      if (job.kind !== 'import') throw new BadRequestError('a relay stream carries an import connection');
+      if (!env.relayed) await recordRelayed(deps, env.id);
+      if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
+      const far = await nodeStream(env.nodeId, job);
+      // The sandbox's connection ended while the node was asked.
+      if (stream.destroyed) return void far.destroy();
+      const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
+      await joinStreams(stream, far, traffic);
+    } catch (error) {
+      if (!(error instanceof DomainError)) log('relay failed', error);
+      stream.destroy(error instanceof DomainError ? error : new Error('internal error'));
+    }
+  };
+
+  const acceptNodeMux = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    urlOf(req);
+    const actor = await authenticate(deps, req.headers.authorization, clientAddress(req, deps.config.trustProxy));
+    const nodeId = requireNodeAgent(actor);
+    muxes.handleUpgrade(req, socket, head, (ws) => {
+      track(ws, actor);
+      const mux = new RelayMux(ws);
+      nodeMuxes.set(nodeId, mux);
+      ws.once('close', () => {
+        if (nodeMuxes.get(nodeId) === mux) nodeMuxes.delete(nodeId);
+      });
+    });
+  };
+
   const refuse = (socket: Duplex) => (error: unknown) => {
     if (error instanceof DomainError) return endWithError(socket, error.code, error.message);
     log('relay upgrade failed', error);
@@ -160,13 +229,18 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     handleNodeUpgrade(req, socket, head) {
       acceptNode(req, socket, head).catch(refuse(socket));
     },
-    async openStream(nodeId, job) {
-      return socketStream(await nodeJoins(nodeId, job));
+    handleMuxUpgrade(req, socket, head) {
+      acceptMux(req, socket, head).catch(refuse(socket));
     },
+    handleNodeMuxUpgrade(req, socket, head) {
+      acceptNodeMux(req, socket, head).catch(refuse(socket));
+    },
+    openStream: nodeStream,
     async close() {
       for (const ws of live) ws.close(CLOSE.goingAway, 'the server is stopping');
       for (const ws of live) ws.terminate();
       await new Promise<void>((resolve) => wss.close(() => resolve()));
+      await new Promise<void>((resolve) => muxes.close(() => resolve()));
     },
   };
 }

@@ -9,6 +9,7 @@ import { exportsOf, sharesOf, syncOf } from '../../kernel/json-columns';
 import type { RelayJob } from '../../protocol/relay';
 import { parseAddress } from '../../protocol/relay';
 import { requireRuntime } from './exec';
+import { readEnvironment } from './service';
 
 /** How long a release waits for a live sandbox agent to bring the `out` shares home. */
 export const FINAL_SYNC_WAIT_MS = 30_000;
@@ -39,8 +40,9 @@ export async function authorizeRelay(deps: Deps, actor: Actor, req: RelayRequest
     throw new ForbiddenError("only a sandbox's own credential opens relay sockets (berth agent does)");
   }
   if (!req.environment) throw new ValidationError('environment: the environment id is required', 'environment');
-  const env = await deps.prisma.environment.findFirst({ where: { id: req.environment, orgId: actor.orgId, sandboxId: actor.sandboxId } });
-  if (!env) throw new NotFoundError(`environment ${req.environment}`);
+  // Each connection of a tunnel is checked: the named statement of the API's reads, not Prisma's.
+  const env = req.environment.startsWith('env_') ? await readEnvironment(deps, actor.orgId, req.environment) : undefined;
+  if (!env || env.sandboxId !== actor.sandboxId) throw new NotFoundError(`environment ${req.environment}`);
   if (!env.node) throw new ConflictError(`environment ${env.id} is ${env.state} and has no node yet`);
   if (req.kind === 'import') {
     const entry = exportsOf(env).find((e) => e.service === req.service);

@@ -220,7 +220,7 @@ type EnvironmentRow = Omit<Environment, 'queueSeq'> & { queueSeq: string };
  * The environment with this id (`env_…`) or name in the organization, as Prisma would return it
  * (with `nodeEngineError` when read for a command).
  */
-async function readEnvironment<R extends EnvironmentRow = EnvironmentRow>(
+export async function readEnvironment<R extends EnvironmentRow = EnvironmentRow>(
   deps: Deps,
   orgId: string,
   idOrName: string,
