@@ -11,12 +11,15 @@
  * - Round-trip latency: BENCH_ROUNDS (2000) sequential 64-byte echoes on one connection, p50/p99,
  *   through the tunnel (to an echo in the environment) and direct (to one on this machine).
  * - New connections: BENCH_CONNECTIONS (100) connections one after another, each from its connect
- *   to its first echoed byte, p50/p99, through the tunnel and direct.
+ *   to its first echoed byte, p50/p99, through the tunnel and direct. The echo in the environment is
+ *   busybox `nc -ll -e cat`, which starts a `cat` per connection; so "direct" is measured twice: to
+ *   an echo of this process's own, and to the same busybox echo run on this machine (where busybox
+ *   is installed; it listens on every address of the machine for the few seconds it runs).
  * - Initial sync: a BENCH_FILES (10,000)-file tree sent into an `in` share (this process plays the
  *   sandbox side with the agent's own code: the relay socket and sendFolder, until the node side
  *   acknowledged the whole batch) against `tar c | tar x` of the same tree on this machine.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
@@ -128,6 +131,32 @@ function roundTrips(port: number, rounds: number): Promise<number[]> {
     socket.on('error', reject);
     socket.on('connect', send);
   });
+}
+
+/** The environment's echo program run on this machine (busybox `nc -ll -e cat` on a free port), or undefined without busybox. */
+async function busyboxEcho(): Promise<{ port: number; stop: () => void } | undefined> {
+  const free = net.createServer();
+  await new Promise<void>((r) => free.listen(0, '127.0.0.1', () => r()));
+  const port = portOf(free);
+  await new Promise<void>((r) => free.close(() => r()));
+  const child = spawn('busybox', ['nc', '-ll', '-p', String(port), '-e', 'cat'], { stdio: 'ignore' });
+  const failed = new Promise<undefined>((resolve) => child.once('error', () => resolve(undefined)));
+  const listening = (async () => {
+    for (let attempt = 0; attempt < 200; attempt++) {
+      const up = await new Promise<boolean>((resolve) => {
+        const probe = net.connect({ port, host: '127.0.0.1' }, () => {
+          probe.destroy();
+          resolve(true);
+        });
+        probe.once('error', () => resolve(false));
+      });
+      if (up) return { port, stop: () => child.kill() };
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    child.kill();
+    return undefined;
+  })();
+  return Promise.race([failed, listening]);
 }
 
 /** `count` connections one after another: each from its connect to its first echoed byte, closed after; microseconds each. */
@@ -265,6 +294,8 @@ async function main() {
     const directRtt = await roundTrips(portOf(echo), ROUNDS);
     const tunnelRtt = await roundTrips(listen('echo'), ROUNDS);
     const directFirst = await firstBytes(portOf(echo), CONNECTIONS);
+    const sameEcho = await busyboxEcho();
+    const sameFirst = sameEcho && (await firstBytes(sameEcho.port, CONNECTIONS).finally(sameEcho.stop));
     const tunnelFirst = await firstBytes(listen('echo'), CONNECTIONS);
 
     // Initial sync: a second sandbox, played by this process with the agent's code.
@@ -313,9 +344,15 @@ async function main() {
     );
     console.log(`new connection to its first echoed byte, ${CONNECTIONS} one after another:`);
     console.log(`  direct                p50 ${f(percentile(directFirst, 50), 0)} µs   p99 ${f(percentile(directFirst, 99), 0)} µs`);
+    if (sameFirst) {
+      console.log(
+        `  direct, busybox echo  p50 ${f(percentile(sameFirst, 50), 0)} µs   p99 ${f(percentile(sameFirst, 99), 0)} µs   (the environment's echo program)`,
+      );
+    }
     console.log(
       `  through the relay     p50 ${f(percentile(tunnelFirst, 50) / 1000, 1)} ms   p99 ${f(percentile(tunnelFirst, 99) / 1000, 1)} ms   ` +
-        `(p50 ${f(percentile(tunnelFirst, 50) / percentile(directFirst, 50), 1)}x direct; goal <= 3x)`,
+        `(p50 ${f(percentile(tunnelFirst, 50) / percentile(directFirst, 50), 1)}x direct` +
+        `${sameFirst ? `, ${f(percentile(tunnelFirst, 50) / percentile(sameFirst, 50), 1)}x the same echo direct` : ''}; goal <= 3x)`,
     );
     console.log(`initial sync, ${FILES} files, ${f(bytes / MIB)} MiB:`);
     console.log(`  tar c | tar x         ${f(tarSeconds, 2)} s`);
