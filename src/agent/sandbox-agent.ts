@@ -172,6 +172,9 @@ class EnvironmentRunner {
   }
 
   private startImports(): void {
+    // The mux opened now, so that the first connection costs no upgrade either; a refusal is said
+    // by the connection that meets it.
+    if (this.env.imports.length > 0) this.agent.relayMux().catch(() => undefined);
     for (const entry of this.env.imports) {
       const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.forward(entry.service, socket));
       this.listeners.push(server);
