@@ -162,12 +162,20 @@ describe('relay mux', () => {
     {
       const { ws } = await pair((stream) => stream.pipe(stream));
       const mux = new RelayMux(ws);
+      expect(mux.canOpen).toBe(true);
       const open = Array.from({ length: MUX_STREAMS }, () => mux.open({}));
+      // Full: a caller that asks first goes another way (the agent and the server: a relay socket of its own).
+      expect(mux.canOpen).toBe(false);
       expect(() => mux.open({})).toThrow(`the relay carries ${MUX_STREAMS} connections at most`);
       const back = readAll(open[0]!);
       open[0]!.end('one');
       expect((await back).toString()).toBe('one');
+      open[1]!.destroy();
+      expect(mux.canOpen).toBe(true);
       for (const stream of open) stream.destroy();
+      mux.close(1000, 'done');
+      await mux.closed;
+      expect(mux.canOpen).toBe(false);
     }
     {
       // A peer that opens more than the bound gets a reset for each one past it.

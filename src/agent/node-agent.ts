@@ -23,7 +23,7 @@ import type { Readable } from 'node:stream';
 import { WebSocket } from 'ws';
 import { ApiError, BerthClient } from '../cli/client';
 import type { Answer } from '../cli/http';
-import { RelayMux } from '../dataplane/relay-mux';
+import { NODE_MUX_STREAMS, RelayMux } from '../dataplane/relay-mux';
 import { serveMuxStream, serveRelay } from '../dataplane/relay-node';
 import { heartbeat, RELAY_SOCKET_OPTIONS } from '../dataplane/ws-bridge';
 import { closeCodeOf } from '../kernel/error-codes';
@@ -602,6 +602,7 @@ export class NodeAgent {
       generateMask: (mask) => void mask.fill(0),
     });
     const mux = new RelayMux(ws, {
+      maxStreams: NODE_MUX_STREAMS,
       accept: (stream, request) => {
         const environment = (request as { environment?: unknown } | null)?.environment;
         if (typeof environment !== 'string' || !this.held.has(environment)) {

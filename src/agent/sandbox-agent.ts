@@ -199,16 +199,28 @@ class EnvironmentRunner {
     this.sockets.add(socket);
     socket.once('close', () => this.sockets.delete(socket));
     socket.on('error', () => undefined);
+    const ended = (error: Error) => {
+      if (this.running) this.log(`${service} connection ended: ${error.message}`);
+    };
     this.agent
       .relayMux()
-      .then((mux) => {
+      .then(async (mux) => {
         if (!this.running) return void socket.destroy();
-        const request: MuxImport = { environment: this.env.id, service };
-        const stream = mux.open(request);
-        stream.once('error', (error) => {
-          if (this.running) this.log(`${service} connection ended: ${error.message}`);
+        if (mux.canOpen) {
+          const request: MuxImport = { environment: this.env.id, service };
+          const stream = mux.open(request);
+          stream.once('error', ended);
+          return void joinStreams(socket, stream);
+        }
+        // A full mux (MUX_STREAMS connections at once) costs this one its speed, not its tunnel: a relay socket of its own.
+        const ws = await openRelay(this.agent.server, this.agent.token, { environment: this.env.id, kind: 'import', service });
+        if (!this.running) return void ws.close(CLOSE.goingAway);
+        this.sockets.add(ws);
+        ws.once('close', (code, reason) => {
+          this.sockets.delete(ws);
+          if (code !== CLOSE.normal && code !== CLOSE.goingAway && reason.length) ended(new Error(reason.toString()));
         });
-        void joinStreams(socket, stream);
+        void bridge(ws, socket);
       })
       .catch((error: Error) => {
         this.log(`${service}: ${error.message}`);

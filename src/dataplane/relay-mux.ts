@@ -29,8 +29,10 @@ export const MUX_WINDOW = 1024 * 1024;
  * (one copy, as any frame costs): fewer, larger messages through every hop of the relay.
  */
 export const MUX_FRAME = 256 * 1024;
-/** Streams open on one mux, at most. */
+/** Streams open on one mux, at most: a sandbox agent's (its own connections). */
 export const MUX_STREAMS = 256;
+/** The same for a node's, which carries every sandbox's connections into its environments. */
+export const NODE_MUX_STREAMS = 4096;
 /** Bytes of an open frame's request, at most. */
 const OPEN_MAX = 16 * 1024;
 /** A frame's head: type and stream id. */
@@ -192,6 +194,8 @@ export interface MuxOptions {
    * peer may open none: this end is the opener.
    */
   accept?: (stream: MuxStream, request: unknown) => void;
+  /** Streams open at once, at most (MUX_STREAMS). */
+  maxStreams?: number;
 }
 
 /** One end of a mux on an open (or opening) relay WebSocket; it ends with the socket. */
@@ -222,11 +226,20 @@ export class RelayMux {
     return this.streams.size;
   }
 
+  private get maxStreams(): number {
+    return this.options.maxStreams ?? MUX_STREAMS;
+  }
+
+  /** Whether open() would give a stream now: this end opens, the socket is open, and the mux is not full. */
+  get canOpen(): boolean {
+    return !this.options.accept && this.ws.readyState === this.ws.OPEN && this.streams.size < this.maxStreams;
+  }
+
   /** A new stream for `request` (sent as JSON); throws when the mux is closed or full. */
   open(request: object): MuxStream {
     if (this.options.accept) throw new Error('this end of the relay opens no connections');
     if (this.ws.readyState !== this.ws.OPEN) throw new Error('the relay is closed');
-    if (this.streams.size >= MUX_STREAMS) throw new Error(`the relay carries ${MUX_STREAMS} connections at most`);
+    if (this.streams.size >= this.maxStreams) throw new Error(`the relay carries ${this.maxStreams} connections at most`);
     this.lastId = this.lastId === 0xffffffff ? 1 : this.lastId + 1;
     const stream = new MuxStream(this, this.lastId);
     this.streams.set(stream.id, stream);
@@ -267,8 +280,8 @@ export class RelayMux {
     }
     const accept = this.options.accept;
     if (!accept || id === 0 || this.streams.has(id) || payload.length > OPEN_MAX) return false;
-    if (this.streams.size >= MUX_STREAMS) {
-      this.send(frame(RESET, id, Buffer.from(`the relay carries ${MUX_STREAMS} connections at most`)));
+    if (this.streams.size >= this.maxStreams) {
+      this.send(frame(RESET, id, Buffer.from(`the relay carries ${this.maxStreams} connections at most`)));
       return true;
     }
     let request: unknown;

@@ -29,7 +29,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
-import { joinStreams, MUX_MAX_PAYLOAD, type MuxStream, RelayMux } from '../../dataplane/relay-mux';
+import { joinStreams, MUX_MAX_PAYLOAD, type MuxStream, NODE_MUX_STREAMS, RelayMux } from '../../dataplane/relay-mux';
 import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS, socketStream } from '../../dataplane/ws-bridge';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, ForbiddenError, NotFoundError, UnavailableError } from '../../kernel/errors';
@@ -165,10 +165,13 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     });
   };
 
-  /** A byte stream to the job's port inside its environment: on the node's mux where this instance holds one, else dialled back. */
+  /**
+   * A byte stream to the job's port inside its environment: on the node's mux where this instance
+   * holds one that has room, else dialled back (a full mux costs speed, never a connection).
+   */
   const nodeStream = async (nodeId: string, job: DialJob): Promise<Duplex> => {
     const mux = nodeMuxes.get(nodeId);
-    return mux ? mux.open({ ...job }) : socketStream(await nodeJoins(nodeId, job));
+    return mux?.canOpen ? mux.open({ ...job }) : socketStream(await nodeJoins(nodeId, job));
   };
 
   const acceptMux = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -208,7 +211,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     const nodeId = requireNodeAgent(actor);
     muxes.handleUpgrade(req, socket, head, (ws) => {
       track(ws, actor);
-      const mux = new RelayMux(ws);
+      const mux = new RelayMux(ws, { maxStreams: NODE_MUX_STREAMS });
       nodeMuxes.set(nodeId, mux);
       ws.once('close', () => {
         if (nodeMuxes.get(nodeId) === mux) nodeMuxes.delete(nodeId);
