@@ -137,8 +137,12 @@ describe('relay mux', () => {
       expect(await closed).toBe(4400);
       await far.mux.closed;
     }
-    // Out of protocol: text, a short frame, an unknown type, an open that is not JSON, an id taken twice.
+    // Out of protocol: text, a short frame, an unknown type, an open that is not JSON, an id taken
+    // twice, credit for bytes never sent (which would let this end send without bound).
+    const credit = Buffer.alloc(4);
+    credit.writeUInt32BE(1);
     for (const frames of [
+      [head(1, 1, Buffer.from('{}')), head(3, 1, credit)],
       ['text'],
       [Buffer.from([2, 0])],
       [head(9, 1)],

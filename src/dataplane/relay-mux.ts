@@ -168,11 +168,14 @@ export class MuxStream extends Duplex {
         // A flowing reader may have taken it already, without a read().
         this.grant();
         return true;
-      case CREDIT:
-        if (payload.length !== 4) return false;
+      case CREDIT: {
+        // Credit for more than this side sent: a peer that would have it send without bound (and
+        // stop reading its socket) would grow this process's memory by whatever it is sent.
+        if (payload.length !== 4 || this.credit + payload.readUInt32BE(0) > MUX_WINDOW) return false;
         this.credit += payload.readUInt32BE(0);
         this.pump();
         return true;
+      }
       case END:
         if (this.gotEnd) return false;
         this.gotEnd = true;
