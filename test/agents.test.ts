@@ -10,7 +10,7 @@
 // Runs on PGlite with one Berth, and on PostgreSQL (TEST_DATABASE_URL) with two Berth instances:
 // the lease made on one, the agent connected to the other.
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readlinkSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -21,8 +21,10 @@ import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './hel
 import { podman } from './helpers/engine-setup';
 import {
   answers,
+  argvOf,
   type BerthProc,
   berthExec,
+  childProcesses,
   echoedWhole,
   forwarding,
   heldEcho,
@@ -339,30 +341,16 @@ async function filesContaining(dir: string, needle: Buffer): Promise<string[]> {
  * diallers (berth-envd `dialer`), and their children, a connection each.
  */
 function diallersOf(node: number): number[] {
-  const pids = readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .map(Number);
-  const childrenOf = (parent: number) =>
-    pids.filter((pid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent && alive(pid);
-      } catch {
-        return false;
-      }
-    });
-  const diallers = childrenOf(node);
-  return [...diallers, ...diallers.flatMap(childrenOf)];
+  const diallersAmong = (parent: number) =>
+    childProcesses(parent)
+      .filter((child) => child.argv.includes('dialer'))
+      .map((child) => child.pid);
+  const diallers = diallersAmong(node);
+  return [...diallers, ...diallers.flatMap(diallersAmong)];
 }
 
 /** Whether `pid` is still a berth-envd dialler or one of its connections (not ended, and not reused by another program). */
-function alive(pid: number): boolean {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('dialer');
-  } catch {
-    return false;
-  }
-}
+const alive = (pid: number) => argvOf(pid).includes('dialer');
 
 /** How long the agents may take to sync a file or clean up an environment (containers end). */
 const E2E_WAIT = { timeout: 60_000, interval: 200 };

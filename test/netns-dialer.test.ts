@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +19,7 @@ import { Engine } from '../src/node/engine';
 import { containerName, type EnvironmentSpec, NodeRuntime } from '../src/node/runtime';
 import { describeContainers, engine as engineUrl, TEST_ECHO_IMAGE } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
+import { argvOf, childProcesses } from './helpers/processes';
 import { poll } from './helpers/wait';
 
 const run = promisify(execFile);
@@ -34,36 +35,15 @@ interface Dialler {
   first: number;
 }
 
-function parentOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Its arguments; none once it ended (a zombie's are empty too). */
-function argv(pid: number): string[] {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, -1);
-  } catch {
-    return [];
-  }
-}
-
 /** The live children of `parent`. */
 function childrenOf(parent: number): number[] {
-  return readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .map(Number)
-    .filter((pid) => parentOf(pid) === parent && argv(pid).length > 0);
+  return childProcesses(parent).map((child) => child.pid);
 }
 
 /** The diallers this process's runtime started, of the container whose first process is `first`. */
 function diallersOf(first: number): Dialler[] {
-  return childrenOf(process.pid)
-    .map((pid) => ({ pid, args: argv(pid) }))
+  return childProcesses(process.pid)
+    .map(({ pid, argv: args }) => ({ pid, args }))
     .filter(({ args }) => args[1] === 'dialer' && Number(args[3]) === first)
     .map(({ pid, args }) => ({ pid, name: args[2]!, first }));
 }
@@ -249,7 +229,7 @@ describeContainers('the standing dialler of a container', () => {
     const [dialler] = diallersOf(before);
     expect(dialler).toBeDefined();
     await podman('restart', '--time', '0', name);
-    await poll('the dialler of the ended container to end', async () => (argv(dialler!.pid).length === 0 ? true : undefined));
+    await poll('the dialler of the ended container to end', async () => (argvOf(dialler!.pid).length === 0 ? true : undefined));
     // The container's go, as the runtime gives it at start: the image's services start.
     await podman('kill', '--signal', 'USR1', name);
     expect(await exchange(await listening(ECHO), 'again')).toBe('again');
@@ -264,6 +244,6 @@ describeContainers('the standing dialler of a container', () => {
     const [dialler] = diallersOf(await firstPid());
     expect(dialler).toBeDefined();
     await runtime.stop(id);
-    await poll('the dialler to end', async () => (argv(dialler!.pid).length === 0 ? true : undefined));
+    await poll('the dialler to end', async () => (argvOf(dialler!.pid).length === 0 ? true : undefined));
   });
 });

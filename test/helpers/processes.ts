@@ -1,5 +1,6 @@
 // Berth and its agents as real processes on loopback, for the agents' end-to-end tests.
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { join } from 'node:path';
@@ -234,4 +235,31 @@ export async function writeSandboxTree(dir: string): Promise<void> {
  */
 export function forwarding(agent: Proc, envId: string, service: string, port: number): Promise<RegExpExecArray> {
   return agent.waitFor(new RegExp(`\\(${envId}\\): forwarding ${service}: 127\\.0\\.0\\.1:${port} `));
+}
+
+/** A process's arguments, from /proc; none once it ended (a zombie's are empty too). */
+export function argvOf(pid: number): string[] {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, -1);
+  } catch {
+    return [];
+  }
+}
+
+/** The live children of `parent` on this machine, with their arguments. */
+export function childProcesses(parent: number): { pid: number; argv: string[] }[] {
+  const parentOf = (pid: number) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    } catch {
+      return undefined;
+    }
+  };
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number)
+    .filter((pid) => parentOf(pid) === parent)
+    .map((pid) => ({ pid, argv: argvOf(pid) }))
+    .filter((child) => child.argv.length > 0);
 }
