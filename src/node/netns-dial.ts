@@ -17,9 +17,10 @@
 // refuses setns) the caller uses the engine's exec.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync } from 'node:fs';
 import net from 'node:net';
 import type { Engine } from './engine';
+import { type FirstProcess, firstProcess, inContainer } from './first-process';
 
 /** berth-envd dialer's exit when this machine refuses to enter a namespace (a hardened kernel, a seccomp profile). */
 const CANNOT_ENTER = 3;
@@ -33,11 +34,6 @@ const TOKEN_LENGTH = 32;
  * the whole of it, later versions do not, and a name that fills it is the same to both.
  */
 const NAME_HEX = 107 - 'berth-dial-'.length;
-
-interface FirstProcess {
-  id: string;
-  pid: number;
-}
 
 interface Dialer {
   first: FirstProcess;
@@ -55,21 +51,6 @@ interface Dialer {
 const dialers = new Map<string, Promise<Dialer | undefined>>();
 /** False once a dialler found that this machine refuses setns: the engine's exec from then on. */
 let enters = true;
-
-async function lookUp(engine: Engine, name: string): Promise<FirstProcess | undefined> {
-  const state = await engine.inspect(name);
-  if (!state?.running || state.pid <= 0) return undefined;
-  return { id: state.id, pid: state.pid };
-}
-
-/** Whether `first`'s pid is still in its container's control group (else it ended, and the pid may be another's). */
-function inContainer(first: FirstProcess): boolean {
-  try {
-    return readFileSync(`/proc/${first.pid}/cgroup`, 'utf8').includes(first.id);
-  } catch {
-    return false;
-  }
-}
 
 /** A container's namespaces, held by descriptors. */
 interface Namespaces {
@@ -123,7 +104,7 @@ async function dialerOf(engine: Engine, name: string, envd: string): Promise<Dia
 }
 
 async function start(engine: Engine, container: string, envd: string, forget: () => void): Promise<Dialer | undefined> {
-  const first = await lookUp(engine, container);
+  const first = await firstProcess(engine, container);
   const namespaces = first && held(first);
   if (!first || !namespaces) return undefined;
   const name = `berth-dial-${randomBytes(NAME_HEX / 2).toString('hex')}`;

@@ -30,6 +30,7 @@ import type { Command, SessionOptions } from './command';
 import { DiskCount } from './disk-count';
 import { type Engine, engineMessage, isMissing, type RunningExec } from './engine';
 import { EnvdChannel } from './envd-channel';
+import { goReady } from './first-process';
 import { HostAddresses, LINK_LOCAL, ownPrefixes } from './host-addresses';
 import {
   boundedLog,
@@ -278,6 +279,7 @@ export class NodeRuntime {
       await engine.start(name);
       if (!ROOT_USER.test(spec.user ?? spec.containerUser ?? image.user)) await this.giveShares(engine, name, spec, root);
       if (spec.network === 'egress') await this.guard(engine, name);
+      await goReady(engine, name);
       await engine.signal(name, 'SIGUSR1');
     } catch (error) {
       const why = await startFailure(engine, name, error);
@@ -359,6 +361,7 @@ export class NodeRuntime {
       await engine.start(name);
       if (!ROOT_USER.test(spec.user ?? spec.containerUser ?? image.user)) await this.giveShares(engine, name, spec, root);
       if (spec.network === 'egress') await this.guard(engine, name);
+      await goReady(engine, name);
       await engine.signal(name, 'SIGUSR1');
       this.watchWarm(engine, spec.slot);
       this.warmMade.set(spec.slot, spec.hash);
