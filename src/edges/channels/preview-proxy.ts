@@ -78,7 +78,13 @@ export function createPreviewProxy(deps: Deps, relay: RelayServer, log: Log): Pr
     let record = recorders.get(target.env.id);
     if (!record) {
       if (recorders.size >= MAX_RECORDERS) recorders.clear();
-      record = activityRecorder(deps, target.env.id, target.env.idleMs, (error) => log('preview activity not recorded', error));
+      record = activityRecorder(
+        deps,
+        target.env.id,
+        target.env.idleMs,
+        (error) => log('preview activity not recorded', error),
+        target.env.idleUntil,
+      );
       recorders.set(target.env.id, record);
     }
     return record;

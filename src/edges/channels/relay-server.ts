@@ -100,7 +100,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     const finished = async (code: number) => {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };
-    const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
+    const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error), env.idleUntil);
     // The environment's node dials back here, then the two sockets are joined.
     if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
     const node = await nodeJoins(env.nodeId, job);
@@ -197,7 +197,7 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       const far = await nodeStream(env.nodeId, job);
       // The sandbox's connection ended while the node was asked.
       if (stream.destroyed) return void far.destroy();
-      const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error));
+      const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error), env.idleUntil);
       await joinStreams(stream, far, traffic);
     } catch (error) {
       if (!(error instanceof DomainError)) log('relay failed', error);
