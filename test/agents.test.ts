@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { MUX_STREAMS } from '../src/dataplane/relay-mux';
 import { containersOf, describeContainers, engine, TEST_ECHO_IMAGE } from './helpers/containers';
 import { podman } from './helpers/engine-setup';
 import {
@@ -210,6 +211,20 @@ for (const backend of backends) {
       const db = new pg.Client({ host: '127.0.0.1', port: listen.postgres, user: 'postgres', database: 'postgres' });
       db.on('error', () => undefined);
       await expect(db.connect()).rejects.toThrow();
+    });
+
+    it('a full mux carries further connections on relay sockets of their own', async () => {
+      // MUX_STREAMS connections held open fill the agent's mux; the ones after it each take a relay
+      // socket (the mux would refuse them), and once the first ones close, the mux takes new ones.
+      const held: net.Socket[] = [];
+      try {
+        for (let i = 0; i < MUX_STREAMS + 4; i++) held.push((await heldEcho(listen.echo!, `connection ${i}`)).socket);
+        for (const socket of held.splice(0, 8)) socket.destroy();
+        const payload = Buffer.from('after the full mux');
+        expect((await echoedWhole(listen.echo!, payload, agent)).toString()).toBe('after the full mux');
+      } finally {
+        for (const socket of held) socket.destroy();
+      }
     });
 
     it('resumes forwarding after the agent is killed and started again without the join key', async () => {
