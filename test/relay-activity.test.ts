@@ -34,7 +34,7 @@ it('a new connection to an environment whose idle time-out was just pushed asks 
   const row = { state: 'ready', idleUntil: new Date(0), idleMs: IDLE_MS };
   const w = world(row);
   row.idleUntil = new Date(w.at() + IDLE_MS - 1000);
-  const traffic = activityRecorder(w.deps, 'env_1', IDLE_MS, () => undefined, row.idleUntil);
+  const traffic = activityRecorder(w.deps, { id: 'env_1', idleMs: IDLE_MS, idleUntil: row.idleUntil }, () => undefined);
   traffic();
   traffic();
   await w.settled();
@@ -52,7 +52,7 @@ it('a connection to an environment idle for more than a step pushes its idle tim
   const row = { state: 'ready', idleUntil: new Date(0), idleMs: IDLE_MS };
   const w = world(row);
   row.idleUntil = new Date(w.at() + IDLE_MS - STEP - 1000);
-  const traffic = activityRecorder(w.deps, 'env_1', IDLE_MS, () => undefined, row.idleUntil);
+  const traffic = activityRecorder(w.deps, { id: 'env_1', idleMs: IDLE_MS, idleUntil: row.idleUntil }, () => undefined);
   traffic();
   await w.settled();
   expect(w.counts).toEqual({ reads: 1, writes: 1 });
@@ -63,7 +63,7 @@ it('without the idle time-out at hand, the first bytes check, and no more than o
   const row = { state: 'ready', idleUntil: new Date(0), idleMs: IDLE_MS };
   const w = world(row);
   row.idleUntil = new Date(w.at() + IDLE_MS);
-  const traffic = activityRecorder(w.deps, 'env_1', IDLE_MS, () => undefined);
+  const traffic = activityRecorder(w.deps, { id: 'env_1', idleMs: IDLE_MS }, () => undefined);
   for (let i = 0; i < 100; i++) traffic();
   await w.settled();
   expect(w.counts).toEqual({ reads: 1, writes: 0 });

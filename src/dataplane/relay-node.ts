@@ -67,12 +67,7 @@ async function dialed(job: DialJob, dial: (job: DialJob) => Promise<Duplex>): Pr
  * Serves one stream of the node's mux (src/dataplane/relay-mux.ts): the connection it asks for is
  * dialled and joined to it; what came before the dial waits in the stream, within its window.
  */
-export async function serveMuxStream(
-  stream: MuxStream,
-  request: unknown,
-  dial: (job: DialJob) => Promise<Duplex>,
-  onTraffic?: () => void,
-): Promise<void> {
+export async function serveMuxStream(stream: MuxStream, request: unknown, dial: (job: DialJob) => Promise<Duplex>): Promise<void> {
   const job = RelayJob.safeParse(request);
   if (!job.success || job.data.kind === 'share') return void stream.destroy(new Error('a mux stream carries one connection to a port'));
   let socket: Duplex;
@@ -82,5 +77,5 @@ export async function serveMuxStream(
     return void stream.destroy(error as Error);
   }
   if (stream.destroyed) return void socket.destroy();
-  await joinStreams(stream, socket, onTraffic);
+  await joinStreams(stream, socket);
 }

@@ -196,7 +196,7 @@ export function createSessionServer(deps: Deps, cors: CorsPolicy, log: Log): Ses
       gone.abort();
     });
     // Typing counts as activity, like a keepalive: the environment's, and the session's.
-    const environmentActive = activityRecorder(deps, environmentId, idleMs, (error) => log('session activity not recorded', error));
+    const environmentActive = activityRecorder(deps, { id: environmentId, idleMs }, (error) => log('session activity not recorded', error));
     const sessionActive = started.session
       ? sessionActivity(deps, started.session, SESSION_ACTIVITY_STEP_MS, (error) => log('session activity not recorded', error))
       : () => undefined;

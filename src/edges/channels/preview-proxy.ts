@@ -78,13 +78,7 @@ export function createPreviewProxy(deps: Deps, relay: RelayServer, log: Log): Pr
     let record = recorders.get(target.env.id);
     if (!record) {
       if (recorders.size >= MAX_RECORDERS) recorders.clear();
-      record = activityRecorder(
-        deps,
-        target.env.id,
-        target.env.idleMs,
-        (error) => log('preview activity not recorded', error),
-        target.env.idleUntil,
-      );
+      record = activityRecorder(deps, target.env, (error) => log('preview activity not recorded', error));
       recorders.set(target.env.id, record);
     }
     return record;

@@ -31,6 +31,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import type { Actor, Deps, Log } from '../../app/context';
 import { joinStreams, MUX_MAX_PAYLOAD, type MuxStream, NODE_MUX_STREAMS, RelayMux } from '../../dataplane/relay-mux';
 import { CLOSE, heartbeat, joinSockets, RELAY_SOCKET_OPTIONS, socketStream } from '../../dataplane/ws-bridge';
+import type { Environment } from '../../generated/prisma/client';
 import { requireNodeAgent } from '../../kernel/access';
 import { BadRequestError, DomainError, ForbiddenError, NotFoundError, UnavailableError } from '../../kernel/errors';
 import { authenticate } from '../../modules/credentials';
@@ -85,6 +86,16 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
     return url;
   };
 
+  /** The node of a checked relay's environment (503 without one), the environment marked as relayed to. */
+  const relayedNode = async (env: Environment): Promise<string> => {
+    if (!env.relayed) await recordRelayed(deps, env.id);
+    if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
+    return env.nodeId;
+  };
+
+  /** Traffic on a relay of `env`, as read by its check, counted as its activity. */
+  const trafficOf = (env: Environment) => activityRecorder(deps, env, (error) => log('relay activity not recorded', error));
+
   const accept = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = urlOf(req);
     const q = (name: string) => url.searchParams.get(name);
@@ -96,14 +107,13 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       share: q('share'),
       final: q('final'),
     });
-    if (!env.relayed) await recordRelayed(deps, env.id);
+    const nodeId = await relayedNode(env);
     const finished = async (code: number) => {
       if (job.kind === 'share' && job.final && code === CLOSE.normal) await recordOutSynced(deps, env.id, job.share);
     };
-    const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error), env.idleUntil);
+    const traffic = trafficOf(env);
     // The environment's node dials back here, then the two sockets are joined.
-    if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
-    const node = await nodeJoins(env.nodeId, job);
+    const node = await nodeJoins(nodeId, job);
     if (socket.destroyed) return void node.terminate(); // the sandbox gave up while the node dialled
     wss.handleUpgrade(req, socket, head, (ws) => {
       track(ws, actor);
@@ -192,13 +202,10 @@ export function createRelayServer(deps: Deps, log: Log): RelayServer {
       if (!asked.success) throw new BadRequestError('a relay stream names an environment and a service');
       const { env, job } = await authorizeRelay(deps, actor, { ...asked.data, kind: 'import' });
       if (job.kind !== 'import') throw new BadRequestError('a relay stream carries an import connection');
-      if (!env.relayed) await recordRelayed(deps, env.id);
-      if (!env.nodeId) throw new UnavailableError(`environment ${env.name} is on no node`);
-      const far = await nodeStream(env.nodeId, job);
+      const far = await nodeStream(await relayedNode(env), job);
       // The sandbox's connection ended while the node was asked.
       if (stream.destroyed) return void far.destroy();
-      const traffic = activityRecorder(deps, env.id, env.idleMs, (error) => log('relay activity not recorded', error), env.idleUntil);
-      await joinStreams(stream, far, traffic);
+      await joinStreams(stream, far, trafficOf(env));
     } catch (error) {
       if (!(error instanceof DomainError)) log('relay failed', error);
       stream.destroy(error instanceof DomainError ? error : new Error('internal error'));

@@ -123,17 +123,16 @@ export async function recordRelayActivity(deps: Deps, environmentId: string): Pr
 /**
  * Traffic on one socket (a relay, an interactive session) counts as activity of its environment:
  * the returned function checks the database at most once per relayActivityStep(idleMs), never
- * once per message, and never twice at once. Given the idle time-out as just read with the
- * environment, it checks only once traffic would move that by more than a step: a new tunnel
- * connection's first bytes then cost no read (on PGlite, one on the server's own thread).
+ * once per message, and never twice at once. Given the environment's idle time-out as just read,
+ * it checks only once traffic would move that by more than a step: a new tunnel connection's first
+ * bytes then cost no read (on PGlite, one on the server's own thread).
  */
 export function activityRecorder(
   deps: Deps,
-  environmentId: string,
-  idleMs: number,
+  env: { id: string; idleMs: number; idleUntil?: Date },
   failed: (error: unknown) => void,
-  idleUntil?: Date,
 ): () => void {
+  const { id: environmentId, idleMs, idleUntil } = env;
   const step = relayActivityStep(idleMs);
   let checked = idleUntil ? idleUntil.getTime() - idleMs : Number.NEGATIVE_INFINITY;
   let busy = false;
