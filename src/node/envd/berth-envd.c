@@ -631,6 +631,19 @@ static int connect_loopback(unsigned port) {
   return sock;
 }
 
+// A tunnel's bytes both ways, each in a thread of its own: what the node sends (`from_node`) into the
+// service's socket, and what the service sends back to the node (`to_node`, watched: once the node's
+// end is gone, the process ends). 1 when the second thread cannot start.
+static int copy_both(int from_node, int to_node, int sock, int shutdown_node) {
+  struct copy in = {.from = from_node, .to = sock, .shutdown_to = 1, .watch_reader = 0};
+  struct copy out = {.from = sock, .to = to_node, .shutdown_to = shutdown_node, .watch_reader = 1};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, copy_bytes, &in) != 0) return 1;
+  copy_bytes(&out);
+  pthread_join(thread, NULL);
+  return 0;
+}
+
 static int dial_main(const char *port_text) {
   char *end;
   long port = strtol(port_text, &end, 10);
@@ -644,13 +657,7 @@ static int dial_main(const char *port_text) {
     fprintf(stderr, "berth-envd: cannot reach port %ld in the environment: %s\n", port, strerror(errno));
     return 1;
   }
-  struct copy in = {.from = 0, .to = sock, .shutdown_to = 1, .watch_reader = 0};
-  struct copy out = {.from = sock, .to = 1, .shutdown_to = 0, .watch_reader = 1};
-  pthread_t thread;
-  pthread_create(&thread, NULL, copy_bytes, &in);
-  copy_bytes(&out);
-  pthread_join(thread, NULL);
-  return 0;
+  return copy_both(0, 1, sock, 0);
 }
 
 // The node's standing dialler of one container (`dialer NAME PID`, src/node/netns-dial.ts): started
@@ -708,13 +715,7 @@ static int dialer_connection(int conn, const char *token) {
     return 1;
   }
   if (dialer_answer(conn, token, 0, NULL) < 0) return 1;
-  struct copy in = {.from = conn, .to = sock, .shutdown_to = 1, .watch_reader = 0};
-  struct copy out = {.from = sock, .to = conn, .shutdown_to = 1, .watch_reader = 1};
-  pthread_t thread;
-  if (pthread_create(&thread, NULL, copy_bytes, &in) != 0) return 1;
-  copy_bytes(&out);
-  pthread_join(thread, NULL);
-  return 0;
+  return copy_both(conn, conn, sock, 1);
 }
 
 static int dialer_main(const char *name, const char *pid_text) {
