@@ -30,7 +30,7 @@ import { openRelay } from '../src/agent/sandbox-agent';
 import { duplexPair, sendFolder } from '../src/dataplane/folder-sync';
 import { bridge } from '../src/dataplane/ws-bridge';
 import { benchEngine, TEST_ECHO_IMAGE } from '../test/helpers/engine-setup';
-import { type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
+import { answers, type BerthProc, spawnNode, startBerth } from '../test/helpers/processes';
 import { cpuSeconds } from './process-cpu';
 import { restCalls } from './rest';
 
@@ -143,14 +143,7 @@ async function busyboxEcho(): Promise<{ port: number; stop: () => void } | undef
   const failed = new Promise<undefined>((resolve) => child.once('error', () => resolve(undefined)));
   const listening = (async () => {
     for (let attempt = 0; attempt < 200; attempt++) {
-      const up = await new Promise<boolean>((resolve) => {
-        const probe = net.connect({ port, host: '127.0.0.1' }, () => {
-          probe.destroy();
-          resolve(true);
-        });
-        probe.once('error', () => resolve(false));
-      });
-      if (up) return { port, stop: () => child.kill() };
+      if (await answers(port)) return { port, stop: () => child.kill() };
       await new Promise((r) => setTimeout(r, 10));
     }
     child.kill();
