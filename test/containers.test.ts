@@ -528,7 +528,10 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       // The template's target is 127.0.0.1:8080: the server's own port 8080 on this machine, were
       // the node to dial it itself. Nothing listens in the environment yet: refused, not this machine.
       const early = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'web' });
-      const closed = await new Promise<string>((resolve) => early.once('close', (_code, reason) => resolve(reason.toString())));
+      const closed = await new Promise<string>((resolve) => {
+        early.once('close', (_code, reason) => resolve(reason.toString()));
+        early.resume();
+      });
       expect(closed).toMatch(/cannot reach port 8080/);
       // A port this machine's loopback answers on is the environment's own port, where nothing listens.
       const toHost = await openRelay(s.url, credential, { environment: env.id, kind: 'import', service: 'host' });
@@ -536,7 +539,10 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
       toHost.on('message', (data: Buffer, binary: boolean) => {
         if (binary) leaked += data.toString();
       });
-      const refused = await new Promise<string>((resolve) => toHost.once('close', (_code, reason) => resolve(reason.toString())));
+      const refused = await new Promise<string>((resolve) => {
+        toHost.once('close', (_code, reason) => resolve(reason.toString()));
+        toHost.resume();
+      });
       expect(refused).toMatch(new RegExp(`cannot reach port ${HOST_PORT}`));
       expect(leaked).toBe('');
       let served: Promise<Ran> | undefined;
@@ -556,6 +562,8 @@ for (const kind of ['built-in pool', 'berth node'] as const) {
             if (text.includes('inside-the-environment')) ws.close();
           });
           ws.once('close', () => resolve(text));
+          // What the service said first came with the relay's upgrade: it waited in the socket until now.
+          ws.resume();
         });
       }
       expect(got).toBe('inside-the-environment\n');

@@ -19,6 +19,7 @@ describeBackends('relay checks', (backend) => {
   const refusal = (token: string, params: Record<string, string>) =>
     openRelay(s.url, token, params as unknown as RelayQuery).then(
       (ws) => {
+        ws.resume();
         ws.close();
         return { status: 101, code: 'upgraded' };
       },
@@ -171,6 +172,8 @@ describeBackends('relay checks', (backend) => {
       await untilState(s, BOOTSTRAP, used, 'ready');
       await untilState(s, BOOTSTRAP, unused, 'ready');
       const ws = await openRelay(s.url, credential, { environment: used, kind: 'import', service: 'echo' });
+      // The echo says nothing before it is sent something: nothing is missed before roundTrip listens.
+      ws.resume();
       const roundTrip = (payload: Buffer) =>
         new Promise<Buffer>((resolve) => {
           const got: Buffer[] = [];
@@ -228,6 +231,7 @@ describeBackends('relay checks', (backend) => {
       const ws = await openRelay(s.url, token, { environment: id, kind: 'import', service: 'echo' });
       const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
       const echoed = new Promise<Buffer>((resolve) => ws.once('message', (data: Buffer) => resolve(data)));
+      ws.resume();
       ws.send(Buffer.from('ping'), { binary: true });
       expect((await echoed).toString()).toBe('ping');
       return { ws, closed, id };

@@ -96,7 +96,11 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     );
   });
 
-/** Opens one relay socket; rejects with the server's `{error, code}` (an ApiError) when it refuses. */
+/**
+ * Opens one relay socket, paused: nothing the server sent is lost before the caller listens, and
+ * the caller resumes it then (bridge does). Rejects with the server's `{error, code}` (an ApiError)
+ * when it refuses.
+ */
 export function openRelay(server: string, token: string, query: RelayQuery): Promise<WebSocket> {
   const url = new URL(`${wsBase(server)}${RELAY_PATH}`);
   for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
@@ -120,6 +124,10 @@ function openSocket(url: URL, token: string): Promise<WebSocket> {
     ws.once('open', () => {
       ws.off('error', reject);
       heartbeat(ws);
+      // What came with the server's answer to the upgrade (the first bytes of a service that speaks
+      // first, an out share's first batch) is read at once, before the caller could listen: it waits
+      // in the socket until the caller resumes it (bridge and RelayMux do, once they listen).
+      ws.pause();
       resolve(ws);
     });
     ws.once('unexpected-response', (_req, res) => {

@@ -215,6 +215,8 @@ export class RelayMux {
     ws.on('message', (data, isBinary) => {
       if (!isBinary || !this.take(toBuffer(data))) this.fail('a frame out of protocol');
     });
+    // A socket opened paused (openRelayMux) gives what it holds now that it is listened to.
+    ws.resume();
     ws.on('error', () => undefined);
     this.closed = new Promise((resolve) => {
       ws.once('close', (code, reason) => {

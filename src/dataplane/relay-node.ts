@@ -35,9 +35,7 @@ export async function serveRelay(
       ws.close(CLOSE.nodeFailed, closeReason(reason));
       return { code: CLOSE.nodeFailed, reason };
     }
-    const ended = bridge(ws, socket, onTraffic);
-    ws.resume();
-    return ended;
+    return bridge(ws, socket, onTraffic);
   }
   const [near, far] = duplexPair();
   const ended = bridge(ws, near, onTraffic);

@@ -146,8 +146,10 @@ export function bridge(ws: WebSocket, stream: Duplex, onTraffic?: () => void): P
       });
       if (ws.bufferedAmount > HIGH_WATER) stream.pause();
     });
-    // A socket accepted with pauseOnConnect stays paused until resumed.
+    // A socket accepted with pauseOnConnect stays paused until resumed; a relay socket opened paused
+    // (openRelay) holds what came with its upgrade until now.
     stream.resume();
+    ws.resume();
     stream.on('end', () => {
       sentEof = true;
       if (ws.readyState === ws.OPEN) ws.send(EOF);
