@@ -9,6 +9,7 @@ import { readManifest } from '../src/platform/store/pack';
 import { graphql } from './gql';
 import { openApiValidator } from './helpers/openapi';
 import { BOOTSTRAP, client, describeBackends, startServer, type TestServer, untilState } from './helpers/server';
+import { poll } from './helpers/wait';
 
 const SnapshotsQuery = graphql(`
   query TestSnapshots($project: String, $prefix: String) { snapshots(project: $project, prefix: $prefix) { project snapshots { key share root } next } }
@@ -308,7 +309,11 @@ describeBackends('snapshots', (backend) => {
     const res = await admin.post('/v1/environments', { template: 'default', project: 'broken', restore: ['k'] });
     const failed = await untilState(s, BOOTSTRAP, res.body.environment.id, 'failed', { between: step });
     expect(failed.error).toContain('could not prepare');
-    expect(await filesUnder(join(s.dataDir, 'workspaces', failed.id))).toEqual([]);
+    // The failure is recorded first, then its node wipes the workspace (environments/job.ts fail):
+    // a look right at `failed` can come between the two.
+    const left = () => filesUnder(join(s.dataDir, 'workspaces', failed.id));
+    await poll("the failed start's workspace to be wiped", async () => ((await left()).length === 0 ? true : undefined), { between: step });
+    expect(await left()).toEqual([]);
 
     // A crash between the end and the wipe leaves plain files; the next start removes them, and
     // keeps the workspace of an environment still running.
